@@ -1,0 +1,3 @@
+"""Advantage estimation for recurrent policies."""
+
+__all__: list[str] = []
