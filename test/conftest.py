@@ -1,0 +1,24 @@
+"""Test-wide fixtures: RNG hygiene and quiet torchrl logging."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import numpy as np
+import pytest
+import torch
+
+logging.getLogger("torchrl").setLevel(logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def _restore_rng_state():
+    """Every test leaves the global RNGs as it found them."""
+    torch_state = torch.get_rng_state()
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    yield
+    torch.set_rng_state(torch_state)
+    np.random.set_state(numpy_state)
+    random.setstate(python_state)

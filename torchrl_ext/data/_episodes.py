@@ -1,0 +1,359 @@
+"""Episode boundaries around sampled anchors, read in O(B * window) per sample.
+
+Two sources of boundaries are supported:
+
+- **Storage order with done flags** (:func:`reach_in_storage_order`): an episode ends at every
+  record whose done flag is set, and the ring buffer's write seam (between the newest and the
+  oldest record) and unwritten slots end every trajectory. Nothing is indexed ahead of time: the
+  flags are gathered only inside each anchor's reach, straight from the storage, so a sample costs
+  the same right after a write as it does on static data, whatever the capacity.
+- **Trajectory ids** (:class:`TrajectoryIndex`): records carrying the same id form one trajectory,
+  in write order, even when trajectories are interleaved in storage. A per-slot doubly linked list
+  is kept up to date incrementally as the buffer's writer reports writes (``mark_update``).
+
+Both produce a :class:`Reach`: for each anchor, the storage time coordinate of every record at a
+relative step ``j`` in ``[-back, forward]`` and how far the anchor's episode extends each way.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+from tensordict import is_tensor_collection
+from tensordict.utils import NestedKey
+from torchrl.data.replay_buffers.storages import Storage, TensorStorage
+
+
+@dataclass
+class Reach:
+    """What the window builder needs to know around each anchor.
+
+    Columns ``0 .. back + forward`` stand for the relative steps ``-back .. forward`` around each
+    anchor.
+
+    Attributes:
+        back (int): steps before the anchor that column 0 stands for.
+        to_start (torch.Tensor): ``[B]`` steps from the anchor back to its episode's first record
+            (capped at ``back``).
+        to_stop (torch.Tensor): ``[B]`` steps from the anchor forward to its episode's last
+            record (capped at ``forward``).
+        episode (torch.Tensor or None): ``[B, columns]`` running episode counter (changes right
+            after each episode end); ``None`` when no boundary lies between reachable records.
+        base (torch.Tensor or None): ``[B]`` storage time of column 0 (storage-order reaches).
+        written (int): records written along time; positions wrap modulo this.
+        wraps (bool): whether some column's position passes the end of the storage.
+        chain (torch.Tensor or None): ``[B, columns]`` storage times of each column
+            (trajectory-id reaches, where records of a trajectory need not be adjacent).
+    """
+
+    back: int
+    to_start: torch.Tensor
+    to_stop: torch.Tensor
+    episode: torch.Tensor | None = None
+    base: torch.Tensor | None = None
+    written: int = 0
+    wraps: bool = False
+    chain: torch.Tensor | None = None
+
+    def positions(self, column: torch.Tensor) -> torch.Tensor:
+        """Storage time coordinates of the records at ``column`` (``[B, K]``)."""
+        if self.chain is not None:
+            return self.chain.gather(1, column)
+        positions = self.base.unsqueeze(1) + column
+        return torch.remainder(positions, self.written) if self.wraps else positions
+
+
+def check_storage(storage: Storage, owner: str) -> None:
+    """Raises ``TypeError`` unless ``storage`` is a TensorDict-backed ``TensorStorage``."""
+    if not isinstance(storage, TensorStorage):
+        raise TypeError(
+            f"{owner} needs a TensorDict-backed TensorStorage (LazyTensorStorage, "
+            f"LazyMemmapStorage, ...) to read episode boundaries, got "
+            f"storage={type(storage).__name__}."
+        )
+    contents = getattr(storage, "_storage", None)
+    if contents is not None and not is_tensor_collection(contents):
+        raise TypeError(
+            f"{owner} needs the storage to hold TensorDict data, but it holds "
+            f"{type(contents).__name__}; extend the buffer with TensorDicts."
+        )
+    if len(storage) == 0:
+        raise RuntimeError(f"{owner} cannot expand anchors from an empty storage.")
+
+
+def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tensor:
+    """Returns the stored per-record entry ``key`` without copying, trailing singletons dropped.
+
+    Raises:
+        ValueError: if the storage has no entry ``key`` (the message lists the keys it has), or
+            the entry holds more than one value per record.
+    """
+    contents = storage._storage
+    flags = contents.get(key, None)
+    if flags is None:
+        keys = sorted(str(k) for k in contents.keys(include_nested=True, leaves_only=True))
+        raise ValueError(
+            f"{owner}: the storage has no entry {key!r} to read episode boundaries from; "
+            f"stored keys are {keys}. Pass the right done_key= (or traj_key=)."
+        )
+    ndim = storage.ndim
+    while flags.ndim > ndim and flags.shape[-1] == 1:
+        flags = flags.squeeze(-1)
+    if flags.ndim != ndim:
+        raise ValueError(
+            f"{owner}: entry {key!r} must hold one value per record, got a stored shape "
+            f"{tuple(flags.shape)} for a storage with {ndim} batch dim(s)."
+        )
+    return flags
+
+
+def seam(storage: TensorStorage) -> tuple[int, int, int]:
+    """Returns ``(written, oldest, newest)`` time coordinates of a ring-buffer storage."""
+    written = int(storage.shape[0])
+    if not storage._is_full:
+        return written, 0, written - 1
+    cursor = storage._last_cursor_index
+    if cursor is None:
+        cursor = _writer_cursor(storage)
+    newest = (int(cursor) if cursor is not None else written - 1) % written
+    return written, (newest + 1) % written, newest
+
+
+def _writer_cursor(storage: TensorStorage) -> int | None:
+    """The newest slot according to an attached buffer's round-robin writer.
+
+    A storage restored with ``loads`` forgets its last write position, while the buffer's writer
+    keeps its cursor (the next slot to write) in its checkpoint.
+    """
+    for entity in storage._attached_entities:
+        cursor = getattr(getattr(entity, "_writer", None), "_cursor", None)
+        if isinstance(cursor, int):
+            return cursor - 1
+    return None
+
+
+def reach_in_storage_order(
+    storage: TensorStorage,
+    flags: torch.Tensor | None,
+    time: torch.Tensor,
+    lanes: tuple[torch.Tensor, ...],
+    back: int,
+    forward: int,
+    crosses_episodes: bool,
+) -> Reach:
+    """Builds the reach of every anchor from storage order and (optionally) done flags.
+
+    Args:
+        storage (TensorStorage): the storage the records come from.
+        flags (torch.Tensor or None): stored done flags (``[capacity, *lanes]``), or ``None``
+            when the written span is one trajectory.
+        time (torch.Tensor): ``[B]`` anchor time coordinates.
+        lanes (tuple of torch.Tensor): the anchors' other storage coordinates (empty for 1-D).
+        back (int): steps to read before each anchor.
+        forward (int): steps to read after each anchor.
+        crosses_episodes (bool): ``True`` for ``include_reset``: done flags only mark where a
+            new episode starts inside the window; only the write seam bounds the reach.
+    """
+    written, oldest, newest = seam(storage)
+    span = back + forward + 1
+    base = torch.remainder(time - back, written)
+    wraps = span > written or int(base.max()) + span > written
+    to_stop = torch.remainder(newest - time, written).clamp_(max=forward)
+    to_start = torch.remainder(time - oldest, written).clamp_(max=back)
+    reach = Reach(back, to_start, to_stop, None, base, written, wraps)
+    if flags is None:
+        return reach
+    ends = _read_span(flags, reach, span, lanes)
+    if crosses_episodes:
+        reach.episode = torch.cumsum(ends, 1, dtype=torch.int32) - ends.to(torch.int32)
+        return reach
+    # the first end at or after the anchor closes its episode, the last end before it opens it
+    distance = torch.where(ends, _end_distances(back, forward, time.device), span)
+    if back:
+        torch.minimum(to_start, distance[:, :back].amin(1).long(), out=to_start)
+    torch.minimum(to_stop, distance[:, back:].amin(1).long(), out=to_stop)
+    return reach
+
+
+def _read_span(
+    flags: torch.Tensor, reach: Reach, span: int, lanes: tuple[torch.Tensor, ...]
+) -> torch.Tensor:
+    """Reads the done flags of every column of every anchor's reach, as ``[B, span]`` bool."""
+    device = reach.base.device
+    if not lanes and not reach.wraps and flags.is_contiguous():
+        # sliding windows over the flags: one row copy per anchor, no per-record index math
+        windows = flags.as_strided((flags.shape[0] - span + 1, span), (1, 1))
+        out = windows.index_select(0, reach.base.to(flags.device))
+    else:
+        index = reach.positions(torch.arange(span, device=device).expand(len(reach.base), span))
+        index = index.to(flags.device)
+        if lanes:
+            coords = tuple(lane.to(flags.device).unsqueeze(1).expand_as(index) for lane in lanes)
+            out = flags[(index, *coords)]
+        else:
+            out = flags[index]
+    out = torch.as_tensor(out)
+    if out.dtype is not torch.bool:
+        out = out != 0
+    return out if out.device == device else out.to(device)
+
+
+_DISTANCES: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+
+
+def _end_distances(back: int, forward: int, device: torch.device) -> torch.Tensor:
+    """What an episode end at each column implies for the anchor at column ``back``.
+
+    An end at relative step ``j >= 0`` stops the episode ``j`` steps after the anchor; an end at
+    ``j < 0`` starts it ``-j - 1`` steps before.
+    """
+    key = (back, forward, device)
+    distance = _DISTANCES.get(key)
+    if distance is None:
+        # small integer types reduce faster; spans never exceed the int32 range in practice
+        dtype = torch.int16 if back + forward + 2 < 2**15 else torch.int32
+        rel = torch.arange(-back, forward + 1, device=device)
+        distance = _DISTANCES[key] = torch.where(rel < 0, -rel - 1, rel).to(dtype)
+    return distance
+
+
+class TrajectoryIndex:
+    """Per-slot links between consecutive records of the same trajectory, kept incrementally.
+
+    Slot ``p`` links back to the slot written just before it with the same trajectory id and
+    forward to the one written just after. A link is live only while both ends still hold the
+    records it was made for: each slot carries the serial number of its last write, and each link
+    remembers the serial of its target, so overwritten records drop out of every chain without
+    any sweep over the storage.
+    """
+
+    def __init__(self, storage: TensorStorage, traj_key: NestedKey, owner: str) -> None:
+        if storage.ndim != 1:
+            raise ValueError(
+                f"{owner}: traj_key= works with 1-D storages; got a storage with "
+                f"ndim={storage.ndim}. For time x lane storages use done_key=."
+            )
+        self.storage = storage
+        self.traj_key = traj_key
+        self.owner = owner
+        self._lock = threading.RLock()
+        capacity = storage.max_size
+        self.serial = torch.full((capacity,), -1, dtype=torch.long)
+        self.prev = torch.full((capacity,), -1, dtype=torch.long)
+        self.prev_serial = torch.full((capacity,), -2, dtype=torch.long)
+        self.next = torch.full((capacity,), -1, dtype=torch.long)
+        self.next_serial = torch.full((capacity,), -2, dtype=torch.long)
+        self._tails: dict[int, tuple[int, int]] = {}
+        self._count = 0
+        self._revision = None
+
+    def rebuild(self) -> None:
+        """Re-reads every written record, oldest first (after loads, empties or direct writes)."""
+        with self._lock:
+            self.serial.fill_(-1)
+            self.prev.fill_(-1)
+            self.next.fill_(-1)
+            self.prev_serial.fill_(-2)
+            self.next_serial.fill_(-2)
+            self._tails.clear()
+            self._count = 0
+            written, oldest, _ = seam(self.storage)
+            order = torch.remainder(torch.arange(written) + oldest, written)
+            self._link(order)
+            self._revision = self.storage._mutation_revision
+
+    def mark_update(self, index: torch.Tensor | int) -> None:
+        """Links newly written slots (called by the buffer's writer after every write)."""
+        with self._lock:
+            if self._revision is None:
+                return
+            index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
+            self._link(index)
+            self._revision = self.storage._mutation_revision
+
+    def is_stale(self) -> bool:
+        """``True`` when the storage changed in a way this index was not told about."""
+        return self._revision is None or self._revision != self.storage._mutation_revision
+
+    def _link(self, slots: torch.Tensor) -> None:
+        if slots.numel() == 0:
+            return
+        ids = read_flags(self.storage, self.traj_key, self.owner)[slots.to(self._device())]
+        ids = torch.as_tensor(ids).reshape(-1).to(torch.long).cpu()
+        serials = torch.arange(self._count, self._count + slots.numel())
+        self._count += slots.numel()
+        self.serial[slots] = serials
+        self.next[slots] = -1
+        order = torch.sort(ids, stable=True).indices
+        s_slots, s_ids, s_serials = slots[order], ids[order], serials[order]
+        same = s_ids[1:] == s_ids[:-1]
+        self._set_links(
+            s_slots[:-1][same], s_slots[1:][same], s_serials[:-1][same], s_serials[1:][same]
+        )
+        firsts = torch.ones_like(s_ids, dtype=torch.bool)
+        firsts[1:] = ~same
+        self._link_to_tails(s_slots[firsts], s_ids[firsts], s_serials[firsts])
+        lasts = torch.ones_like(s_ids, dtype=torch.bool)
+        lasts[:-1] = ~same
+        for slot, tid, ser in zip(
+            s_slots[lasts].tolist(), s_ids[lasts].tolist(), s_serials[lasts].tolist(), strict=True
+        ):
+            self._tails[tid] = (slot, ser)
+        if len(self._tails) > 4 * self.serial.numel():
+            self._prune_tails()
+
+    def _set_links(self, src, dst, src_serial, dst_serial) -> None:
+        self.next[src] = dst
+        self.next_serial[src] = dst_serial
+        self.prev[dst] = src
+        self.prev_serial[dst] = src_serial
+
+    def _link_to_tails(self, slots, ids, serials) -> None:
+        self.prev[slots] = -1
+        for slot, tid, ser in zip(slots.tolist(), ids.tolist(), serials.tolist(), strict=True):
+            tail = self._tails.get(tid)
+            if tail is not None and int(self.serial[tail[0]]) == tail[1]:
+                self._set_links(
+                    torch.tensor([tail[0]]),
+                    torch.tensor([slot]),
+                    torch.tensor([tail[1]]),
+                    torch.tensor([ser]),
+                )
+
+    def _prune_tails(self) -> None:
+        self._tails = {
+            tid: (slot, ser)
+            for tid, (slot, ser) in self._tails.items()
+            if int(self.serial[slot]) == ser
+        }
+
+    def _device(self) -> torch.device:
+        return read_flags(self.storage, self.traj_key, self.owner).device
+
+    def reach(self, time: torch.Tensor, back: int, forward: int) -> Reach:
+        """Follows each anchor's trajectory ``back`` steps backward and ``forward`` forward."""
+        with self._lock:
+            anchors = time.cpu()
+            ahead, to_stop = self._walk(anchors, forward, self.next, self.next_serial)
+            behind, to_start = self._walk(anchors, back, self.prev, self.prev_serial)
+        chain = torch.cat([behind.flip(1), anchors.unsqueeze(1), ahead], 1)
+        device = time.device
+        return Reach(back, to_start.to(device), to_stop.to(device), chain=chain.to(device))
+
+    def _walk(self, start, steps, link, link_serial) -> tuple[torch.Tensor, torch.Tensor]:
+        """Follows ``link`` up to ``steps`` times; dead ends repeat the last live slot."""
+        out = torch.empty(start.shape[0], steps, dtype=torch.long)
+        reached = torch.zeros_like(start)
+        current = start.clone()
+        alive = torch.ones_like(start, dtype=torch.bool)
+        for j in range(steps):
+            nxt = link[current]
+            ok = alive & (nxt >= 0)
+            ok &= self.serial[nxt.clamp(min=0)] == link_serial[current]
+            current = torch.where(ok, nxt, current)
+            reached += ok
+            alive = ok
+            out[:, j] = current
+        return out, reached

@@ -1,0 +1,562 @@
+"""Sample units: what each anchor drawn by a replay-buffer sampler expands into.
+
+A TorchRL replay buffer samples in two steps: its sampler picks *anchors* (where in the storage,
+with what probability), then its ``sample_unit`` decides what each anchor *expands into*, before
+the storage is read. :class:`Transition` keeps one record per anchor; :class:`Sequence` expands
+each anchor into a window of records for recurrent learners (burn-in, learning region,
+bootstrap), respecting episode boundaries.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Literal
+
+import torch
+from tensordict.utils import NestedKey
+from torchrl.data.replay_buffers.sample_units import SampleUnit as _TorchRLSampleUnit
+from torchrl.data.replay_buffers.sample_units import Sequence as _TorchRLSequence
+from torchrl.data.replay_buffers.storages import Storage
+
+from torchrl_ext.data import _episodes
+from torchrl_ext.data._priorities import install_anchor_priorities, reduce_window_priorities
+
+__all__ = ["SampleUnit", "Sequence", "Transition"]
+
+_BOUNDARIES = ("pad", "stop", "include_reset")
+_LAYOUTS = ("flat", "batch_time")
+_REDUCTIONS = ("max", "mean", "mixture")
+
+
+class SampleUnit(_TorchRLSampleUnit):
+    """Base class of torchrl_ext sample units; a drop-in torchrl ``SampleUnit``.
+
+    A sample unit is called by the replay buffer after its sampler chose anchors and before the
+    storage is read: ``expand(index, info, storage) -> (index, info)``. It returns the storage
+    indices the batch is made of and the sampler's info, with every per-anchor entry (e.g.
+    importance weights) aligned to the returned records. It never writes to the storage.
+
+    Subclasses implement :meth:`expand`. Instances are accepted by every stock torchrl buffer
+    through its ``sample_unit=`` argument.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> from torchrl_ext import SampleUnit
+        >>> class EveryOther(SampleUnit):
+        ...     def expand(self, index, info, storage):
+        ...         return index - index % 2, info
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), batch_size=4, sample_unit=EveryOther())
+        >>> _ = rb.extend(torch.arange(8))
+        >>> bool((rb.sample() % 2 == 0).all())
+        True
+    """
+
+
+class Transition(SampleUnit):
+    """The identity unit: every anchor is one record, and the info is left as it is.
+
+    ``sample_unit=None`` and ``sample_unit=Transition()`` draw identical batches from the same
+    generator state.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> from torchrl_ext import Transition
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4, sample_unit=Transition())
+        >>> _ = rb.extend(torch.arange(10))
+        >>> rb.sample().shape
+        torch.Size([4])
+    """
+
+    def expand(
+        self, index: torch.Tensor | tuple, info: dict[str, Any], storage: Storage
+    ) -> tuple[torch.Tensor | tuple, dict[str, Any]]:
+        """Returns ``index`` and ``info`` unchanged."""
+        return index, info
+
+    def __repr__(self) -> str:
+        return "Transition()"
+
+
+class Sequence(SampleUnit, _TorchRLSequence):
+    """Expands each anchor into a window: burn-in, learning region, bootstrap.
+
+    Record ``k`` of an anchor's window (``k = 0 .. burn_in + length + bootstrap - 1``) sits
+    ``(k - burn_in) * stride`` records after the anchor in its trajectory. The first ``burn_in``
+    records rebuild a recurrent state, the next ``length`` carry the loss (``learning_mask``),
+    the last ``bootstrap`` feed multi-step targets. A batch of ``B`` anchors returns
+    ``B * window`` records, flat (``layout="flat"``) or shaped ``[B, window]``
+    (``layout="batch_time"``).
+
+    Episode boundaries (``episode_boundary``):
+
+    - ``"pad"``: the window keeps its anchor; records past the episode's last record repeat that
+      record and are marked invalid.
+    - ``"stop"``: the window shifts back so that its last record is the episode's last record;
+      when the episode is too short for that, it falls back to ``"pad"``.
+    - ``"include_reset"``: windows run across episode ends with every record valid, but never
+      across the ring buffer's write seam or into unwritten slots (those records repeat the last
+      reachable one and are invalid).
+
+    Burn-in never shifts the anchor: burn-in records before the episode's first record (or
+    before the oldest stored record) repeat that record and are invalid. Bootstrap records obey
+    the boundary policy.
+
+    Boundaries come from the stored ``done_key`` flags in storage order, or from a trajectory id
+    (``traj_key``), which also handles trajectories interleaved in storage. With done flags no
+    index is kept at all: the flags are read only inside each anchor's reach, so a sample costs
+    O(B * window) right after a write, whatever the capacity. With ``traj_key`` a per-slot link
+    index is updated incrementally on every write.
+
+    Per-record info entries (also keys of TensorDict samples): ``"sequence_id"`` (window number
+    in the batch), ``"step_in_sequence"``, ``"validity_mask"``, ``"learning_mask"`` (True exactly
+    on the learning region), ``"anchor_index"`` (the anchor the sampler drew, before any
+    ``"stop"`` shift; full coordinates on multi-dimensional storages) and, with
+    ``layout="batch_time"``, ``is_init_key`` (True at each window's first record, where its valid
+    part begins, and wherever a new episode starts inside it), which a torchrl ``LSTMModule``
+    reads to reset its state. Per-anchor info entries (importance weights) are repeated over
+    their window.
+
+    Priorities stay per anchor: with a prioritized TensorDict buffer,
+    ``rb.update_tensordict_priority(sample)`` reduces each window's per-record priorities over
+    its valid records (``priority_learning_only=True``: learning records only) with
+    ``priority_reduction`` (``"max"``; ``"mean"``; ``"mixture"``, R2D2's
+    ``eta * max + (1 - eta) * mean``) and writes them to the anchors. With other prioritized
+    buffers use ``rb.update_priority(*unit.reduce_priority(info, priority))``.
+
+    Args:
+        length (int): records in the learning region, ``>= 1``.
+        episode_boundary (str, optional): ``"pad"``, ``"stop"`` or ``"include_reset"``.
+            Defaults to ``"pad"``.
+        done_key (NestedKey or None, optional): stored flag that ends an episode. ``None``
+            treats the written span as one trajectory. Defaults to ``("next", "done")``.
+        burn_in (int, optional): records before the anchor, ``>= 0``. Defaults to 0.
+        bootstrap (int, optional): records after the learning region, ``>= 0``. Defaults to 0.
+        stride (int, optional): storage records between consecutive window records, ``>= 1``.
+            Defaults to 1.
+        dilation (int, optional): torchrl's name for ``stride``; give one or the other.
+        traj_key (NestedKey, optional): stored trajectory id. When given, episodes are the runs
+            of records sharing an id, in write order (``done_key`` is not read). 1-D storages
+            only; not with ``"include_reset"``. Defaults to ``None``.
+        layout (str, optional): ``"flat"`` (``[B * window]`` samples, torchrl's) or
+            ``"batch_time"`` (``[B, window]``). Defaults to ``"flat"``.
+        priority_reduction (str, optional): ``"max"``, ``"mean"`` or ``"mixture"``.
+            Defaults to ``"max"``.
+        priority_eta (float, optional): weight of the max in ``"mixture"``, in ``[0, 1]``.
+            Defaults to 0.9 (R2D2).
+        priority_learning_only (bool, optional): reduce over learning records only.
+            Defaults to ``False``.
+        is_init_key (NestedKey, optional): where ``layout="batch_time"`` writes its reset
+            flags. Defaults to ``"is_init"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        >>> from torchrl_ext import Sequence
+        >>> done = torch.zeros(20, 1, dtype=torch.bool)
+        >>> done[[9, 19]] = True
+        >>> data = TensorDict({"obs": torch.arange(20.0), ("next", "done"): done}, [20])
+        >>> unit = Sequence(length=3, burn_in=2, bootstrap=1)
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sample_unit=unit)
+        >>> _ = rb.extend(data)
+        >>> index, info = unit.expand(torch.tensor([11, 8]), {}, rb.storage)
+        >>> index.view(2, -1).tolist()  # burn-in clamps at 10; the window pads at 9
+        [[10, 10, 11, 12, 13, 14], [6, 7, 8, 9, 9, 9]]
+        >>> info["validity_mask"].view(2, -1).tolist()
+        [[False, True, True, True, True, True], [True, True, True, True, False, False]]
+        >>> info["learning_mask"].view(2, -1)[0].tolist()
+        [False, False, True, True, True, False]
+        >>> unit = Sequence(length=3, burn_in=2, bootstrap=1, layout="batch_time")
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(20), sample_unit=unit, batch_size=4,
+        ...     generator=torch.Generator().manual_seed(0),
+        ... )
+        >>> _ = rb.extend(data)
+        >>> batch = rb.sample()
+        >>> batch.shape, batch["is_init"][:, 0].all().item()
+        (torch.Size([4, 6]), True)
+    """
+
+    def __init__(
+        self,
+        length: int,
+        episode_boundary: Literal["pad", "stop", "include_reset"] = "pad",
+        done_key: NestedKey | None = ("next", "done"),
+        burn_in: int = 0,
+        bootstrap: int = 0,
+        stride: int | None = None,
+        *,
+        dilation: int | None = None,
+        traj_key: NestedKey | None = None,
+        layout: Literal["flat", "batch_time"] = "flat",
+        priority_reduction: Literal["max", "mean", "mixture"] = "max",
+        priority_eta: float = 0.9,
+        priority_learning_only: bool = False,
+        is_init_key: NestedKey = "is_init",
+    ) -> None:
+        stride = _resolve_stride(stride, dilation)
+        _check_int("length", length, minimum=1)
+        _check_int("burn_in", burn_in, minimum=0)
+        _check_int("bootstrap", bootstrap, minimum=0)
+        _check_choice("episode_boundary", episode_boundary, _BOUNDARIES)
+        _check_choice("layout", layout, _LAYOUTS)
+        _check_choice("priority_reduction", priority_reduction, _REDUCTIONS)
+        _check_eta(priority_eta)
+        if not isinstance(priority_learning_only, bool):
+            raise TypeError(
+                f"priority_learning_only must be a bool, got "
+                f"priority_learning_only={priority_learning_only!r}."
+            )
+        done_key = _check_key("done_key", done_key, optional=True)
+        traj_key = _check_key("traj_key", traj_key, optional=True)
+        is_init_key = _check_key("is_init_key", is_init_key, optional=False)
+        if traj_key is not None and episode_boundary == "include_reset":
+            raise ValueError(
+                "episode_boundary='include_reset' crosses episodes in storage order, which "
+                f"trajectory ids do not define; got traj_key={traj_key!r}. Use done_key= "
+                "with include_reset, or 'pad'/'stop' with traj_key."
+            )
+        self.length = length
+        self.episode_boundary = episode_boundary
+        self.done_key = done_key
+        self.traj_key = traj_key
+        self.burn_in = burn_in
+        self.bootstrap = bootstrap
+        self.stride = stride
+        self.layout = layout
+        self.priority_reduction = priority_reduction
+        self.priority_eta = float(priority_eta)
+        self.priority_learning_only = priority_learning_only
+        self.is_init_key = is_init_key
+        self._traj_index: _episodes.TrajectoryIndex | None = None
+        self._routed = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        self._constant_records: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
+
+    # -- window geometry ---------------------------------------------------------------------
+
+    @property
+    def dilation(self) -> int:
+        """Torchrl's name for :attr:`stride`."""
+        return self.stride
+
+    @dilation.setter
+    def dilation(self, value: int) -> None:
+        _check_int("dilation", value, minimum=1)
+        self.stride = value
+
+    @property
+    def window(self) -> int:
+        """Records per anchor: ``burn_in + length + bootstrap``."""
+        return self.burn_in + self.length + self.bootstrap
+
+    @property
+    def _forward(self) -> int:
+        return (self.length + self.bootstrap - 1) * self.stride
+
+    @property
+    def _back(self) -> int:
+        back = self.burn_in * self.stride
+        return back + self._forward if self.episode_boundary == "stop" else back
+
+    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-device constants: window offsets, learning mask, step numbers."""
+        table = self._tables.get(device)
+        if table is None or table[0].numel() != self.window:
+            steps = torch.arange(self.window, device=device)
+            offsets = (steps - self.burn_in) * self.stride
+            learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
+            table = self._tables[device] = (offsets, learning, steps)
+        return table
+
+    # -- expansion ---------------------------------------------------------------------------
+
+    def expand(
+        self, index: torch.Tensor | tuple, info: dict[str, Any], storage: Storage
+    ) -> tuple[torch.Tensor | tuple, dict[str, Any]]:
+        """Expands anchors into windows of records.
+
+        Args:
+            index (torch.Tensor or tuple of torch.Tensor): anchors, ``[B]`` on a 1-D storage or
+                a tuple of ``ndim`` coordinate tensors ``[B]``.
+            info (dict): the sampler's info; per-anchor entries must have ``B`` rows.
+            storage (Storage): a TensorDict-backed ``TensorStorage``.
+
+        Returns:
+            ``(index, info)``: record coordinates (``[B * window]`` or ``[B, window]``, a tuple
+            on multi-dimensional storages) and the info with per-record entries added.
+
+        Raises:
+            TypeError: if the storage is not TensorDict-backed.
+            ValueError: on a missing done/traj key or an info entry not aligned with anchors.
+        """
+        _episodes.check_storage(storage, type(self).__name__)
+        time, lanes, anchors = _split_anchors(index, storage)
+        num = time.shape[0]
+        expanded = self._expand_info(info, num)
+        reach = self._reach(storage, time, lanes)
+        offsets, _, _ = self._table(time.device)
+        column = offsets + reach.back
+        if self.episode_boundary == "stop":
+            column = column - self._stop_shift(reach).unsqueeze(1)
+        # columns index the reach (step -back .. forward around the drawn anchor)
+        lowest = (reach.back - reach.to_start).unsqueeze(1)
+        highest = (reach.back + reach.to_stop).unsqueeze(1)
+        clamped = torch.clamp(column, min=lowest, max=highest)
+        valid = clamped == column
+        column = clamped
+        positions = reach.positions(column)
+        per_record = self._per_record(num, time.device)
+        per_record["validity_mask"] = valid
+        per_record["anchor_index"] = anchors.unsqueeze(1).expand(
+            num, self.window, *anchors.shape[1:]
+        )
+        if self.layout == "batch_time":
+            per_record[self.is_init_key] = _window_starts(valid, reach, column)
+        self._route_priorities(storage)
+        return self._shape(positions, lanes, per_record, expanded)
+
+    def _per_record(self, num: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """Fresh copies of the entries that depend only on the batch size."""
+        key = (num, device)
+        cached = self._constant_records.get(key)
+        if cached is None:
+            _, learning, steps = self._table(device)
+            cached = {
+                "sequence_id": torch.arange(num, device=device)
+                .repeat_interleave(self.window)
+                .view(num, self.window),
+                "step_in_sequence": steps.repeat(num, 1),
+                "learning_mask": learning.repeat(num, 1),
+            }
+            if len(self._constant_records) > 8:
+                self._constant_records.clear()
+            self._constant_records[key] = cached
+        return {name: value.clone() for name, value in cached.items()}
+
+    def _reach(
+        self, storage: Storage, time: torch.Tensor, lanes: tuple[torch.Tensor, ...]
+    ) -> _episodes.Reach:
+        owner = type(self).__name__
+        if self.traj_key is not None:
+            return self._trajectory_index(storage).reach(time, self._back, self._forward)
+        crosses = self.episode_boundary == "include_reset"
+        wants_flags = self.done_key is not None and (not crosses or self.layout == "batch_time")
+        flags = _episodes.read_flags(storage, self.done_key, owner) if wants_flags else None
+        return _episodes.reach_in_storage_order(
+            storage, flags, time, lanes, self._back, self._forward, crosses
+        )
+
+    def _stop_shift(self, reach: _episodes.Reach) -> torch.Tensor:
+        """How far ``"stop"`` moves each window back so it ends on its episode's last record."""
+        if self.episode_boundary != "stop":
+            return torch.zeros_like(reach.to_stop)
+        shortfall = (self._forward - reach.to_stop).clamp_(min=0)
+        return torch.minimum(shortfall, reach.to_start)
+
+    def _expand_info(self, info: dict[str, Any], num: int) -> dict[str, Any]:
+        """Repeats per-anchor entries over their windows; leaves scalars alone."""
+        out = {}
+        for key, value in info.items():
+            if isinstance(value, tuple):
+                value = torch.stack([torch.as_tensor(v) for v in value], -1)
+            try:
+                tensor = torch.as_tensor(value)
+            except (TypeError, ValueError, RuntimeError):
+                out[key] = value
+                continue
+            if tensor.ndim == 0:
+                out[key] = value
+                continue
+            if tensor.shape[0] != num:
+                raise ValueError(
+                    f"info entry {key!r} has {tensor.shape[0]} rows but the sampler drew "
+                    f"{num} anchors; per-anchor info must have one row per anchor."
+                )
+            out[key] = tensor.unsqueeze(1).expand(num, self.window, *tensor.shape[1:])
+        return out
+
+    def _shape(self, positions, lanes, per_record, expanded):
+        """Lays records out flat or ``[B, window]``; expanded views become real tensors."""
+        info = {**expanded, **per_record}
+        flat = self.layout == "flat"
+        info = {k: _materialize(v, flat) for k, v in info.items()}
+        positions = positions.reshape(-1) if flat else positions
+        if not lanes:
+            return positions, info
+        coords = tuple(lane.unsqueeze(1).expand(-1, self.window) for lane in lanes)
+        if self.layout == "flat":
+            coords = tuple(c.reshape(-1) for c in coords)
+        else:
+            coords = tuple(c.contiguous() for c in coords)
+        return (positions, *coords), info
+
+    # -- trajectory ids ----------------------------------------------------------------------
+
+    def _trajectory_index(self, storage: Storage) -> _episodes.TrajectoryIndex:
+        with self._lock:
+            index = self._traj_index
+            if index is None or index.storage is not storage:
+                index = _episodes.TrajectoryIndex(storage, self.traj_key, type(self).__name__)
+                self._traj_index = index
+                storage.attach(self)
+            if index.is_stale():
+                index.rebuild()
+            return index
+
+    def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
+        """Called by the buffer's writer after each write; keeps the trajectory index current."""
+        traj_index = self._traj_index
+        if traj_index is not None:
+            traj_index.mark_update(index)
+
+    # -- priorities --------------------------------------------------------------------------
+
+    def reduce_priority(
+        self, sample: Any, priority: torch.Tensor
+    ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+        """Reduces per-record priorities of a sample to one priority per distinct anchor.
+
+        Each window is reduced over its valid records (learning records only with
+        ``priority_learning_only``) with :attr:`priority_reduction`; an anchor drawn in several
+        windows keeps the largest result.
+
+        Args:
+            sample (TensorDict or dict): the sample (or its info) with ``"anchor_index"``,
+                ``"validity_mask"`` and ``"learning_mask"``.
+            priority (torch.Tensor): one priority per record, shaped like the sample.
+
+        Returns:
+            ``(anchors, priorities)`` for ``rb.update_priority``.
+        """
+        return reduce_window_priorities(
+            sample,
+            priority,
+            self.window,
+            self.priority_reduction,
+            self.priority_eta,
+            self.priority_learning_only,
+        )
+
+    def _route_priorities(self, storage: Storage) -> None:
+        """Makes prioritized TensorDict buffers sampling through this unit use its reduction."""
+        for entity in list(storage._attached_entities):
+            if getattr(entity, "_sample_unit", None) is self and entity not in self._routed:
+                install_anchor_priorities(entity, self)
+                self._routed.add(entity)
+
+    # -- misc --------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_traj_index"] = None
+        state["_routed"] = None
+        state["_lock"] = None
+        state["_tables"] = {}
+        state["_constant_records"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._routed = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence(length={self.length}, episode_boundary={self.episode_boundary!r}, "
+            f"burn_in={self.burn_in}, bootstrap={self.bootstrap}, stride={self.stride}, "
+            f"layout={self.layout!r})"
+        )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _window_starts(
+    valid: torch.Tensor, reach: _episodes.Reach, column: torch.Tensor
+) -> torch.Tensor:
+    """``is_init`` of a ``[B, window]`` batch: window start, valid-part start, new episodes."""
+    starts = torch.zeros_like(valid)
+    starts[:, 0] = True
+    starts[:, 1:] = valid[:, 1:] & ~valid[:, :-1]
+    if reach.episode is not None:
+        episode = reach.episode.gather(1, column)
+        starts[:, 1:] |= episode[:, 1:] != episode[:, :-1]
+    return starts
+
+
+def _materialize(value: Any, flat: bool) -> Any:
+    if not isinstance(value, torch.Tensor) or value.ndim < 2:
+        return value
+    if flat:
+        return value.reshape(-1, *value.shape[2:])
+    return value.contiguous()
+
+
+def _split_anchors(
+    index: torch.Tensor | tuple, storage: Storage
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+    """Returns anchor time coordinates, lane coordinates and the anchors as one tensor."""
+    ndim = storage.ndim
+    if isinstance(index, tuple):
+        coords = tuple(torch.as_tensor(c).reshape(-1) for c in index)
+    else:
+        index = torch.as_tensor(index)
+        if ndim > 1 and index.ndim == 2 and index.shape[-1] == ndim:
+            coords = tuple(index.unbind(-1))
+        else:
+            coords = (index.reshape(-1),)
+    if len(coords) != ndim:
+        raise ValueError(
+            f"anchors must have one coordinate per storage dim ({ndim}), got {len(coords)}."
+        )
+    coords = tuple(c.long() for c in coords)
+    anchors = torch.stack(coords, -1) if ndim > 1 else coords[0]
+    return coords[0], coords[1:], anchors
+
+
+def _resolve_stride(stride: int | None, dilation: int | None) -> int:
+    if stride is not None and dilation is not None and stride != dilation:
+        raise ValueError(
+            f"stride and dilation are two names for one setting; got stride={stride!r} and "
+            f"dilation={dilation!r}. Pass only one."
+        )
+    value = stride if stride is not None else dilation if dilation is not None else 1
+    _check_int("stride" if stride is not None or dilation is None else "dilation", value, 1)
+    return value
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {name}={value!r}.")
+    if value < minimum:
+        relation = "positive" if minimum == 1 else "non-negative"
+        raise ValueError(f"{name} must be {relation} (>= {minimum}), got {name}={value!r}.")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {name}={value!r}.")
+
+
+def _check_eta(eta: Any) -> None:
+    if isinstance(eta, bool) or not isinstance(eta, (int, float)):
+        raise TypeError(f"priority_eta must be a float, got priority_eta={eta!r}.")
+    if not 0.0 <= eta <= 1.0:
+        raise ValueError(f"priority_eta must lie in [0, 1], got priority_eta={eta!r}.")
+
+
+def _check_key(name: str, key: Any, optional: bool) -> NestedKey | None:
+    if key is None and optional:
+        return None
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (tuple, list)) and key and all(isinstance(k, str) for k in key):
+        return tuple(key)
+    if not isinstance(key, (str, tuple, list)):
+        raise TypeError(f"{name} must be a str or a tuple of str, got {name}={key!r}.")
+    raise ValueError(f"{name} must be a non-empty key of str parts, got {name}={key!r}.")
