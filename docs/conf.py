@@ -16,6 +16,7 @@ extensions = [
     "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
     "sphinx_gallery.gen_gallery",
+    "matplotlib.sphinxext.plot_directive",
 ]
 
 html_theme = "furo"
@@ -30,6 +31,9 @@ napoleon_numpy_docstring = False
 nitpicky = False
 exclude_patterns = ["_build", "sg_execution_times.rst"]
 suppress_warnings = ["config.cache"]
+plot_html_show_source_link = False
+plot_html_show_formats = False
+plot_formats = [("png", 110)]
 
 intersphinx_mapping = {}
 

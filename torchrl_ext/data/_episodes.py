@@ -60,7 +60,7 @@ class Reach:
     def positions(self, column: torch.Tensor) -> torch.Tensor:
         """Storage time coordinates of the records at ``column`` (``[B, K]``)."""
         if self.chain is not None:
-            return self.chain.gather(1, column)
+            return self.chain.gather(1, column.long())
         positions = self.base.unsqueeze(1) + column
         return torch.remainder(positions, self.written) if self.wraps else positions
 

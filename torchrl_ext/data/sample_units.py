@@ -268,7 +268,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         table = self._tables.get(device)
         if table is None or table[0].numel() != self.window:
             steps = torch.arange(self.window, device=device)
-            offsets = (steps - self.burn_in) * self.stride
+            offsets = ((steps - self.burn_in) * self.stride).to(torch.int32)
             learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
             table = self._tables[device] = (offsets, learning, steps)
         return table
@@ -300,13 +300,14 @@ class Sequence(SampleUnit, _TorchRLSequence):
         expanded = self._expand_info(info, num)
         reach = self._reach(storage, time, lanes)
         offsets, _, _ = self._table(time.device)
+        # columns index the reach (steps -back .. forward around the drawn anchor); int32
+        # arithmetic is cheaper on these small broadcast blocks
         column = offsets + reach.back
         if self.episode_boundary == "stop":
-            column = column - self._stop_shift(reach).unsqueeze(1)
-        # columns index the reach (step -back .. forward around the drawn anchor)
-        lowest = (reach.back - reach.to_start).unsqueeze(1)
-        highest = (reach.back + reach.to_stop).unsqueeze(1)
-        clamped = torch.clamp(column, min=lowest, max=highest)
+            column = column - self._stop_shift(reach).to(torch.int32).unsqueeze(1)
+        lowest = (reach.back - reach.to_start).to(torch.int32).unsqueeze(1)
+        highest = (reach.back + reach.to_stop).to(torch.int32).unsqueeze(1)
+        clamped = torch.minimum(torch.maximum(column, lowest), highest)
         valid = clamped == column
         column = clamped
         positions = reach.positions(column)
@@ -555,8 +556,9 @@ def _check_key(name: str, key: Any, optional: bool) -> NestedKey | None:
         return None
     if isinstance(key, str):
         return key
-    if isinstance(key, (tuple, list)) and key and all(isinstance(k, str) for k in key):
-        return tuple(key)
-    if not isinstance(key, (str, tuple, list)):
+    # any sequence of str parts (tuple, list, omegaconf ListConfig from Hydra configs)
+    if not isinstance(key, (tuple, list)) and not type(key).__name__ == "ListConfig":
         raise TypeError(f"{name} must be a str or a tuple of str, got {name}={key!r}.")
+    if len(key) and all(isinstance(k, str) for k in key):
+        return tuple(key)
     raise ValueError(f"{name} must be a non-empty key of str parts, got {name}={key!r}.")
