@@ -29,8 +29,19 @@ from torchrl_ext import SampleUnit, Sequence, Transition
 SETTINGS = settings(
     max_examples=60,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
+
+
+@pytest.fixture(autouse=True, params=["compiled", "vectorized"])
+def backend(request, monkeypatch):
+    """Every test runs on both window builders: the compiled loop and batched tensor ops."""
+    monkeypatch.setattr(Sequence, "use_compiled", request.param == "compiled")
+    return request.param
 
 
 def episodes_td(done: list[bool], start: int = 0) -> TensorDict:

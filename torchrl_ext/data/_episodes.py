@@ -280,6 +280,7 @@ class TrajectoryIndex:
     def _link(self, slots: torch.Tensor) -> None:
         if slots.numel() == 0:
             return
+        slots = self._last_writes(slots)
         ids = read_flags(self.storage, self.traj_key, self.owner)[slots.to(self._device())]
         ids = torch.as_tensor(ids).reshape(-1).to(torch.long).cpu()
         serials = torch.arange(self._count, self._count + slots.numel())
@@ -303,6 +304,16 @@ class TrajectoryIndex:
             self._tails[tid] = (slot, ser)
         if len(self._tails) > 4 * self.serial.numel():
             self._prune_tails()
+
+    def _last_writes(self, slots: torch.Tensor) -> torch.Tensor:
+        """Drops writes that a later write of the same batch overwrote (a wrapping extend)."""
+        unique, inverse = torch.unique(slots, return_inverse=True)
+        if unique.numel() == slots.numel():
+            return slots
+        order = torch.arange(slots.numel())
+        last = torch.full((unique.numel(),), -1, dtype=torch.long)
+        last.scatter_reduce_(0, inverse, order, reduce="amax")
+        return slots[last[inverse] == order]
 
     def _set_links(self, src, dst, src_serial, dst_serial) -> None:
         self.next[src] = dst

@@ -19,7 +19,7 @@ from torchrl.data.replay_buffers.sample_units import SampleUnit as _TorchRLSampl
 from torchrl.data.replay_buffers.sample_units import Sequence as _TorchRLSequence
 from torchrl.data.replay_buffers.storages import Storage
 
-from torchrl_ext.data import _episodes
+from torchrl_ext.data import _episodes, _window_kernels
 from torchrl_ext.data._priorities import install_anchor_priorities, reduce_window_priorities
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
@@ -27,6 +27,11 @@ __all__ = ["SampleUnit", "Sequence", "Transition"]
 _BOUNDARIES = ("pad", "stop", "include_reset")
 _LAYOUTS = ("flat", "batch_time")
 _REDUCTIONS = ("max", "mean", "mixture")
+_MODES = {
+    "pad": _window_kernels.PAD,
+    "stop": _window_kernels.STOP,
+    "include_reset": _window_kernels.CROSS,
+}
 
 
 class SampleUnit(_TorchRLSampleUnit):
@@ -180,6 +185,9 @@ class Sequence(SampleUnit, _TorchRLSequence):
         (torch.Size([4, 6]), True)
     """
 
+    #: Use the compiled loop for done-flag boundaries on CPU (``False``: batched tensor ops).
+    use_compiled: bool = True
+
     def __init__(
         self,
         length: int,
@@ -263,14 +271,15 @@ class Sequence(SampleUnit, _TorchRLSequence):
         back = self.burn_in * self.stride
         return back + self._forward if self.episode_boundary == "stop" else back
 
-    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-device constants: window offsets, learning mask, step numbers."""
+    def _table(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Per-device constants: window offsets (int32), learning mask, steps, offsets (int64)."""
         table = self._tables.get(device)
         if table is None or table[0].numel() != self.window:
             steps = torch.arange(self.window, device=device)
-            offsets = ((steps - self.burn_in) * self.stride).to(torch.int32)
+            offsets = (steps - self.burn_in) * self.stride
             learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
-            table = self._tables[device] = (offsets, learning, steps)
+            table = (offsets.to(torch.int32), learning, steps, offsets)
+            self._tables[device] = table
         return table
 
     # -- expansion ---------------------------------------------------------------------------
@@ -298,8 +307,54 @@ class Sequence(SampleUnit, _TorchRLSequence):
         time, lanes, anchors = _split_anchors(index, storage)
         num = time.shape[0]
         expanded = self._expand_info(info, num)
+        if self._compiled_applies(storage, time, lanes):
+            positions, valid, starts = self._windows_compiled(storage, time, lanes)
+        else:
+            positions, valid, starts = self._windows_vectorized(storage, time, lanes)
+        per_record = self._per_record(num, time.device)
+        per_record["validity_mask"] = valid
+        per_record["anchor_index"] = anchors.unsqueeze(1).expand(
+            num, self.window, *anchors.shape[1:]
+        )
+        if self.layout == "batch_time":
+            per_record[self.is_init_key] = starts
+        self._route_priorities(storage)
+        return self._shape(positions, lanes, per_record, expanded)
+
+    def _compiled_applies(self, storage, time, lanes) -> bool:
+        """The compiled loop serves done-flag boundaries on CPU, one lane dimension at most."""
+        return (
+            self.use_compiled
+            and _window_kernels.AVAILABLE
+            and self.traj_key is None
+            and time.device.type == "cpu"
+            and len(lanes) <= 1
+            and getattr(storage, "device", "cpu") in ("cpu", torch.device("cpu"), "auto", None)
+        )
+
+    def _windows_compiled(self, storage, time, lanes):
+        owner = type(self).__name__
+        flags = None
+        if self.done_key is not None:
+            flags = _episodes.read_flags(storage, self.done_key, owner)
+            flags = flags.reshape(flags.shape[0], -1)
+            if flags.device.type != "cpu":
+                flags = flags.cpu()
+        return _window_kernels.expand_in_storage_order(
+            flags,
+            time.contiguous(),
+            lanes[0].contiguous() if lanes else None,
+            _episodes.seam(storage),
+            self._back,
+            self._forward,
+            self._table(time.device)[3],
+            _MODES[self.episode_boundary],
+        )
+
+    def _windows_vectorized(self, storage, time, lanes):
+        """Windows from a handful of batched tensor operations (any device)."""
         reach = self._reach(storage, time, lanes)
-        offsets, _, _ = self._table(time.device)
+        offsets = self._table(time.device)[0]
         # columns index the reach (steps -back .. forward around the drawn anchor); int32
         # arithmetic is cheaper on these small broadcast blocks
         column = offsets + reach.back
@@ -309,24 +364,15 @@ class Sequence(SampleUnit, _TorchRLSequence):
         highest = (reach.back + reach.to_stop).to(torch.int32).unsqueeze(1)
         clamped = torch.minimum(torch.maximum(column, lowest), highest)
         valid = clamped == column
-        column = clamped
-        positions = reach.positions(column)
-        per_record = self._per_record(num, time.device)
-        per_record["validity_mask"] = valid
-        per_record["anchor_index"] = anchors.unsqueeze(1).expand(
-            num, self.window, *anchors.shape[1:]
-        )
-        if self.layout == "batch_time":
-            per_record[self.is_init_key] = _window_starts(valid, reach, column)
-        self._route_priorities(storage)
-        return self._shape(positions, lanes, per_record, expanded)
+        starts = _window_starts(valid, reach, clamped) if self.layout == "batch_time" else None
+        return reach.positions(clamped), valid, starts
 
     def _per_record(self, num: int, device: torch.device) -> dict[str, torch.Tensor]:
         """Fresh copies of the entries that depend only on the batch size."""
         key = (num, device)
         cached = self._constant_records.get(key)
         if cached is None:
-            _, learning, steps = self._table(device)
+            _, learning, steps, _ = self._table(device)
             cached = {
                 "sequence_id": torch.arange(num, device=device)
                 .repeat_interleave(self.window)
