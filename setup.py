@@ -32,6 +32,7 @@ setup(
         "tensordict==0.14.3",
         "warp-lang==1.19.0",
         "numpy",
+        "numba>=0.60",
     ],
     extras_require={
         "test": TEST,
