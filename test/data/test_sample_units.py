@@ -774,3 +774,51 @@ class TestSequenceBuffers:
         assert torch.equal(a["index"], b["index"])
         assert torch.equal(a["validity_mask"], b["validity_mask"])
         assert torch.equal(a["step"], b["step"])
+
+
+class TestSequenceDevicesAndTypes:
+    """CUDA storages take the batched-tensor path; flags of any dtype; units pickle."""
+
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    @pytest.mark.parametrize("boundary", ["pad", "stop", "include_reset"])
+    def test_cuda_storage_matches_cpu(self, boundary):
+        gen = torch.Generator().manual_seed(5)
+        done = (torch.rand(300, generator=gen) < 0.05).tolist()
+        cpu = fill(200, done, [33] * 10)
+        cuda = fill(200, done, [33] * 10, storage=LazyTensorStorage(200, device="cuda"))
+        unit = Sequence(6, boundary, burn_in=3, bootstrap=2, stride=2, layout="batch_time")
+        anchors = torch.randint(0, 200, (32,), generator=gen)
+        a_index, a_info = unit.expand(anchors, {}, cpu.storage)
+        b_index, b_info = unit.expand(anchors.cuda(), {}, cuda.storage)
+        assert torch.equal(a_index, b_index.cpu())
+        for key in ("validity_mask", "is_init", "learning_mask"):
+            assert torch.equal(a_info[key], b_info[key].cpu())
+
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.float32])
+    def test_non_bool_done_flags(self, dtype):
+        done = [i % 5 == 4 for i in range(30)]
+        reference_rb = fill(30, done)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(30))
+        rb.extend(
+            TensorDict(
+                {("next", "done"): torch.tensor(done, dtype=dtype).view(30, 1)},
+                [30],
+            )
+        )
+        unit = Sequence(4, "stop", burn_in=2)
+        anchors = torch.arange(30)
+        assert torch.equal(
+            unit.expand(anchors, {}, rb.storage)[0],
+            unit.expand(anchors, {}, reference_rb.storage)[0],
+        )
+
+    def test_pickle_round_trip(self):
+        import pickle
+
+        unit = Sequence(3, "stop", burn_in=1, traj_key="traj", layout="batch_time")
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sample_unit=unit)
+        rb.extend(TensorDict({"traj": torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])}, [8]))
+        before = unit.expand(torch.tensor([0, 3]), {}, rb.storage)[0]
+        clone = pickle.loads(pickle.dumps(unit))
+        assert repr(clone) == repr(unit)
+        assert torch.equal(clone.expand(torch.tensor([0, 3]), {}, rb.storage)[0], before)
