@@ -27,13 +27,8 @@ def episodes(num: int, generator: torch.Generator) -> TensorDict:
     ends = torch.cumsum(lengths, 0) - 1
     done = torch.zeros(num, 1, dtype=torch.bool)
     done[ends[ends < num]] = True
-    episode = torch.cumsum(done.squeeze(1).long(), 0) - done.squeeze(1).long()
     return TensorDict(
-        {
-            "observation": torch.randn(num, FEATURES, generator=generator),
-            "episode": episode,
-            ("next", "done"): done,
-        },
+        {"observation": torch.randn(num, FEATURES, generator=generator), ("next", "done"): done},
         [num],
     )
 

@@ -244,6 +244,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         self._lock = threading.Lock()
         self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
         self._constant_records: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
+        self._flags_view: tuple[Any, torch.Tensor] | None = None
 
     # -- window geometry ---------------------------------------------------------------------
 
@@ -333,13 +334,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         )
 
     def _windows_compiled(self, storage, time, lanes):
-        owner = type(self).__name__
-        flags = None
-        if self.done_key is not None:
-            flags = _episodes.read_flags(storage, self.done_key, owner)
-            flags = flags.reshape(flags.shape[0], -1)
-            if flags.device.type != "cpu":
-                flags = flags.cpu()
+        flags = None if self.done_key is None else self._flag_columns(storage)
         return _window_kernels.expand_in_storage_order(
             flags,
             time.contiguous(),
@@ -350,6 +345,21 @@ class Sequence(SampleUnit, _TorchRLSequence):
             self._table(time.device)[3],
             _MODES[self.episode_boundary],
         )
+
+    def _flag_columns(self, storage: Storage) -> torch.Tensor:
+        """The stored done flags as ``[capacity, lanes]``.
+
+        The view is kept while the storage's contents are the same object (writes happen in
+        place), so it is looked up once per storage rather than once per sample.
+        """
+        contents = storage._storage
+        cached = self._flags_view
+        if cached is not None and cached[0] is contents:
+            return cached[1]
+        flags = _episodes.read_flags(storage, self.done_key, type(self).__name__)
+        flags = flags.reshape(flags.shape[0], -1)
+        self._flags_view = (contents, flags)
+        return flags
 
     def _windows_vectorized(self, storage, time, lanes):
         """Windows from a handful of batched tensor operations (any device)."""
@@ -505,6 +515,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         state["_lock"] = None
         state["_tables"] = {}
         state["_constant_records"] = {}
+        state["_flags_view"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
