@@ -822,3 +822,14 @@ class TestSequenceDevicesAndTypes:
         clone = pickle.loads(pickle.dumps(unit))
         assert repr(clone) == repr(unit)
         assert torch.equal(clone.expand(torch.tensor([0, 3]), {}, rb.storage)[0], before)
+
+
+def test_changing_geometry_after_construction():
+    """Attributes changed after construction (as with torchrl's unit) take effect."""
+    rb = fill(30, [False] * 30)
+    unit = Sequence(3)
+    assert unit.expand(torch.tensor([4]), {}, rb.storage)[0].tolist() == [4, 5, 6]
+    unit.burn_in, unit.stride = 1, 2
+    index, info = unit.expand(torch.tensor([4]), {}, rb.storage)
+    assert index.tolist() == [2, 4, 6, 8]
+    assert info["learning_mask"].tolist() == [False, True, True, True]

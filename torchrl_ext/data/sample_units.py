@@ -242,8 +242,8 @@ class Sequence(SampleUnit, _TorchRLSequence):
         self._traj_index: _episodes.TrajectoryIndex | None = None
         self._routed = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
-        self._constant_records: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
+        self._tables: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._constant_records: dict[tuple, dict[str, torch.Tensor]] = {}
         self._flags_view: tuple[Any, torch.Tensor] | None = None
 
     # -- window geometry ---------------------------------------------------------------------
@@ -274,14 +274,20 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def _table(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Per-device constants: window offsets (int32), learning mask, steps, offsets (int64)."""
-        table = self._tables.get(device)
-        if table is None or table[0].numel() != self.window:
+        key = (device, *self._geometry)
+        table = self._tables.get(key)
+        if table is None:
             steps = torch.arange(self.window, device=device)
             offsets = (steps - self.burn_in) * self.stride
             learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
             table = (offsets.to(torch.int32), learning, steps, offsets)
-            self._tables[device] = table
+            self._tables[key] = table
         return table
+
+    @property
+    def _geometry(self) -> tuple[int, int, int, int]:
+        """What the cached constants depend on (the attributes may be changed after init)."""
+        return (self.burn_in, self.length, self.bootstrap, self.stride)
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -379,7 +385,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def _per_record(self, num: int, device: torch.device) -> dict[str, torch.Tensor]:
         """Fresh copies of the entries that depend only on the batch size."""
-        key = (num, device)
+        key = (num, device, *self._geometry)
         cached = self._constant_records.get(key)
         if cached is None:
             _, learning, steps, _ = self._table(device)
@@ -410,8 +416,6 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def _stop_shift(self, reach: _episodes.Reach) -> torch.Tensor:
         """How far ``"stop"`` moves each window back so it ends on its episode's last record."""
-        if self.episode_boundary != "stop":
-            return torch.zeros_like(reach.to_stop)
         shortfall = (self._forward - reach.to_stop).clamp_(min=0)
         return torch.minimum(shortfall, reach.to_start)
 
