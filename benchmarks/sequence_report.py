@@ -1,6 +1,7 @@
 """Prints the sequence-replay ratio table of issue 2 (1 torch thread, medians).
 
-Usage: ``python benchmarks/sequence_report.py [--capacities 10000,100000,1000000] [--rounds 200]``
+Usage: ``python benchmarks/sequence_report.py [--capacities 10000,100000,1000000] [--rounds 200]
+[--output docs/benchmarks]`` (``--output`` also writes ``sequence.txt`` and ``sequence.png``).
 
 Each path samples B=64 windows (burn-in 40, learning 80) from a wrapped buffer of 16 float
 features and episodes of 100-300 records. Static: nothing is written between samples. Online:
@@ -11,6 +12,9 @@ interleaved rounds so that machine noise hits all of them alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import pathlib
 import statistics
 import time
 
@@ -46,6 +50,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--capacities", default="10000,100000,1000000")
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--output", default=None, help="folder for sequence.txt/.png")
     args = parser.parse_args()
     torch.set_num_threads(1)
     chunk = episodes(CHUNK, torch.Generator().manual_seed(1))
@@ -62,6 +67,42 @@ def main():
         ours_online[capacity] = online["torchrl_ext"]
         rows.append((capacity, static, online, units))
         del buffers
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        print_table(rows, ours_online)
+    print(text.getvalue(), end="")
+    if args.output:
+        folder = pathlib.Path(args.output)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "sequence.txt").write_text(text.getvalue())
+        plot(rows, folder / "sequence.png")
+
+
+def plot(rows, path):
+    """Bar chart of ms per sample by capacity, regime and path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    width = 0.27
+    for ax, regime in zip(axes, ("static", "online"), strict=True):
+        for j, name in enumerate(PATHS):
+            values = [
+                (static if regime == "static" else online)[name] for _, static, online, _ in rows
+            ]
+            ax.bar([i + (j - 1) * width for i in range(len(rows))], values, width, label=name)
+        ax.set_xticks(range(len(rows)), [f"{capacity:.0e}" for capacity, *_ in rows])
+        ax.set_title(f"{regime} (B=64, burn-in 40, length 80)")
+        ax.set_xlabel("capacity")
+    axes[0].set_ylabel("ms per sample (median)")
+    axes[0].legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def print_table(rows, ours_online):
     print("ms per sample (median), 1 torch thread; ratio = theirs / ours")
     header = (
         f"{'capacity':>9} {'regime':>7} {'ours':>7} {'torchrl':>8} {'slice':>7} "
