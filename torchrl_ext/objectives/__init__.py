@@ -1,3 +1,5 @@
 """Advantage estimation for recurrent policies."""
 
-__all__: list[str] = []
+from torchrl_ext.objectives.recurrent_gae import RecurrentGAE, RecurrentGAETransform
+
+__all__ = ["RecurrentGAE", "RecurrentGAETransform"]

@@ -1,0 +1,498 @@
+"""Tests for torchrl_ext.objectives.RecurrentGAE.
+
+Oracles: a slow float64 Python loop for GAE, an explicit LSTMCell/GRUCell loop for the
+recurrent value recompute, hand-computed cases, and torchrl's GAE where torchrl is right.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from torchrl_ext.objectives import RecurrentGAE
+
+
+@pytest.fixture(autouse=True)
+def _restore_rng():
+    state = torch.random.get_rng_state()
+    np_state = np.random.get_state()  # noqa: NPY002 (restoring global state)
+    yield
+    torch.random.set_rng_state(state)
+    np.random.set_state(np_state)  # noqa: NPY002
+
+
+# ---------------------------------------------------------------- oracles and data
+def reference_gae(reward, value, next_value, terminated, done, gamma, lmbda):
+    """The textbook recursion, one env and one channel at a time, in float64 Python."""
+    reward, value, next_value = (
+        np.asarray(x, dtype=np.float64) for x in (reward, value, next_value)
+    )
+    n_envs, steps = reward.shape
+    advantage = np.zeros((n_envs, steps))
+    for n in range(n_envs):
+        running = 0.0
+        for t in reversed(range(steps)):
+            bootstrap = 0.0 if terminated[n][t] else gamma * next_value[n, t]
+            delta = reward[n, t] + bootstrap - value[n, t]
+            running = delta + (0.0 if done[n][t] else gamma * lmbda * running)
+            advantage[n, t] = running
+    return advantage, advantage + value
+
+
+def make_flags(n, t, mode, gen):
+    """Terminated/truncated flags for a mode in {'neither','terminated','truncated','both'}."""
+    terminated = torch.zeros(n, t, 1, dtype=torch.bool)
+    truncated = torch.zeros(n, t, 1, dtype=torch.bool)
+    if mode in ("terminated", "both"):
+        terminated = torch.rand(n, t, 1, generator=gen) < 0.15
+    if mode in ("truncated", "both"):
+        truncated = (torch.rand(n, t, 1, generator=gen) < 0.15) & ~terminated
+    return terminated, truncated
+
+
+def make_rollout(n=4, t=9, mode="both", seed=0, dtype=torch.float32, feature=(1,)):
+    gen = torch.Generator().manual_seed(seed)
+    terminated, truncated = make_flags(n, t, mode, gen)
+    shape = (n, t, *feature)
+    return TensorDict(
+        {
+            "state_value": torch.randn(shape, generator=gen).to(dtype),
+            "next": {
+                "reward": torch.randn(shape, generator=gen).to(dtype),
+                "terminated": terminated,
+                "truncated": truncated,
+                "done": terminated | truncated,
+                "state_value": torch.randn(shape, generator=gen).to(dtype),
+            },
+        },
+        batch_size=[n, t],
+    )
+
+
+def reference_on(td, gamma, lmbda):
+    """Runs :func:`reference_gae` on an env-major ``[N, T]`` rollout with one channel."""
+    return reference_gae(
+        td["next", "reward"][..., 0].double().numpy(),
+        td["state_value"][..., 0].double().numpy(),
+        td["next", "state_value"][..., 0].double().numpy(),
+        td["next", "terminated"][..., 0].numpy(),
+        td["next", "done"][..., 0].numpy(),
+        gamma,
+        lmbda,
+    )
+
+
+TOL = {
+    torch.float64: 1e-10,
+    torch.float32: 1e-4,
+    torch.float16: 3e-2,
+    torch.bfloat16: 1e-1,
+}
+
+
+class TestRecurrentGAEScan:
+    """GAE bootstraps on terminated, cuts the trace on done, on every layout and dtype.
+
+    A truncated step keeps its bootstrap from ``("next", "state_value")`` (the value of the
+    true final observation); outputs keep the input's layout; ``value_target = advantage +
+    value``.
+    """
+
+    @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+    def test_env_major_matches_reference(self, mode, dtype):
+        td = make_rollout(mode=mode, dtype=dtype, seed=3)
+        RecurrentGAE(gamma=0.97, lmbda=0.9)(td)
+        adv, target = reference_on(td, 0.97, 0.9)
+        assert td["advantage"].dtype == dtype
+        np.testing.assert_allclose(
+            td["advantage"][..., 0].double(), adv, atol=TOL[dtype] * 10, rtol=TOL[dtype]
+        )
+        np.testing.assert_allclose(
+            td["value_target"][..., 0].double(), target, atol=TOL[dtype] * 10, rtol=TOL[dtype]
+        )
+
+    @pytest.mark.parametrize("mode", ["terminated", "truncated", "both"])
+    def test_time_major_with_time_dim(self, mode):
+        td = make_rollout(mode=mode, seed=4, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.8)
+        time_major = td.transpose(0, 1).contiguous()
+        RecurrentGAE(gamma=0.9, lmbda=0.8, time_dim=0)(time_major)
+        assert time_major["advantage"].shape == (9, 4, 1)
+        np.testing.assert_allclose(time_major["advantage"][..., 0].T, expected, atol=1e-10)
+        assert torch.equal(
+            time_major["is_init"].transpose(0, 1)[:, 1:, 0], td["next", "done"][:, :-1, 0]
+        )
+
+    def test_time_dim_argument_overrides_and_named_dims(self):
+        td = make_rollout(seed=5, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.8)
+        time_major = td.transpose(0, 1).contiguous()
+        RecurrentGAE(gamma=0.9, lmbda=0.8)(time_major, time_dim=0)
+        np.testing.assert_allclose(time_major["advantage"][..., 0].T, expected, atol=1e-10)
+        named = td.transpose(0, 1).contiguous()
+        named.names = ["time", "env"]
+        RecurrentGAE(gamma=0.9, lmbda=0.8)(named)
+        np.testing.assert_allclose(named["advantage"][..., 0].T, expected, atol=1e-10)
+
+    def test_extra_leading_batch_dims(self):
+        td = make_rollout(n=6, seed=6, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.95, 0.95)
+        nested = td.reshape(2, 3, 9)
+        RecurrentGAE(gamma=0.95, lmbda=0.95)(nested)
+        np.testing.assert_allclose(nested["advantage"].reshape(6, 9), expected, atol=1e-10)
+
+    def test_non_contiguous_env_major_view(self):
+        td = make_rollout(seed=7, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.7)
+        view = td.transpose(0, 1).contiguous().transpose(0, 1)
+        RecurrentGAE(gamma=0.9, lmbda=0.7)(view)
+        np.testing.assert_allclose(view["advantage"][..., 0], expected, atol=1e-10)
+
+    def test_exact_hand_computed(self):
+        """gamma = lmbda = 0.5, V = 0, rewards 1, 2, 3, next values 0, 4, 16.
+
+        delta_2 = 3 + 0.5 * 16 = 11; delta_1 = 2 + 0.5 * 4 unless terminated at t=1.
+        """
+        cases = {
+            # (terminated, truncated) at t=1 -> expected advantages
+            (False, False): [1 + 0.25 * (4 + 0.25 * 11), 4 + 0.25 * 11, 11.0],
+            (True, False): [1 + 0.25 * 2, 2.0, 11.0],
+            (False, True): [1 + 0.25 * (2 + 0.5 * 4), 2 + 0.5 * 4, 11.0],
+        }
+        for (term, trunc), expected in cases.items():
+            terminated = torch.tensor([[False, term, False]]).unsqueeze(-1)
+            truncated = torch.tensor([[False, trunc, False]]).unsqueeze(-1)
+            next_value = torch.tensor([[[0.0], [4.0], [16.0]]])
+            td = TensorDict(
+                {
+                    "state_value": torch.zeros(1, 3, 1, dtype=torch.float64),
+                    "next": {
+                        "reward": torch.tensor([[[1.0], [2.0], [3.0]]], dtype=torch.float64),
+                        "terminated": terminated,
+                        "done": terminated | truncated,
+                        "state_value": next_value.double(),
+                    },
+                },
+                batch_size=[1, 3],
+            )
+            RecurrentGAE(gamma=0.5, lmbda=0.5)(td)
+            assert td["advantage"][0, :, 0].tolist() == expected, (term, trunc)
+            assert torch.equal(td["value_target"], td["advantage"])
+
+    def test_gamma_zero_and_one(self):
+        td = make_rollout(seed=8, dtype=torch.float64)
+        RecurrentGAE(gamma=0.0, lmbda=1.0)(td)
+        expected = td["next", "reward"] - td["state_value"]
+        torch.testing.assert_close(td["advantage"], expected)
+        td = make_rollout(seed=8, dtype=torch.float64)
+        RecurrentGAE(gamma=1.0, lmbda=1.0)(td)
+        adv, _ = reference_on(td, 1.0, 1.0)
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-10)
+
+    def test_set_keys(self):
+        td = make_rollout(seed=9, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.9)
+        renamed = TensorDict(
+            {
+                "v": td["state_value"],
+                "next": {
+                    "r": td["next", "reward"],
+                    "term": td["next", "terminated"],
+                    "d": td["next", "done"],
+                    "v": td["next", "state_value"],
+                },
+            },
+            batch_size=td.batch_size,
+        )
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9).set_keys(
+            value="v",
+            reward="r",
+            terminated="term",
+            done="d",
+            advantage="adv",
+            value_target="vt",
+            is_init="first",
+        )
+        gae(renamed)
+        np.testing.assert_allclose(renamed["adv"][..., 0], expected, atol=1e-10)
+        assert {"adv", "vt", "first"} <= set(renamed.keys())
+        assert "advantage" not in renamed.keys()
+        with pytest.raises(ValueError, match="unknown key name 'rewards'"):
+            gae.set_keys(rewards="r")
+
+    def test_in_and_out_keys(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        assert ("next", "reward") in gae.in_keys and ("next", "state_value") in gae.in_keys
+        assert {"advantage", "value_target", "is_init"} <= set(gae.out_keys)
+
+
+class TestIsInit:
+    """``is_init[t] = done[t-1]``; ``is_init[:, 0]`` carries over between calls per env."""
+
+    @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
+    def test_derived_is_done_shifted(self, mode):
+        td = make_rollout(mode=mode, seed=11)
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        is_init = td["is_init"]
+        assert is_init.dtype is torch.bool and is_init.shape == (4, 9, 1)
+        assert is_init[:, 0].all()
+        assert torch.equal(is_init[:, 1:], td["next", "done"][:, :-1])
+        if mode == "neither":
+            assert not is_init[:, 1:].any()
+
+    def test_truncation_resets_but_still_bootstraps(self):
+        td = make_rollout(mode="truncated", seed=12, dtype=torch.float64)
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        truncated = td["next", "truncated"][..., 0]
+        assert truncated.any()
+        n, t = torch.nonzero(truncated)[0].tolist()
+        if t + 1 < 9:
+            assert td["is_init"][n, t + 1, 0]
+        delta = (
+            td["next", "reward"][n, t]
+            + 0.9 * td["next", "state_value"][n, t]
+            - td["state_value"][n, t]
+        )
+        torch.testing.assert_close(td["advantage"][n, t], delta)
+
+    def test_carry_in_across_two_calls(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        first = make_rollout(n=6, seed=13)
+        first["next", "done"][:3, -1] = True
+        first["next", "done"][3:, -1] = False
+        gae(first)
+        second = make_rollout(n=6, seed=14)
+        gae(second)
+        assert second["is_init"][:, 0, 0].tolist() == [True] * 3 + [False] * 3
+        third = make_rollout(n=6, seed=15)
+        gae.reset_carry()
+        gae(third)
+        assert third["is_init"][:, 0].all()
+
+    def test_given_is_init_is_used_and_not_rewritten(self):
+        td = make_rollout(seed=16)
+        given = torch.zeros(4, 9, 1, dtype=torch.bool)
+        td["is_init"] = given
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        assert td["is_init"] is given or torch.equal(td["is_init"], given)
+        assert not td["is_init"].any()
+
+    def test_carry_with_changed_env_count_raises(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        gae(make_rollout(n=4))
+        td = make_rollout(n=5)
+        with pytest.raises(ValueError, match="carry"):
+            gae(td)
+        assert "advantage" not in td.keys()
+
+
+class TestBadInput:
+    """Bad input raises a clear error naming the entry, and nothing is written."""
+
+    def _assert_untouched(self, td, gae):
+        assert not {"advantage", "value_target", "is_init"} & set(td.keys())
+        assert gae._carry is None
+
+    @pytest.mark.parametrize(
+        "key",
+        [
+            ("next", "reward"),
+            ("next", "done"),
+            ("next", "terminated"),
+            "state_value",
+            ("next", "state_value"),
+        ],
+    )
+    def test_missing_key_is_named(self, key):
+        td = make_rollout()
+        del td[key]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(ValueError, match=str(key[-1] if isinstance(key, tuple) else key)):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    @pytest.mark.parametrize("key", [("next", "done"), ("next", "terminated")])
+    def test_non_bool_flags(self, key):
+        td = make_rollout()
+        td[key] = td[key].float()
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(TypeError, match=f"{key[-1]}.*dtype=torch.float32"):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    def test_non_bool_is_init(self):
+        td = make_rollout()
+        td["is_init"] = torch.zeros(4, 9, 1, dtype=torch.uint8)
+        with pytest.raises(TypeError, match="is_init"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    def test_integer_reward(self):
+        td = make_rollout()
+        td["next", "reward"] = torch.ones(4, 9, 1, dtype=torch.int64)
+        with pytest.raises(TypeError, match="reward"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    def test_mismatched_value_shape(self):
+        td = make_rollout()
+        td["state_value"] = torch.zeros(4, 9, 2)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(ValueError, match=r"state_value.*\(2,\).*reward"):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    def test_mismatched_done_shape(self):
+        td = make_rollout()
+        td["next", "done"] = torch.zeros(4, 9, 3, dtype=torch.bool)
+        with pytest.raises(ValueError, match="done"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    @pytest.mark.parametrize("key", ["state_value", ("next", "state_value"), ("next", "reward")])
+    def test_nan_values(self, key):
+        td = make_rollout()
+        td[key][2, 3, 0] = float("nan")
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(ValueError, match="NaN"):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    def test_no_time_dim(self):
+        td = TensorDict({}, batch_size=[])
+        with pytest.raises(ValueError, match="batch_size"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        with pytest.raises(ValueError, match="time_dim=2"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=2)(make_rollout())
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"gamma": 1.5, "lmbda": 0.9}, "gamma=1.5"),
+            ({"gamma": 0.9, "lmbda": -0.1}, "lmbda=-0.1"),
+            ({"gamma": "0.9", "lmbda": 0.9}, "gamma='0.9'"),
+            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": "last"}, "initial_state='last'"),
+            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 0}, "chunk_len=0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "value_network": torch.nn.Linear(2, 1)}, "Linear"),
+        ],
+    )
+    def test_constructor_arguments(self, kwargs, match):
+        with pytest.raises((ValueError, TypeError), match=match):
+            RecurrentGAE(**kwargs)
+
+
+class TestMultiAgent:
+    """Per-agent rewards/values under a group share one done; each agent uses its own stream."""
+
+    def test_matches_per_agent_single_runs(self):
+        gen = torch.Generator().manual_seed(21)
+        n, t, agents = 3, 11, 4
+        terminated, truncated = make_flags(n, t, "both", gen)
+        done = terminated | truncated
+        td = TensorDict(
+            {
+                "agents": TensorDict(
+                    {
+                        "observation": torch.randn(n, t, agents, 5, generator=gen),
+                        "state_value": torch.randn(n, t, agents, 1, generator=gen),
+                    },
+                    batch_size=[n, t, agents],
+                ),
+                "next": {
+                    "agents": TensorDict(
+                        {
+                            "reward": torch.randn(n, t, agents, 1, generator=gen),
+                            "state_value": torch.randn(n, t, agents, 1, generator=gen),
+                        },
+                        batch_size=[n, t, agents],
+                    ),
+                    "done": done,
+                    "terminated": terminated,
+                },
+            },
+            batch_size=[n, t],
+        )
+        gae = RecurrentGAE(gamma=0.95, lmbda=0.9).set_keys(
+            reward=("agents", "reward"),
+            value=("agents", "state_value"),
+            advantage=("agents", "advantage"),
+            value_target=("agents", "value_target"),
+        )
+        gae(td)
+        assert td["agents", "advantage"].shape == (n, t, agents, 1)
+        for agent in range(agents):
+            single = TensorDict(
+                {
+                    "state_value": td["agents", "state_value"][:, :, agent],
+                    "next": {
+                        "reward": td["next", "agents", "reward"][:, :, agent],
+                        "state_value": td["next", "agents", "state_value"][:, :, agent],
+                        "done": done,
+                        "terminated": terminated,
+                    },
+                },
+                batch_size=[n, t],
+            )
+            RecurrentGAE(gamma=0.95, lmbda=0.9)(single)
+            torch.testing.assert_close(td["agents", "advantage"][:, :, agent], single["advantage"])
+
+    def test_per_agent_done(self):
+        td = make_rollout(n=2, t=7, feature=(3, 1), seed=22, dtype=torch.float64)
+        gen = torch.Generator().manual_seed(1)
+        td["next", "terminated"] = torch.rand(2, 7, 3, 1, generator=gen) < 0.3
+        td["next", "done"] = td["next", "terminated"].clone()
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        for agent in range(3):
+            adv, _ = reference_gae(
+                td["next", "reward"][:, :, agent, 0],
+                td["state_value"][:, :, agent, 0],
+                td["next", "state_value"][:, :, agent, 0],
+                td["next", "terminated"][:, :, agent, 0],
+                td["next", "done"][:, :, agent, 0],
+                0.9,
+                0.9,
+            )
+            np.testing.assert_allclose(td["advantage"][:, :, agent, 0], adv, atol=1e-10)
+
+
+@st.composite
+def rollouts(draw):
+    n = draw(st.integers(1, 5))
+    t = draw(st.integers(1, 12))
+    seed = draw(st.integers(0, 2**16))
+    mode = draw(st.sampled_from(["neither", "terminated", "truncated", "both"]))
+    return make_rollout(n=n, t=t, mode=mode, seed=seed, dtype=torch.float64)
+
+
+class TestInvariants:
+    """Invariants over random layouts (hypothesis)."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(td=rollouts(), gamma=st.floats(0, 1), lmbda=st.floats(0, 1))
+    def test_reference_and_target(self, td, gamma, lmbda):
+        RecurrentGAE(gamma=gamma, lmbda=lmbda)(td)
+        adv, target = reference_on(td, gamma, lmbda)
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-9)
+        np.testing.assert_allclose(td["value_target"][..., 0], target, atol=1e-9)
+
+    @settings(max_examples=30, deadline=None)
+    @given(td=rollouts(), seed=st.integers(0, 1000))
+    def test_nothing_flows_back_across_done(self, td, seed):
+        """Changing rewards after a done step leaves advantages up to it unchanged."""
+        gae = RecurrentGAE(gamma=0.99, lmbda=0.95)
+        before = gae(td.clone())["advantage"]
+        done = td["next", "done"][..., 0]
+        after_done = torch.cumsum(done.long(), dim=1) - done.long() > 0
+        changed = td.clone()
+        noise = torch.randn(
+            changed["next", "reward"].shape, generator=torch.Generator().manual_seed(seed)
+        )
+        changed["next", "reward"] += noise.double() * after_done.unsqueeze(-1)
+        after = RecurrentGAE(gamma=0.99, lmbda=0.95)(changed)["advantage"]
+        keep = ~after_done
+        assert torch.allclose(before[keep], after[keep])
+        assert math.isfinite(float(after.sum()))
