@@ -14,6 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import GRUModule, LSTMModule
 
 from torchrl_ext.objectives import RecurrentGAE
 
@@ -496,3 +499,216 @@ class TestInvariants:
         keep = ~after_done
         assert torch.allclose(before[keep], after[keep])
         assert math.isfinite(float(after.sum()))
+
+
+# ---------------------------------------------------------------- value networks
+OBS = 3
+HIDDEN = 8
+
+
+def make_critic(kind="lstm", seed=0, num_layers=1):
+    torch.manual_seed(seed)  # test-only; the autouse fixture restores the global RNG
+    if kind == "lstm":
+        rnn = LSTMModule(
+            input_size=OBS,
+            hidden_size=HIDDEN,
+            num_layers=num_layers,
+            in_keys=["observation", "rs_h", "rs_c"],
+            out_keys=["embed", ("next", "rs_h"), ("next", "rs_c")],
+        )
+    else:
+        rnn = GRUModule(
+            input_size=OBS,
+            hidden_size=HIDDEN,
+            num_layers=num_layers,
+            in_keys=["observation", "rs_h"],
+            out_keys=["embed", ("next", "rs_h")],
+        )
+    head = TensorDictModule(nn.Linear(HIDDEN, 1), in_keys=["embed"], out_keys=["state_value"])
+    return TensorDictSequential(rnn, head), rnn, head
+
+
+def make_obs_rollout(n=4, t=10, mode="both", seed=0, num_layers=1):
+    """Observations consistent with auto-reset: obs[t+1] == next obs[t] unless done[t]."""
+    gen = torch.Generator().manual_seed(seed)
+    terminated, truncated = make_flags(n, t, mode, gen)
+    done = terminated | truncated
+    obs = torch.randn(n, t, OBS, generator=gen)
+    next_obs = torch.randn(n, t, OBS, generator=gen)
+    next_obs[:, :-1] = torch.where(done[:, :-1], next_obs[:, :-1], obs[:, 1:])
+    is_init = torch.zeros_like(done)
+    is_init[:, 0] = True
+    is_init[:, 1:] = done[:, :-1]
+    return TensorDict(
+        {
+            "observation": obs,
+            "is_init": is_init,
+            "rs_h": torch.randn(n, t, num_layers, HIDDEN, generator=gen),
+            "rs_c": torch.randn(n, t, num_layers, HIDDEN, generator=gen),
+            "next": {
+                "observation": next_obs,
+                "reward": torch.randn(n, t, 1, generator=gen),
+                "terminated": terminated,
+                "truncated": truncated,
+                "done": done,
+            },
+        },
+        batch_size=[n, t],
+    )
+
+
+def reference_values(rnn, head, td, initial_state="zeros", chunk_len=None):
+    """Step-by-step recurrent evaluation with explicit resets, one env at a time."""
+    layer = rnn.lstm if isinstance(rnn, LSTMModule) else rnn.gru
+    is_lstm = isinstance(rnn, LSTMModule)
+    n_envs, steps = td.batch_size
+    value = torch.zeros(n_envs, steps, 1)
+    next_value = torch.zeros(n_envs, steps, 1)
+
+    def step(x, state):
+        out, state = layer(x.view(1, 1, -1), state)
+        return head.module(out.view(-1)), state
+
+    for n in range(n_envs):
+        state = None
+        for t in range(steps):
+            reset = bool(td["is_init"][n, t]) or (t > 0 and bool(td["next", "done"][n, t - 1]))
+            anchor = t == 0 or (chunk_len is not None and t % chunk_len == 0)
+            if reset:
+                state = None
+            elif anchor:
+                if initial_state == "stored":
+                    h = td["rs_h"][n, t].unsqueeze(1)
+                    state = (h, td["rs_c"][n, t].unsqueeze(1)) if is_lstm else h
+                else:
+                    state = None
+            value[n, t], state = step(td["observation"][n, t], state)
+            if bool(td["next", "done"][n, t]) or t == steps - 1:
+                next_value[n, t], _ = step(td["next", "observation"][n, t], state)
+        next_value[n, :-1] = torch.where(
+            td["next", "done"][n, :-1], next_value[n, :-1], value[n, 1:]
+        )
+    return value, next_value
+
+
+class TestRecurrentCritic:
+    """One recurrent pass over whole rows, resetting at is_init, bootstrapping truncations.
+
+    Values equal a step-by-step loop with explicit resets; the first step of an episode sees
+    a fresh zero state (no leak); ``"stored"`` starts rows (and ``chunk_len`` anchors) from the
+    stored recurrent state.
+    """
+
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
+    def test_values_match_step_loop(self, kind, mode):
+        critic, rnn, head = make_critic(kind)
+        td = make_obs_rollout(mode=mode, seed=31)
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, td)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+        adv, _ = reference_gae(
+            td["next", "reward"][..., 0], value[..., 0], next_value[..., 0],
+            td["next", "terminated"][..., 0], td["next", "done"][..., 0], 0.9, 0.9,
+        )  # fmt: skip
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-4)
+
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    @pytest.mark.parametrize("chunk_len", [None, 3])
+    def test_stored_initial_state(self, kind, chunk_len):
+        critic, rnn, head = make_critic(kind, num_layers=2)
+        td = make_obs_rollout(seed=32, num_layers=2)
+        td["is_init"][1, 0] = False
+        td["is_init"][2, 0] = False
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, td, "stored", chunk_len)
+            zeros, _ = reference_values(rnn, head, td, "zeros", chunk_len)
+        assert not torch.allclose(value[1:3, 0], zeros[1:3, 0])
+        gae = RecurrentGAE(
+            gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored", chunk_len=chunk_len
+        )
+        gae(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_zeros_with_chunk_len(self):
+        critic, rnn, head = make_critic("lstm")
+        td = make_obs_rollout(seed=33, t=11)
+        with torch.no_grad():
+            value, _ = reference_values(rnn, head, td, "zeros", chunk_len=4)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, chunk_len=4)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+
+    def test_no_leak_across_episodes(self):
+        critic, rnn, head = make_critic("lstm")
+        td = make_obs_rollout(seed=34, mode="both", n=6, t=12)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        starts = torch.nonzero(td["is_init"][:, 1:, 0])
+        assert len(starts) > 0
+        for n, t in (starts + torch.tensor([0, 1])).tolist():
+            with torch.no_grad():
+                fresh, _ = rnn.lstm(td["observation"][n, t].view(1, 1, -1))
+                fresh = head.module(fresh.view(-1))
+                carried_over = head.module(
+                    rnn.lstm(td["observation"][n, t - 1].view(1, 1, -1))[0].view(-1)
+                )
+            torch.testing.assert_close(td["state_value"][n, t], fresh, atol=1e-6, rtol=1e-6)
+            if t >= 2 and not td["is_init"][n, t - 1]:
+                # the last step of the old episode carries state: not a fresh forward
+                assert not torch.allclose(td["state_value"][n, t - 1], carried_over, atol=1e-6)
+
+    def test_missing_stored_state_is_named(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=35)
+        del td["rs_c"]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(ValueError, match="rs_c"):
+            gae(td)
+        assert "advantage" not in td.keys()
+
+    def test_missing_next_observation_is_named(self):
+        critic, _, _ = make_critic("gru")
+        td = make_obs_rollout(seed=36)
+        del td["next", "observation"]
+        with pytest.raises(ValueError, match="'next', 'observation'"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+
+    def test_python_based_lstm_is_rejected(self):
+        rnn = LSTMModule(
+            input_size=OBS, hidden_size=4, in_key="observation", out_key="e", python_based=True
+        )
+        with pytest.raises(TypeError, match="python_based"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=rnn)
+
+
+class TestFeedForwardCritic:
+    """A feed-forward critic agrees with torchrl's GAE (true next observations everywhere)."""
+
+    @pytest.mark.parametrize("mode", ["terminated", "truncated", "both"])
+    def test_agrees_with_torchrl_gae(self, mode):
+        from torchrl.objectives.value import GAE
+
+        torch.manual_seed(41)
+        critic = TensorDictModule(
+            nn.Sequential(nn.Linear(OBS, 16), nn.Tanh(), nn.Linear(16, 1)),
+            in_keys=["observation"],
+            out_keys=["state_value"],
+        )
+        td = make_obs_rollout(seed=42, mode=mode, n=5, t=13)
+        theirs = td.clone()
+        GAE(gamma=0.95, lmbda=0.9, value_network=critic)(theirs)
+        RecurrentGAE(gamma=0.95, lmbda=0.9, value_network=critic)(td)
+        torch.testing.assert_close(td["advantage"], theirs["advantage"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["value_target"], theirs["value_target"])
+        torch.testing.assert_close(td["next", "state_value"], theirs["next", "state_value"])
+
+    def test_agrees_with_torchrl_gae_on_precomputed_values(self):
+        from torchrl.objectives.value import GAE
+
+        td = make_rollout(n=6, t=17, mode="both", seed=43)
+        theirs = td.clone()
+        GAE(gamma=0.99, lmbda=0.95, value_network=None)(theirs)
+        RecurrentGAE(gamma=0.99, lmbda=0.95)(td)
+        torch.testing.assert_close(td["advantage"], theirs["advantage"], atol=1e-5, rtol=1e-5)
