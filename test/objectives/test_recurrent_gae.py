@@ -6,6 +6,7 @@ recurrent value recompute, hand-computed cases, and torchrl's GAE where torchrl 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -14,11 +15,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.modules import GRUModule, LSTMModule
+from torchrl.collectors import Collector
+from torchrl.data import Composite, LazyTensorStorage, ReplayBuffer, Unbounded
+from torchrl.envs import Compose, EnvBase, InitTracker, StepCounter, TransformedEnv
+from torchrl.modules import (
+    GRUModule,
+    LSTMModule,
+    ProbabilisticActor,
+    TanhNormal,
+    set_recurrent_mode,
+)
+from torchrl.objectives import ClipPPOLoss
 
-from torchrl_ext.objectives import RecurrentGAE
+from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
 
 
 @pytest.fixture(autouse=True)
@@ -712,3 +723,166 @@ class TestFeedForwardCritic:
         GAE(gamma=0.99, lmbda=0.95, value_network=None)(theirs)
         RecurrentGAE(gamma=0.99, lmbda=0.95)(td)
         torch.testing.assert_close(td["advantage"], theirs["advantage"], atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- torchrl integration
+class TinyEnv(EnvBase):
+    """Batched env with random observations that terminates with probability ``p_end``."""
+
+    def __init__(self, n, p_end=0.3, seed=0):
+        super().__init__(batch_size=[n])
+        self.observation_spec = Composite(observation=Unbounded(shape=(n, OBS)), shape=(n,))
+        self.action_spec = Unbounded(shape=(n, 1))
+        self.reward_spec = Unbounded(shape=(n, 1))
+        self.p_end = p_end
+        self._gen = torch.Generator().manual_seed(seed)
+        self._obs = torch.zeros(n, OBS)
+
+    def _flags(self, value):
+        return value.clone(), value
+
+    def _reset(self, td):
+        mask = td.get("_reset", None) if td is not None else None
+        fresh = torch.randn(self._obs.shape, generator=self._gen)
+        self._obs = fresh if mask is None else torch.where(mask.view(-1, 1), fresh, self._obs)
+        done, terminated = self._flags(torch.zeros(*self.batch_size, 1, dtype=torch.bool))
+        return TensorDict(
+            {"observation": self._obs.clone(), "done": done, "terminated": terminated},
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, td):
+        self._obs = torch.randn(self._obs.shape, generator=self._gen)
+        ended = torch.rand(*self.batch_size, 1, generator=self._gen) < self.p_end
+        done, terminated = self._flags(ended)
+        return TensorDict(
+            {
+                "observation": self._obs.clone(),
+                "reward": td["action"].clamp(-1, 1),
+                "done": done,
+                "terminated": terminated,
+            },
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        self._gen.manual_seed(0 if seed is None else seed)
+
+
+def make_env(rnn, n=5, seed=0):
+    transforms = Compose(InitTracker(), StepCounter(max_steps=4), rnn.make_tensordict_primer())
+    return TransformedEnv(TinyEnv(n, seed=seed), transforms)
+
+
+def make_policy(rnn):
+    head = TensorDictModule(nn.Linear(HIDDEN, 1), in_keys=["embed"], out_keys=["action"])
+    return TensorDictSequential(rnn, head)
+
+
+def collect(env, policy, n, t, batches, **kwargs):
+    collector = Collector(
+        env, policy, frames_per_batch=n * t, total_frames=n * t * batches, **kwargs
+    )
+    out = [batch.clone() for batch in collector]
+    collector.shutdown()
+    return out
+
+
+class TestTorchRLIntegration:
+    """Collector warm start, collector postproc, ClipPPOLoss estimator, replay-buffer transform."""
+
+    def test_collector_carries_state_across_batches(self):
+        _, rnn, _ = make_critic("lstm")
+        batches = collect(make_env(rnn), make_policy(rnn), n=5, t=6, batches=4)
+        cases = set()
+        for prev, cur in itertools.pairwise(batches):
+            done_last = prev["next", "done"][:, -1, 0]
+            assert torch.equal(cur["is_init"][:, 0, 0], done_last)
+            for key in ("rs_h", "rs_c"):
+                expected = torch.where(
+                    done_last.view(-1, 1, 1), torch.zeros(()), prev["next", key][:, -1]
+                )
+                torch.testing.assert_close(cur[key][:, 0], expected)
+            cases.update(done_last.tolist())
+            carried = carry_recurrent_state(prev, ["rs_h", "rs_c"])
+            assert torch.equal(carried["is_init"][:, 0], done_last)
+            torch.testing.assert_close(carried["rs_h"], cur["rs_h"][:, 0])
+        assert cases == {True, False}, "both carry cases must occur for this test to mean much"
+
+    def test_derived_is_init_matches_init_tracker(self):
+        _, rnn, _ = make_critic("lstm")
+        batches = collect(make_env(rnn, seed=1), make_policy(rnn), n=5, t=6, batches=3)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        for batch in batches:
+            tracked = batch["is_init"].clone()
+            batch["state_value"] = torch.zeros(5, 6, 1)
+            batch["next", "state_value"] = torch.zeros(5, 6, 1)
+            del batch["is_init"]
+            gae(batch)
+            assert torch.equal(batch["is_init"], tracked)
+
+    def test_stored_states_from_collector(self):
+        """With the critic's own states collected, "stored" matches a step loop from them."""
+        critic, rnn, head = make_critic("lstm")
+        batch = collect(make_env(rnn, seed=2), make_policy(rnn), n=5, t=6, batches=2)[1]
+        assert not batch["is_init"][:, 0].all()
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, batch, "stored")
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        gae(batch)
+        torch.testing.assert_close(batch["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batch["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_collector_postproc(self):
+        critic, rnn, _ = make_critic("lstm")
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)
+        env = make_env(rnn, seed=3)
+        batches = collect(env, make_policy(rnn), n=5, t=6, batches=2, postproc=gae)
+        for batch in batches:
+            assert batch["advantage"].shape == (5, 6, 1)
+            again = batch.exclude("advantage", "value_target")
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(again)
+            torch.testing.assert_close(batch["advantage"], again["advantage"])
+
+    def test_clip_ppo_loss_value_estimator(self):
+        critic, rnn, _ = make_critic("lstm")
+        torch.manual_seed(5)
+        actor = ProbabilisticActor(
+            TensorDictSequential(
+                TensorDictModule(nn.Linear(OBS, 2), in_keys=["observation"], out_keys=["p"]),
+                TensorDictModule(NormalParamExtractor(), in_keys=["p"], out_keys=["loc", "scale"]),
+            ),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            return_log_prob=True,
+        )
+        batch = collect(make_env(rnn, seed=4), actor, n=5, t=6, batches=1)[0]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)
+        loss = ClipPPOLoss(actor, critic)
+        loss.make_value_estimator(gae)
+        assert loss.value_estimator is gae
+        with set_recurrent_mode(True):
+            inside = loss(batch.clone())
+            outside = loss(RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(batch.clone()))
+        torch.testing.assert_close(inside["loss_objective"], outside["loss_objective"])
+        torch.testing.assert_close(inside["loss_critic"], outside["loss_critic"])
+
+    def test_replay_buffer_transform(self):
+        td = make_rollout(n=3, t=5, seed=51)
+        expected = RecurrentGAE(gamma=0.9, lmbda=0.8)(td.clone())["advantage"]
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(32, ndim=2),
+            transform=RecurrentGAE(gamma=0.9, lmbda=0.8).as_transform(),
+        )
+        rb.extend(td)
+        assert "advantage" not in td.keys()
+        torch.testing.assert_close(rb[:]["advantage"], expected)
+        sample = rb.sample(4)
+        assert "advantage" in sample.keys()
+
+    def test_value_estimate_leaves_input_and_carry(self):
+        td = make_rollout(seed=52)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.8)
+        target = gae.value_estimate(td)
+        assert "value_target" not in td.keys() and gae._carry is None
+        torch.testing.assert_close(target, gae(td)["value_target"])

@@ -1,5 +1,9 @@
 """Advantage estimation for recurrent policies."""
 
-from torchrl_ext.objectives.recurrent_gae import RecurrentGAE, RecurrentGAETransform
+from torchrl_ext.objectives.recurrent_gae import (
+    RecurrentGAE,
+    RecurrentGAETransform,
+    carry_recurrent_state,
+)
 
-__all__ = ["RecurrentGAE", "RecurrentGAETransform"]
+__all__ = ["RecurrentGAE", "RecurrentGAETransform", "carry_recurrent_state"]

@@ -21,6 +21,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
+from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_ext.objectives._gae_kernels import (
     NAN_NEXT_VALUE,
@@ -139,7 +140,7 @@ def _raise_on_nan(nan_flags: torch.Tensor, keys: _AcceptedKeys) -> None:
         raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
 
 
-class RecurrentGAE(TensorDictModuleBase):
+class RecurrentGAE(ValueEstimatorBase):
     """GAE with distinct bootstrap/trace/reset masks and one-pass recurrent value recompute.
 
     Reads a rollout shaped ``[N_env, T]`` (time is the last batch dim unless ``time_dim`` says
@@ -157,9 +158,14 @@ class RecurrentGAE(TensorDictModuleBase):
     last step was ``done``). The carry assumes consecutive calls see the same envs in the same
     order; :meth:`reset_carry` forgets it.
 
-    The module plugs in as a collector ``postproc``, as :class:`ClipPPOLoss`'s
-    ``value_estimator`` (``params`` are applied to the value network; ``target_params`` are
-    ignored) and, through :meth:`as_transform`, as a replay-buffer transform.
+    It is a :class:`~torchrl.objectives.value.ValueEstimatorBase` (hence a
+    ``TensorDictModuleBase``) and plugs in as a collector ``postproc``, as a torchrl loss's
+    value estimator through ``loss.make_value_estimator(gae)`` (plain attribute assignment to
+    ``loss.value_estimator`` does not reach torchrl's property for ``nn.Module`` values; the
+    loss's ``params`` are applied to the value network, ``target_params`` are ignored) and,
+    through :meth:`as_transform`, as a replay-buffer transform. As in torchrl's estimators, the
+    value network is not registered as a submodule, so a loss does not count its parameters
+    twice.
 
     Args:
         gamma (float): discount factor in ``[0, 1]``.
@@ -206,6 +212,7 @@ class RecurrentGAE(TensorDictModuleBase):
         [True, False, False, True, False]
     """
 
+    _AcceptedKeys = _AcceptedKeys
     default_keys = _AcceptedKeys
 
     def __init__(
@@ -233,10 +240,9 @@ class RecurrentGAE(TensorDictModuleBase):
         value_pass = ValuePass(value_network) if value_network is not None else None
         if time_dim is not None and (isinstance(time_dim, bool) or not isinstance(time_dim, int)):
             raise TypeError(f"time_dim must be None or an int, got time_dim={time_dim!r}.")
-        super().__init__()
+        super().__init__(value_network=value_network)
         self.gamma = gamma
         self.lmbda = lmbda
-        self.value_network = value_network
         self.initial_state = initial_state
         self.chunk_len = chunk_len
         self.time_dim = time_dim
@@ -290,6 +296,31 @@ class RecurrentGAE(TensorDictModuleBase):
         if self._value_pass is not None:
             out += [keys.value, next_key(keys.value)]
         return out
+
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params: TensorDictBase | None = None,
+        next_value: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """Returns the value target (``advantage + value``), leaving input and carry as they are.
+
+        Args:
+            tensordict (TensorDictBase): the rollout.
+            target_params (TensorDictBase, optional): unused (kept for torchrl's signature).
+            next_value (torch.Tensor, optional): unsupported; pass values in the input.
+            **kwargs: ``params`` and ``time_dim``, as for :meth:`forward`.
+        """
+        if next_value is not None:
+            raise ValueError(
+                "RecurrentGAE.value_estimate does not take next_value; put it in the input "
+                "under ('next', value key) instead."
+            )
+        carry = self._carry
+        out = self.forward(tensordict.apply(lambda x: x), target_params=target_params, **kwargs)
+        self._carry = carry
+        return out.get(self._tensor_keys.value_target)
 
     def reset_carry(self) -> None:
         """Forgets the per-env episode-end flags kept between calls."""
@@ -475,6 +506,70 @@ class RecurrentGAE(TensorDictModuleBase):
         if rollout.is_init_derived:
             is_init = rollout.is_init.unsqueeze(-1)
             td.set(keys.is_init, unflat_rows(is_init, batch_shape, tdim))
+
+
+def carry_recurrent_state(
+    rollout: TensorDictBase,
+    state_keys: list[NestedKey],
+    *,
+    done_key: NestedKey = ("next", "done"),
+    is_init_key: NestedKey = "is_init",
+    time_dim: int | None = None,
+) -> TensorDictBase:
+    """Builds the start of the next batch for rollouts collected by hand.
+
+    torchrl's collectors carry recurrent states across batches on their own (with a
+    :class:`~torchrl.envs.transforms.TensorDictPrimer` and ``step_mdp``); a hand-written loop
+    must do it itself. For each env, the state reached after the last step carries over
+    unless that step was ``done``, in which case it restarts from zeros and ``is_init`` is set.
+
+    Args:
+        rollout (TensorDictBase): the finished batch, batch dims ``[..., T]``.
+        state_keys (list of NestedKey): recurrent-state keys as the policy reads them (e.g.
+            ``["recurrent_state_h", "recurrent_state_c"]``); their final values are read under
+            ``"next"``.
+        done_key (NestedKey, optional): the done flag. Defaults to ``("next", "done")``.
+        is_init_key (NestedKey, optional): where to write the reset flag. Defaults to
+            ``"is_init"``.
+        time_dim (int, optional): the time batch dim. Defaults to the last one.
+
+    Returns:
+        A TensorDict with the batch dims of ``rollout`` minus time, holding the carried states
+        under ``state_keys`` and ``is_init``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.objectives import carry_recurrent_state
+        >>> done = torch.zeros(2, 3, 1, dtype=torch.bool)
+        >>> done[1, -1] = True
+        >>> rollout = TensorDict(
+        ...     {"next": {"done": done, "h": torch.ones(2, 3, 1, 4)}}, batch_size=[2, 3]
+        ... )
+        >>> start = carry_recurrent_state(rollout, ["h"])
+        >>> start["is_init"][:, 0].tolist(), start["h"].sum(dim=(-1, -2)).tolist()
+        ([False, True], [4.0, 0.0])
+    """
+    if rollout.batch_dims < 1:
+        raise ValueError("rollout needs a time batch dim, got batch_size=().")
+    tdim = (rollout.batch_dims - 1) if time_dim is None else time_dim
+    if not -rollout.batch_dims <= tdim < rollout.batch_dims:
+        raise ValueError(
+            f"time_dim={time_dim} is out of range for batch_size={tuple(rollout.batch_size)}."
+        )
+    done = _get(rollout, done_key, "done")
+    _check_flag(done_key, done)
+    last = rollout[(slice(None),) * (tdim % rollout.batch_dims) + (-1,)]
+    done_last = done.select(tdim % rollout.batch_dims, -1)
+    states = {key: _get(last, next_key(key), "recurrent state") for key in state_keys}
+    out = last.empty()
+    for key, state in states.items():
+        reset = done_last.reshape(
+            *done_last.shape[: last.batch_dims], *([1] * (state.ndim - last.batch_dims))
+        )
+        out.set(key, torch.where(reset, torch.zeros_like(state), state))
+    out.set(is_init_key, done_last.clone())
+    return out
 
 
 class RecurrentGAETransform(Transform):
