@@ -120,17 +120,16 @@ class TestRecurrentGAEScan:
 
     @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
-    def test_env_major_matches_reference(self, mode, dtype):
-        td = make_rollout(mode=mode, dtype=dtype, seed=3)
+    @pytest.mark.parametrize("steps", [9, 12])
+    def test_env_major_matches_reference(self, mode, dtype, steps):
+        """``steps=12`` in float32 takes the four-step contiguous kernel; others are strided."""
+        td = make_rollout(mode=mode, dtype=dtype, seed=3, t=steps)
         RecurrentGAE(gamma=0.97, lmbda=0.9)(td)
         adv, target = reference_on(td, 0.97, 0.9)
         assert td["advantage"].dtype == dtype
-        np.testing.assert_allclose(
-            td["advantage"][..., 0].double(), adv, atol=TOL[dtype] * 10, rtol=TOL[dtype]
-        )
-        np.testing.assert_allclose(
-            td["value_target"][..., 0].double(), target, atol=TOL[dtype] * 10, rtol=TOL[dtype]
-        )
+        tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
+        np.testing.assert_allclose(td["advantage"][..., 0].double(), adv, **tol)
+        np.testing.assert_allclose(td["value_target"][..., 0].double(), target, **tol)
 
     @pytest.mark.parametrize("mode", ["terminated", "truncated", "both"])
     def test_time_major_with_time_dim(self, mode):
@@ -368,13 +367,27 @@ class TestBadInput:
             RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
 
     @pytest.mark.parametrize("key", ["state_value", ("next", "state_value"), ("next", "reward")])
-    def test_nan_values(self, key):
-        td = make_rollout()
+    @pytest.mark.parametrize("steps", [9, 12])
+    @pytest.mark.parametrize("lmbda", [0.0, 0.9])
+    def test_nan_values(self, key, steps, lmbda):
+        td = make_rollout(t=steps)
+        td["next", "terminated"][2, 3] = True
+        td["next", "done"][2, 3] = True
         td[key][2, 3, 0] = float("nan")
-        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
-        with pytest.raises(ValueError, match="NaN"):
+        gae = RecurrentGAE(gamma=0.9, lmbda=lmbda)
+        name = (
+            key[-1] if isinstance(key, str) else repr(key).replace("(", r"\(").replace(")", r"\)")
+        )
+        with pytest.raises(ValueError, match=f"NaN values in .*{name}"):
             gae(td)
         self._assert_untouched(td, gae)
+
+    def test_cancelling_infinities(self):
+        td = make_rollout(t=8)
+        td["state_value"][1, 2, 0] = float("inf")
+        td["next", "reward"][1, 2, 0] = float("inf")
+        with pytest.raises(ValueError, match="infinite"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
 
     def test_no_time_dim(self):
         td = TensorDict({}, batch_size=[])

@@ -23,12 +23,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_ext.objectives._gae_kernels import (
-    NAN_NEXT_VALUE,
-    NAN_REWARD,
-    NAN_VALUE,
-    gae_scan,
-)
+from torchrl_ext.objectives._gae_kernels import gae_scan
 from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
 from torchrl_ext.objectives._value_pass import ValuePass
 
@@ -132,12 +127,17 @@ def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
     return x.expand(n_rows, steps, *feature).reshape(n_rows, steps, -1)
 
 
-def _raise_on_nan(nan_flags: torch.Tensor, keys: _AcceptedKeys) -> None:
-    bits = {NAN_REWARD: next_key(keys.reward), NAN_VALUE: keys.value}
-    bits[NAN_NEXT_VALUE] = next_key(keys.value)
-    found = [key for bit, key in bits.items() if bool((nan_flags & bit).any())]
+def _raise_on_nan(last: torch.Tensor, inputs: dict[NestedKey, torch.Tensor]) -> None:
+    """Raises if the scan met a NaN (``last`` is NaN for every row that held one)."""
+    if not bool(torch.isnan(last).any()):
+        return
+    found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
     if found:
         raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
+    raise ValueError(
+        f"RecurrentGAE got infinite values in {list(inputs)} that produced NaN advantages; "
+        "nothing was written."
+    )
 
 
 class RecurrentGAE(ValueEstimatorBase):
@@ -474,7 +474,7 @@ class RecurrentGAE(ValueEstimatorBase):
                     f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
                 )
         feature = reward.shape[2:]
-        advantage, value_target, nan_flags = gae_scan(
+        advantage, value_target, last = gae_scan(
             _to_channels(reward, feature),
             _to_channels(value, feature),
             _to_channels(next_value, feature),
@@ -483,7 +483,10 @@ class RecurrentGAE(ValueEstimatorBase):
             self.gamma,
             self.lmbda,
         )
-        _raise_on_nan(nan_flags, keys)
+        _raise_on_nan(
+            last,
+            {next_key(keys.reward): reward, keys.value: value, next_key(keys.value): next_value},
+        )
         shape = reward.shape
         return advantage.reshape(shape), value_target.reshape(shape)
 
