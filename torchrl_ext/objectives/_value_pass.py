@@ -67,7 +67,7 @@ def segment_rows(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | Non
 
 
 #: A segment joins a group if it is at least this fraction of the group's longest segment...
-GROUP_RELATIVE_LENGTH = 0.7
+GROUP_RELATIVE_LENGTH = 0.8
 #: ...or at most this many steps shorter.
 GROUP_SLACK_STEPS = 4
 

@@ -128,16 +128,14 @@ def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
 
 
 def _raise_on_nan(last: torch.Tensor, inputs: dict[NestedKey, torch.Tensor]) -> None:
-    """Raises if the scan met a NaN (``last`` is NaN for every row that held one)."""
+    """Raises if the scan met a NaN or infinite input (``last`` is NaN for those rows)."""
     if not bool(torch.isnan(last).any()):
         return
     found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
     if found:
         raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
-    raise ValueError(
-        f"RecurrentGAE got infinite values in {list(inputs)} that produced NaN advantages; "
-        "nothing was written."
-    )
+    found = [key for key, x in inputs.items() if bool(torch.isinf(x).any())]
+    raise ValueError(f"RecurrentGAE got infinite values in {found}; nothing was written.")
 
 
 class RecurrentGAE(ValueEstimatorBase):
