@@ -31,6 +31,9 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
 
+# torchrl.collectors defines deprecated weight-updater classes at import time
+pytestmark = pytest.mark.filterwarnings("ignore:Creating .*WeightUpdater:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def _restore_rng():
@@ -901,3 +904,101 @@ class TestTorchRLIntegration:
         target = gae.value_estimate(td)
         assert "value_target" not in td.keys() and gae._carry is None
         torch.testing.assert_close(target, gae(td)["value_target"])
+
+
+class TwoAgentCritic(nn.Module):
+    """Per-agent values from per-agent observations of different sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.scout = nn.Linear(2, 1)
+        self.carrier = nn.Linear(5, 1)
+
+    def forward(self, scout_obs, carrier_obs):
+        return torch.stack([self.scout(scout_obs), self.carrier(carrier_obs)], dim=-2)
+
+
+class TestMultiAgentCritic:
+    """A feed-forward multi-agent critic: each agent's advantage from its own value stream."""
+
+    def test_matches_per_agent_single_runs(self):
+        torch.manual_seed(61)
+        gen = torch.Generator().manual_seed(62)
+        n, t = 3, 10
+        terminated, truncated = make_flags(n, t, "both", gen)
+        done = terminated | truncated
+        sizes = {"scout": 2, "carrier": 5}
+        obs = {k: torch.randn(n, t, d, generator=gen) for k, d in sizes.items()}
+        next_obs = {k: torch.randn(n, t, d, generator=gen) for k, d in sizes.items()}
+        for k in sizes:
+            next_obs[k][:, :-1] = torch.where(done[:, :-1], next_obs[k][:, :-1], obs[k][:, 1:])
+        td = TensorDict(
+            {
+                "agents": {f"{k}_obs": v for k, v in obs.items()},
+                "next": {
+                    "agents": {
+                        **{f"{k}_obs": v for k, v in next_obs.items()},
+                        "reward": torch.randn(n, t, 2, 1, generator=gen),
+                    },
+                    "done": done,
+                    "terminated": terminated,
+                },
+            },
+            batch_size=[n, t],
+        )
+        module = TwoAgentCritic()
+        critic = TensorDictModule(
+            module,
+            in_keys=[("agents", "scout_obs"), ("agents", "carrier_obs")],
+            out_keys=[("agents", "state_value")],
+        )
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.8, value_network=critic).set_keys(
+            reward=("agents", "reward"),
+            value=("agents", "state_value"),
+            advantage=("agents", "advantage"),
+            value_target=("agents", "value_target"),
+        )
+        gae(td)
+        assert td["agents", "advantage"].shape == (n, t, 2, 1)
+        for agent, (name, layer) in enumerate(
+            (("scout", module.scout), ("carrier", module.carrier))
+        ):
+            with torch.no_grad():
+                value = layer(obs[name])
+                next_value = layer(next_obs[name])
+            adv, _ = reference_gae(
+                td["next", "agents", "reward"][:, :, agent, 0],
+                value[..., 0],
+                next_value[..., 0],
+                terminated[..., 0],
+                done[..., 0],
+                0.9,
+                0.8,
+            )
+            np.testing.assert_allclose(td["agents", "advantage"][:, :, agent, 0], adv, atol=1e-5)
+
+
+class TestCarryRecurrentState:
+    """For hand-collected rollouts: final states carry over unless the last step was done."""
+
+    def test_time_dim_and_reset(self):
+        done = torch.zeros(6, 3, 1, dtype=torch.bool)
+        done[-1, 1] = True
+        rollout = TensorDict(
+            {"next": {"done": done, "h": torch.randn(6, 3, 2, 4)}}, batch_size=[6, 3]
+        )
+        start = carry_recurrent_state(rollout, ["h"], time_dim=0)
+        assert start.batch_size == (3,)
+        assert start["is_init"][:, 0].tolist() == [False, True, False]
+        torch.testing.assert_close(start["h"][0], rollout["next", "h"][-1, 0])
+        assert not start["h"][1].any()
+
+    def test_bad_input(self):
+        rollout = TensorDict({"next": {"done": torch.zeros(2, 3, 1)}}, batch_size=[2, 3])
+        with pytest.raises(TypeError, match=r"done.*dtype=torch\.float32"):
+            carry_recurrent_state(rollout, ["h"])
+        rollout["next", "done"] = rollout["next", "done"].bool()
+        with pytest.raises(ValueError, match="'next', 'h'"):
+            carry_recurrent_state(rollout, ["h"])
+        with pytest.raises(ValueError, match="time_dim=5"):
+            carry_recurrent_state(rollout, ["h"], time_dim=5)
