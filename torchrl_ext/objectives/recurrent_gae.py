@@ -120,6 +120,12 @@ def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, re
         )
 
 
+def _per_step(flag: torch.Tensor) -> torch.Tensor:
+    """``[N, T, *f]`` bool -> ``[N, T]``: whether any entry of the step is set (a view if one)."""
+    flat = flag.reshape(*flag.shape[:2], -1)
+    return flat[..., 0] if flat.shape[-1] == 1 else flat.any(-1)
+
+
 def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
     """``[N, T, *f]`` -> ``[N, T, K]`` (broadcasting ``f`` to ``feature`` without copying)."""
     n_rows, steps = x.shape[:2]
@@ -181,6 +187,9 @@ class RecurrentGAE(ValueEstimatorBase):
             chunks of that length. Defaults to ``None`` (no re-anchoring).
         time_dim (int, optional): the time dimension of the input's batch dims. Defaults to
             ``None``: the dim named ``"time"`` if any, else the last one.
+
+    Outputs are computed without gradients (under ``torch.no_grad``), as advantages and
+    targets are constants for the policy and value losses.
 
     Examples:
         >>> import torch
@@ -391,7 +400,7 @@ class RecurrentGAE(ValueEstimatorBase):
             flag = flat_rows(flag, *layout)
             _check_broadcast(key, flag, reward.shape[2:], reward_key)
             flags[name] = flag
-        done_rows = flags["done"].reshape(*flags["done"].shape[:2], -1).any(-1)
+        done_rows = _per_step(flags["done"])
         is_init, derived = self._is_init(td, layout, done_rows)
         return _Rollout(
             batch_shape=td.batch_size,
@@ -412,7 +421,7 @@ class RecurrentGAE(ValueEstimatorBase):
         if given is not None:
             _check_flag(key, given)
             given = flat_rows(given, *layout)
-            return given.reshape(*given.shape[:2], -1).any(-1), False
+            return _per_step(given), False
         n_rows = done_rows.shape[0]
         carry = self._carry
         if carry is None:
