@@ -88,10 +88,11 @@ def _check_chunk_len(chunk_len: int | None) -> int | None:
 def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
     value = td.get(key, None)
     if value is None:
+        configurable = role in {f.name for f in dataclasses.fields(_AcceptedKeys)}
+        hint = f" Add it, or name another key with set_keys({role}=...)." if configurable else ""
         raise ValueError(
             f"RecurrentGAE needs the {role} entry {key!r}, which is missing from the input "
-            f"tensordict (batch_size={tuple(td.batch_size)}). Add it, or point the module at "
-            f"another key with set_keys({role}=...)."
+            f"tensordict (batch_size={tuple(td.batch_size)}).{hint}"
         )
     return value
 
@@ -567,7 +568,7 @@ def carry_recurrent_state(
         raise ValueError(
             f"time_dim={time_dim} is out of range for batch_size={tuple(rollout.batch_size)}."
         )
-    done = _get(rollout, done_key, "done")
+    done = _get(rollout, done_key, "done flag (done_key)")
     _check_flag(done_key, done)
     last = rollout[(slice(None),) * (tdim % rollout.batch_dims) + (-1,)]
     done_last = done.select(tdim % rollout.batch_dims, -1)
