@@ -31,6 +31,8 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
 # torchrl.collectors defines deprecated weight-updater classes at import time
 pytestmark = pytest.mark.filterwarnings("ignore:Creating .*WeightUpdater:DeprecationWarning")
 
@@ -124,12 +126,14 @@ class TestRecurrentGAEScan:
     @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
     @pytest.mark.parametrize("steps", [9, 12])
-    def test_env_major_matches_reference(self, mode, dtype, steps):
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_env_major_matches_reference(self, mode, dtype, steps, device):
         """``steps=12`` in float32 takes the four-step contiguous kernel; others are strided."""
         td = make_rollout(mode=mode, dtype=dtype, seed=3, t=steps)
-        RecurrentGAE(gamma=0.97, lmbda=0.9)(td)
+        out = RecurrentGAE(gamma=0.97, lmbda=0.9)(td.to(device))
+        assert out["advantage"].device.type == device and out["advantage"].dtype == dtype
+        td.update(out.cpu())
         adv, target = reference_on(td, 0.97, 0.9)
-        assert td["advantage"].dtype == dtype
         tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
         np.testing.assert_allclose(td["advantage"][..., 0].double(), adv, **tol)
         np.testing.assert_allclose(td["value_target"][..., 0].double(), target, **tol)
@@ -372,8 +376,9 @@ class TestBadInput:
     @pytest.mark.parametrize("key", ["state_value", ("next", "state_value"), ("next", "reward")])
     @pytest.mark.parametrize("steps", [9, 12])
     @pytest.mark.parametrize("lmbda", [0.0, 0.9])
-    def test_nan_values(self, key, steps, lmbda):
-        td = make_rollout(t=steps)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_nan_values(self, key, steps, lmbda, device):
+        td = make_rollout(t=steps).to(device)
         td["next", "terminated"][2, 3] = True
         td["next", "done"][2, 3] = True
         td[key][2, 3, 0] = float("nan")
@@ -630,12 +635,14 @@ class TestRecurrentCritic:
 
     @pytest.mark.parametrize("kind", ["lstm", "gru"])
     @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
-    def test_values_match_step_loop(self, kind, mode):
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_values_match_step_loop(self, kind, mode, device):
         critic, rnn, head = make_critic(kind)
         td = make_obs_rollout(mode=mode, seed=31)
         with torch.no_grad():
             value, next_value = reference_values(rnn, head, td)
-        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        out = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic.to(device))(td.to(device))
+        td.update(out.cpu())
         torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
         adv, _ = reference_gae(
