@@ -669,6 +669,15 @@ class TestRecurrentCritic:
         torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
 
+    def test_time_major_input(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=37)
+        time_major = td.transpose(0, 1).contiguous()
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, time_dim=0)(time_major)
+        for key in ("state_value", ("next", "state_value"), "advantage"):
+            torch.testing.assert_close(time_major[key].transpose(0, 1), td[key])
+
     def test_zeros_with_chunk_len(self):
         critic, rnn, head = make_critic("lstm")
         td = make_obs_rollout(seed=33, t=11)
