@@ -133,7 +133,7 @@ def leaf_modules(network: TensorDictModuleBase) -> list[TensorDictModuleBase]:
 
 
 def check_recurrent_leaf(module: TensorDictModuleBase) -> None:
-    """Raises if a recurrent leaf cannot run on packed sequences."""
+    """Raises if a recurrent leaf cannot run as a dense, causal ``torch.nn`` layer."""
     layer = module.lstm if isinstance(module, LSTMModule) else module.gru
     if type(layer) not in (nn.LSTM, nn.GRU):
         raise TypeError(
