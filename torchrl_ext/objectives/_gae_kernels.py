@@ -48,6 +48,7 @@ def _gae_scan_rows4(
     next_value: wp.array(dtype=wp.vec4f),
     terminated: wp.array(dtype=wp.uint32),
     done: wp.array(dtype=wp.uint32),
+    n_rows: int,
     blocks: int,
     gamma: float,
     gamma_lmbda: float,
@@ -61,7 +62,9 @@ def _gae_scan_rows4(
     separate ``check`` sum (``0 * x`` stays 0 unless ``x`` is NaN or infinite) keeps every
     input's NaN in ``last``.
     """
-    n = wp.tid()
+    # the CPU runs threads in order: last row first, so memory is walked in one descending
+    # stream (about 2.5x faster than ascending rows walked backwards)
+    n = n_rows - 1 - wp.tid()
     acc = float(0.0)  # noqa: UP018 (Warp needs the constructor for a loop variable)
     check = float(0.0)  # noqa: UP018
     b = (n + 1) * blocks - 1
@@ -115,8 +118,10 @@ def _gae_scan_strided(
     value_target: wp.array3d(dtype=Any),
     last: wp.array2d(dtype=Any),
 ):
-    """Any-strided ``[N, T, K]`` views; one thread per (row, channel)."""
-    n, k = wp.tid()
+    """Any-strided ``[N, T, K]`` views; one thread per (row, channel), last one first."""
+    i, j = wp.tid()
+    n = reward.shape[0] - 1 - i
+    k = reward.shape[2] - 1 - j
     steps = reward.shape[1]
     zero = reward.dtype(0.0)
     one = reward.dtype(1.0)
@@ -204,6 +209,7 @@ def _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_
             vec(next_value),
             words(terminated),
             words(done),
+            n_rows,
             steps // 4,
             float(gamma),
             float(gamma * lmbda),
