@@ -161,6 +161,19 @@ class TestRecurrentGAEScan:
         RecurrentGAE(gamma=0.9, lmbda=0.8)(named)
         np.testing.assert_allclose(named["advantage"][..., 0].T, expected, atol=1e-10)
 
+    def test_unaligned_contiguous_inputs(self):
+        """Contiguous float32 data starting at an odd offset takes the strided kernel."""
+        td = make_rollout(t=8, seed=10)
+        expected, _ = reference_on(td, 0.9, 0.8)
+        for key in ("state_value", ("next", "reward"), ("next", "done")):
+            x = td[key]
+            buffer = torch.zeros(x.numel() + 1, dtype=x.dtype)
+            buffer[1:] = x.reshape(-1)
+            td[key] = buffer[1:].view(x.shape)
+        assert td["state_value"].storage_offset() == 1
+        RecurrentGAE(gamma=0.9, lmbda=0.8)(td)
+        np.testing.assert_allclose(td["advantage"][..., 0], expected, atol=1e-5)
+
     def test_extra_leading_batch_dims(self):
         td = make_rollout(n=6, seed=6, dtype=torch.float64)
         expected, _ = reference_on(td, 0.95, 0.95)

@@ -181,11 +181,17 @@ def _stream(device: torch.device):
 
 
 def _rows4_ok(reward, value, next_value, terminated, done) -> bool:
-    """Whether the contiguous float32 four-step kernel applies."""
+    """Whether the contiguous float32 four-step kernel applies.
+
+    It reads four floats (and four flag bytes, as one 32-bit word) at a time, so every input
+    must be contiguous and start at a multiple of four elements.
+    """
     if reward.dtype != torch.float32 or reward.shape[2] != 1 or reward.shape[1] % 4:
         return False
-    same = value.dtype == next_value.dtype == torch.float32
-    return same and all(x.is_contiguous() for x in (reward, value, next_value, terminated, done))
+    if not value.dtype == next_value.dtype == torch.float32:
+        return False
+    inputs = (reward, value, next_value, terminated, done)
+    return all(x.is_contiguous() and x.storage_offset() % 4 == 0 for x in inputs)
 
 
 def _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_device):
