@@ -418,6 +418,8 @@ class TestBadInput:
             RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
         with pytest.raises(ValueError, match="time_dim=2"):
             RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=2)(make_rollout())
+        with pytest.raises(ValueError, match=r"empty rollout, batch_size=\(0, 9\)"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(make_rollout()[:0])
 
     @pytest.mark.parametrize(
         ("kwargs", "match"),

@@ -383,6 +383,10 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 f"time_dim={time_dim} is out of range for batch_size={tuple(td.batch_size)}."
             )
+        if td.batch_size.numel() == 0:
+            raise ValueError(
+                f"RecurrentGAE got an empty rollout, batch_size={tuple(td.batch_size)}."
+            )
         return time_dim % td.batch_dims
 
     def _read(self, td: TensorDictBase, time_dim: int | None) -> _Rollout:
