@@ -14,13 +14,6 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl_ext.data.minibatches import EnvMajorMinibatches, EnvMajorSampler
 
 
-@pytest.fixture(autouse=True)
-def _restore_rng():
-    state = torch.random.get_rng_state()
-    yield
-    torch.random.set_rng_state(state)
-
-
 def make_batch(n_envs, steps):
     env = torch.arange(n_envs).view(-1, 1).expand(n_envs, steps)
     time = torch.arange(steps).view(1, -1).expand(n_envs, steps)

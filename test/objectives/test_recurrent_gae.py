@@ -37,15 +37,6 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 pytestmark = pytest.mark.filterwarnings("ignore:Creating .*WeightUpdater:DeprecationWarning")
 
 
-@pytest.fixture(autouse=True)
-def _restore_rng():
-    state = torch.random.get_rng_state()
-    np_state = np.random.get_state()  # noqa: NPY002 (restoring global state)
-    yield
-    torch.random.set_rng_state(state)
-    np.random.set_state(np_state)  # noqa: NPY002
-
-
 # ---------------------------------------------------------------- oracles and data
 def reference_gae(reward, value, next_value, terminated, done, gamma, lmbda):
     """The textbook recursion, one env and one channel at a time, in float64 Python."""
