@@ -9,7 +9,7 @@ import warp as wp
 from torchrl.data import Categorical, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import cartpole as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
 
 __all__ = ["CartPoleEnv"]
 
@@ -106,9 +106,8 @@ class CartPoleEnv(WarpEnv):
 
     def _allocate_state(self) -> None:
         self._state = torch.zeros(self.num_envs, 4, dtype=self.dtype, device=self.device)
-        self._params = torch.tensor(_cartpole_params(), dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
-        self._wp_params = wp.from_torch(self._params)
+        self._wp_params = params_vector(_cartpole_params(), self.dtype)
 
     @property
     def state(self) -> torch.Tensor:
@@ -159,7 +158,7 @@ class CartPoleEnv(WarpEnv):
             b["steps"],
             b["episode"],
             self._limit,
-            actions.shape[1],
+            actions.shape[0],
             int(self.observe_velocity),
             out["root"]["observation"],
             out["next"]["observation"],

@@ -9,7 +9,7 @@ import warp as wp
 from torchrl.data import Bounded, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import pendulum as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
 
 __all__ = ["PendulumEnv"]
 
@@ -29,6 +29,9 @@ def _pendulum_params() -> list[float]:
     params[_k.P_RESET_THETA_DOT] = 1.0
     params[_k.P_PI] = math.pi
     params[_k.P_TWO_PI] = 2 * math.pi
+    params[_k.P_COST_SPEED] = 0.1
+    params[_k.P_COST_TORQUE] = 0.001
+    params[_k.P_ZERO] = 0.0
     return params
 
 
@@ -94,9 +97,8 @@ class PendulumEnv(WarpEnv):
 
     def _allocate_state(self) -> None:
         self._state = torch.zeros(self.num_envs, 2, dtype=self.dtype, device=self.device)
-        self._params = torch.tensor(_pendulum_params(), dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
-        self._wp_params = wp.from_torch(self._params)
+        self._wp_params = params_vector(_pendulum_params(), self.dtype)
 
     @property
     def state(self) -> torch.Tensor:
@@ -132,10 +134,10 @@ class PendulumEnv(WarpEnv):
     def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
         inputs = [
             self._wp_state,
-            wp.from_torch(actions.view(actions.shape[0], actions.shape[1])),
+            wp.from_torch(actions.view(actions.shape[0], actions.shape[1])),  # [T, N]
             *self._counters(),
             self._limit,
-            actions.shape[1],
+            actions.shape[0],
             out["root"]["observation"],
             out["next"]["observation"],
             out["reward"],

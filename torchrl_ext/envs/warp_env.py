@@ -20,7 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
-__all__ = ["WarpEnv"]
+__all__ = ["WarpEnv", "params_vector"]
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 _MAX_SEED = 2**64
@@ -36,6 +36,16 @@ def _to_warp(tensor: torch.Tensor) -> wp.array:
     if tensor.dim() > 1 and tensor.shape[-1] == 1:
         tensor = tensor.view(tensor.shape[:-1])
     return wp.from_torch(tensor)
+
+
+def params_vector(values: list[float], dtype: torch.dtype) -> Any:
+    """Pack constants into a Warp vector of ``dtype``, passed to kernels by value.
+
+    Each Python float is rounded once to ``dtype``, so float64 constants are exactly the doubles
+    a NumPy reference computes with.
+    """
+    scalar = wp.float64 if dtype == torch.float64 else wp.float32
+    return wp.types.vector(length=len(values), dtype=scalar)(*values)
 
 
 def _check_num_envs(num_envs: Any) -> int:
@@ -200,8 +210,9 @@ class WarpEnv(EnvBase):
     def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch] | None:
         """Kernels running ``T`` auto-resetting steps into ``[N, T]`` outputs, or ``None``.
 
-        ``actions`` is ``[N, T, *action_shape]``; ``out`` holds Warp views of ``"root"`` and
-        ``"next"`` observation dicts, ``"reward"`` and the three done flags, all ``[N, T, ...]``.
+        ``actions`` is time-major, ``[T, N, *action_shape]``; ``out`` holds Warp views of the
+        ``"root"`` and ``"next"`` observation dicts, ``"reward"`` and the three done flags, all
+        env-major ``[N, T, ...]``.
         Subclasses without such a kernel do not override it: :meth:`rollout` then uses the generic
         loop over fused steps.
         """
@@ -498,8 +509,8 @@ class WarpEnv(EnvBase):
         return self._fast_rollout(int(max_steps), tensordict)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
-        actions = self.action_spec.rand((steps,))
-        return actions.movedim(0, 1).contiguous()
+        """``[T, N, ...]`` random actions from the action spec (torch's global generator)."""
+        return self.action_spec.rand((steps,))
 
     def _rollout_outputs(self, steps: int) -> dict:
         n, dev = self.num_envs, self.device
@@ -539,7 +550,7 @@ class WarpEnv(EnvBase):
         for key in _DONE_KEYS:
             nxt[key] = out[key]
         root = dict(out["root"])
-        root[self.action_key] = actions
+        root[self.action_key] = actions.movedim(0, 1)
         zeros = torch.zeros(self.num_envs, steps, 1, dtype=torch.bool, device=self.device)
         for key in _DONE_KEYS:
             root[key] = zeros.clone()
