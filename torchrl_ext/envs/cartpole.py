@@ -122,7 +122,7 @@ class CartPoleEnv(WarpEnv):
         b = self.buffers
         inputs = [
             *self._common_inputs(),
-            self._limit,
+            self.step_limit,
             int(autoreset),
             int(self.observe_velocity),
             b["next"]["observation"],
@@ -157,7 +157,7 @@ class CartPoleEnv(WarpEnv):
             b["seed"],
             b["steps"],
             b["episode"],
-            self._limit,
+            self.step_limit,
             actions.shape[0],
             int(self.observe_velocity),
             out["root"]["observation"],

@@ -115,7 +115,7 @@ class PendulumEnv(WarpEnv):
             self._wp_state,
             b["action"],
             *self._counters(),
-            self._limit,
+            self.step_limit,
             int(autoreset),
             b["next"]["observation"],
             b["root"]["observation"],
@@ -136,7 +136,7 @@ class PendulumEnv(WarpEnv):
             self._wp_state,
             wp.from_torch(actions.view(actions.shape[0], actions.shape[1])),  # [T, N]
             *self._counters(),
-            self._limit,
+            self.step_limit,
             actions.shape[0],
             out["root"]["observation"],
             out["next"]["observation"],

@@ -20,7 +20,18 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
-__all__ = ["WarpEnv", "params_vector"]
+from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
+
+# Warp functions re-exported for writing new envs' kernels: per-env counter-based random streams
+# (``stream_key``, ``uniform_range``) and episode bookkeeping (``begin_episode``, ``count_step``).
+__all__ = [
+    "WarpEnv",
+    "begin_episode",
+    "count_step",
+    "params_vector",
+    "stream_key",
+    "uniform_range",
+]
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 _MAX_SEED = 2**64
@@ -232,6 +243,11 @@ class WarpEnv(EnvBase):
     def warp_device(self) -> wp.context.Device:
         """The Warp device the kernels run on."""
         return self._wp_device
+
+    @property
+    def step_limit(self) -> int:
+        """The time limit as the int kernels compare step counts with (``2**31 - 1``: none)."""
+        return self._limit
 
     @property
     def capture(self) -> bool:
