@@ -59,6 +59,15 @@ def params_vector(values: list[float], dtype: torch.dtype) -> Any:
     return wp.types.vector(length=len(values), dtype=scalar)(*values)
 
 
+def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
+    """Set an entry the env built itself (right batch size and device) without re-validating it."""
+    if isinstance(key, str):
+        # the fast setter TorchRL's own EnvBase.any_done uses for values it made
+        tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
+    else:
+        tensordict.set(key, value)
+
+
 def _check_num_envs(num_envs: Any) -> int:
     if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got num_envs={num_envs!r}.")
@@ -288,8 +297,10 @@ class WarpEnv(EnvBase):
             "steps": torch.zeros(n, dtype=torch.int32, device=dev),
             "episode": torch.zeros(n, dtype=torch.int32, device=dev),
         }
-        for key in _DONE_KEYS:
-            self._t[key] = torch.zeros(n, 1, dtype=torch.bool, device=dev)
+        # the three flags share one [3, N, 1] buffer: one clone per step hands out all of them
+        self._flag_buffer = torch.zeros(len(_DONE_KEYS), n, 1, dtype=torch.bool, device=dev)
+        for key, flag in zip(_DONE_KEYS, self._flag_buffer.unbind(0), strict=True):
+            self._t[key] = flag
         self._wp = {
             key: (
                 {k: _to_warp(v) for k, v in val.items()} if isinstance(val, dict) else _to_warp(val)
@@ -401,16 +412,19 @@ class WarpEnv(EnvBase):
 
     # ------------------------------------------------------------------ outputs
     def _flags(self, source: str | None) -> dict[str, torch.Tensor]:
+        """Fresh done/terminated/truncated: all False (``None``) or copies of the step's flags."""
         if source is None:
-            zeros = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
-            return {key: zeros.clone() for key in _DONE_KEYS}
-        return {key: self._t[key].clone() for key in _DONE_KEYS}
+            flags = torch.zeros_like(self._flag_buffer)
+        else:
+            flags = self._flag_buffer.clone()
+        return {key: flags[k] for k, key in enumerate(_DONE_KEYS)}
 
     def _obs(self, which: str) -> dict[str, torch.Tensor]:
         return {key: val.clone() for key, val in self._t[which].items()}
 
     def _make_td(self, source: dict) -> TensorDict:
-        return TensorDict(source, batch_size=self.batch_size, device=self.device)
+        # every entry is a fresh tensor on self.device with leading dim num_envs: skip validation
+        return TensorDict._new_unsafe(source, batch_size=self.batch_size, device=self.device)
 
     def _next_td(self) -> TensorDict:
         source = self._obs("next")
@@ -457,12 +471,12 @@ class WarpEnv(EnvBase):
             return super()._step_and_maybe_reset(tensordict)
         self._load_action(tensordict.get(self.action_key))
         self._run("step_autoreset")
-        tensordict.set("next", self._next_td())
+        _put(tensordict, "next", self._next_td())
         root = self._step_mdp(tensordict)
         for key, val in self._obs("root").items():
-            root.set(key, val)
+            _put(root, key, val)
         for key, val in self._flags(None).items():
-            root.set(key, val)
+            _put(root, key, val)
         return tensordict, root
 
     def rollout(
