@@ -10,6 +10,7 @@ walk-through).
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from typing import Any
 
@@ -90,6 +91,7 @@ def _check_device(device: Any) -> torch.device:
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"device must name a torch device, got device={device!r}.") from err
     if device.type == "cuda":
+        wp.init()
         if not torch.cuda.is_available() or not wp.is_cuda_available():
             raise ValueError(f"device={str(device)!r} needs CUDA, which torch or warp cannot see.")
         if device.index is None:
@@ -316,6 +318,8 @@ class WarpEnv(EnvBase):
         seed = _check_seed(seed)
         words = np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
         self._wp["seed"].assign(words)
+        if self.device.type == "cuda":
+            wp.synchronize_device(self._wp_device)
         self._t["episode"].zero_()
         self._seed = seed
 
@@ -362,13 +366,15 @@ class WarpEnv(EnvBase):
             if self.device.type == "cuda":
                 wp.synchronize_device(self._wp_device)
             return
+        with self._on_torch_stream():
+            for cmd in self._launch_list(mode):
+                cmd.launch()
+
+    def _on_torch_stream(self) -> Any:
+        """Context in which Warp launches are ordered with torch's work on the env's device."""
         if self.device.type == "cuda":
-            with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device))):
-                for cmd in self._launch_list(mode):
-                    cmd.launch()
-            return
-        for cmd in self._launch_list(mode):
-            cmd.launch()
+            return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device)))
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ validation
     def _load_action(self, action: Any) -> None:
@@ -567,10 +573,9 @@ class WarpEnv(EnvBase):
             )
             for key, val in out.items()
         }
-        for kernel, inputs in self._rollout_launches(actions, views):
-            wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
-        if self.device.type == "cuda":
-            wp.synchronize_device(self._wp_device)
+        with self._on_torch_stream():
+            for kernel, inputs in self._rollout_launches(actions, views):
+                wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
         return self._rollout_td(actions, out, steps)
 
     def _rollout_td(self, actions: torch.Tensor, out: dict, steps: int) -> TensorDictBase:
