@@ -116,7 +116,8 @@ class WarpEnv(EnvBase):
     step, reset and observation is computed by module-level Warp kernels. The base class owns:
 
     * **specs** for ``done``/``terminated``/``truncated`` (``[num_envs, 1]`` bool) and a time limit
-      (``max_steps``): reaching it sets ``truncated``, never ``terminated``;
+      (``max_steps``): reaching it sets ``truncated``; ``terminated`` comes from the dynamics only
+      (gymnasium's ``TimeLimit`` semantics: both are True if the last allowed step also fails);
     * **masked reset**: ``reset(td)`` with a ``"_reset"`` entry (bool, ``[num_envs, 1]`` or
       ``[num_envs]``, on the env's device) resets exactly the masked envs; the others keep their
       state bit for bit, and an all-False mask changes nothing. A bad mask raises before any
