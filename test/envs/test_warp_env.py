@@ -3,6 +3,7 @@ import torch
 import warp as wp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torchrl.collectors import Collector
@@ -280,6 +281,28 @@ class TestWarpEnv:
         top = CartPoleEnv(N, seed=2**64 - 1).reset()["observation"]
         assert bool((low != high).any(dim=-1).all())
         assert bool((low != top).any(dim=-1).all())
+
+    def test_streams_are_uncorrelated_across_envs_episodes_and_seeds(self):
+        env = CartPoleEnv(2048, seed=21)
+        first = env.reset()["observation"].double()
+        second = env.reset()["observation"].double()
+        other_seed = CartPoleEnv(2048, seed=22).reset()["observation"].double()
+        pairs = [
+            (first[:-1, 0], first[1:, 0]),  # neighbouring envs
+            (first[:, 0], second[:, 0]),  # consecutive episodes of one env
+            (first[:, 0], other_seed[:, 0]),  # neighbouring seeds
+        ]
+        for a, b in pairs:
+            assert stats.pearsonr(a.numpy(), b.numpy()).pvalue > 0.01
+        counts = torch.histc(torch.cat([first, second]).flatten(), bins=16, min=-0.05, max=0.05)
+        assert stats.chisquare(counts.numpy()).pvalue > 0.01
+
+    def test_rollout_that_stops_early_uses_torchrl_loop(self):
+        env = CartPoleEnv(N, seed=23, max_steps=None)
+        data = env.rollout(500)
+        done = data["next", "done"][..., 0]
+        assert bool(done[:, -1].any())
+        assert not bool(done[:, :-1].any())
 
     def test_streams_depend_only_on_seed_and_env_index(self):
         small, big = CartPoleEnv(4, seed=77), CartPoleEnv(16, seed=77)
