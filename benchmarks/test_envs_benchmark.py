@@ -5,6 +5,7 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``ours_rollout``: ``CartPoleEnv.rollout(T, break_when_any_done=False)`` (the ``[N, T]`` kernel);
 * ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
 * ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
+* ``ours_collector_lean``: the same with a one-op random policy and ``track_traj_ids=False``;
 * ``ours_graph_step``: T replays of the captured fused step (``capture=True``), no TensorDicts;
 * ``stock_rollout``: the same kernels through TorchRL's generic ``step`` + partial ``reset``;
 * ``gym_vector``: gymnasium's numpy ``CartPoleVectorEnv``;
@@ -66,6 +67,27 @@ def _ours_collector(n: int, steps: int) -> Callable[[], None]:
     return lambda: next(batches)
 
 
+def _ours_collector_lean(n: int, steps: int) -> Callable[[], None]:
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import Collector
+
+    class _Coin(torch.nn.Module):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.randint(0, 2, obs.shape[:-1])
+
+    policy = TensorDictModule(_Coin(), in_keys=["observation"], out_keys=["action"])
+    collector = Collector(
+        CartPoleEnv(n, seed=0),
+        policy,
+        frames_per_batch=n * steps,
+        total_frames=-1,
+        track_traj_ids=False,
+    )
+    batches = iter(collector)
+    next(batches)
+    return lambda: next(batches)
+
+
 def _ours_graph_step(n: int, steps: int) -> Callable[[], None]:
     env = CartPoleEnv(n, seed=0, capture=True)
     env.reset()
@@ -119,6 +141,7 @@ WORKLOADS: dict[str, tuple[Callable[[int, int], Callable[[], None]], float]] = {
     "ours_rollout": (_ours_rollout, 1.0),
     "ours_policy_rollout": (_ours_policy_rollout, 1.0),
     "ours_collector": (_ours_collector, 1.0),
+    "ours_collector_lean": (_ours_collector_lean, 1.0),
     "ours_graph_step": (_ours_graph_step, 1.0),
     "stock_rollout": (_stock_rollout, 1.0),
     "gym_vector": (_gym_vector, 1.0),
