@@ -327,6 +327,23 @@ class TestWarpEnv:
             env.step(env.reset().set("action", actions[0].to(device)))
         assert torch.equal(eager.state, graph.state)
 
+    def test_forgotten_launches_are_recorded_again_on_the_new_arrays(self):
+        env = CartPoleEnv(N, seed=24, capture=True)
+        twin = CartPoleEnv(N, seed=24)
+        actions = _random_actions(env, 6, seed=25)
+        _drive(env, actions[:3])
+        fresh = env.state.clone()
+        env._state = fresh
+        env._wp_state = wp.from_torch(fresh)
+        env._forget_launches()
+        assert env._graphs == {} and env._commands == {}
+        env.set_seed(24)  # restart the episode counts so both envs draw the same episodes
+        runs = _drive(env, actions), _drive(twin, actions)
+        for (a, ra), (b, rb) in zip(*runs, strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+        assert torch.equal(fresh, twin.state)
+
     def test_scoped_capture_of_the_fused_step_by_hand(self):
         env = CartPoleEnv(N, seed=13, max_steps=6)
         twin = CartPoleEnv(N, seed=13, max_steps=6)

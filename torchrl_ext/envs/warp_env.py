@@ -346,6 +346,15 @@ class WarpEnv(EnvBase):
             self._commands[mode] = cmds
         return cmds
 
+    def _forget_launches(self) -> None:
+        """Drop recorded launches and graphs; call after replacing an array a recipe names.
+
+        Recipes are recorded on first use and replayed with the arrays they named then, so a
+        subclass that reallocates state (or any buffer) must call this before the next step.
+        """
+        self._commands.clear()
+        self._graphs.clear()
+
     def _graph(self, mode: str) -> Any:
         graph = self._graphs.get(mode)
         if graph is None:
