@@ -209,6 +209,25 @@ class TestWarpEnv:
         ref = stock.rollout(25, actions=actions, break_when_any_done=False)
         _assert_td_equal(data, ref)
 
+    @settings(max_examples=15, deadline=None)
+    @given(max_steps=st.integers(1, 25), seed=st.integers(0, 2**64 - 1), steps=st.integers(2, 60))
+    def test_auto_reset_invariants_over_random_limits_and_seeds(self, max_steps, seed, steps):
+        env = TransformedEnv(CartPoleEnv(N, seed=seed, max_steps=max_steps), InitTracker())
+        data = env.rollout(steps, break_when_any_done=False)
+        is_init, done = data["is_init"][..., 0], data["next", "done"][..., 0]
+        trunc = data["next", "truncated"][..., 0]
+        obs, nxt = data["observation"], data["next", "observation"]
+        assert bool(is_init[:, 0].all())
+        assert torch.equal(is_init[:, 1:], done[:, :-1])
+        cont = ~done[:, :-1]
+        assert torch.equal(obs[:, 1:][cont], nxt[:, :-1][cont])
+        assert bool((obs[is_init].abs() < 0.05).all())
+        # episode length = steps since the last is_init, inclusive; truncation exactly at the limit
+        length = torch.zeros(N, dtype=torch.long)
+        for t in range(steps):
+            length = torch.where(is_init[:, t], 1, length + 1)
+            assert torch.equal(trunc[:, t], length == max_steps)
+
     def test_is_init_marks_every_episode_start_in_rollout(self):
         env = TransformedEnv(CartPoleEnv(N, seed=8, max_steps=12), InitTracker())
         data = env.rollout(80, break_when_any_done=False)
