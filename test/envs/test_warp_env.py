@@ -91,6 +91,12 @@ class TestWarpEnv:
         check_env_specs(env)
         check_env_specs(TransformedEnv(env, Compose(InitTracker(), StepCounter(), RewardSum())))
 
+    def test_to_its_own_device_only(self):
+        env = CartPoleEnv(2, seed=0)
+        assert env.to("cpu") is env
+        with pytest.raises(ValueError, match="device='meta'"):
+            env.to("meta")
+
     def test_base_without_hooks_says_what_is_missing(self):
         with pytest.raises(NotImplementedError, match="_make_specs"):
             WarpEnv(2)

@@ -276,6 +276,28 @@ class WarpEnv(EnvBase):
         """
         return self._wp
 
+    def to(self, device: torch.device | str) -> WarpEnv:
+        """Return ``self`` for the env's own device; Warp state cannot move, so others raise.
+
+        Args:
+            device (torch.device or str): target device.
+
+        Returns:
+            This env, when ``device`` is the device it was built on.
+
+        Raises:
+            ValueError: for any other device (build a new env there instead).
+        """
+        target = torch.device(device)
+        if target.type == "cuda" and target.index is None and torch.cuda.is_available():
+            target = torch.device("cuda", torch.cuda.current_device())
+        if target == self.device:
+            return self
+        raise ValueError(
+            f"{type(self).__name__} keeps its Warp state on {self.device} and cannot move; got "
+            f"device={str(target)!r}. Build a new env with device={str(target)!r} instead."
+        )
+
     # ------------------------------------------------------------------ allocation
     def _done_spec(self) -> Composite:
         flag = Categorical(2, shape=(self.num_envs, 1), dtype=torch.bool, device=self.device)
