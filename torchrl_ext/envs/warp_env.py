@@ -217,8 +217,8 @@ class WarpEnv(EnvBase):
 
         They read the action from ``buffers["action"]``, write ``buffers["next"][key]`` for every
         observation key, ``buffers["reward"]`` and the three done flags; with ``autoreset`` they
-        reset the envs that are done (:func:`~torchrl_ext.envs._kernels.common.begin_episode`)
-        and write every env's current observation into ``buffers["root"][key]``.
+        reset the envs that are done (``begin_episode``, then a start state drawn from
+        ``stream_key``) and write every env's current observation into ``buffers["root"][key]``.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement _step_launches().")
 
@@ -235,9 +235,8 @@ class WarpEnv(EnvBase):
 
         ``actions`` is time-major, ``[T, N, *action_shape]``; ``out`` holds Warp views of the
         ``"root"`` and ``"next"`` observation dicts, ``"reward"`` and the three done flags, all
-        env-major ``[N, T, ...]``.
-        Subclasses without such a kernel do not override it: :meth:`rollout` then uses the generic
-        loop over fused steps.
+        env-major ``[N, T, ...]``. Subclasses without such a kernel do not override it:
+        :meth:`rollout` then runs TorchRL's loop over fused steps.
         """
         return None
 
