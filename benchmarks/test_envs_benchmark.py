@@ -82,6 +82,7 @@ def _ours_collector_lean(n: int, steps: int) -> Callable[[], None]:
         frames_per_batch=n * steps,
         total_frames=-1,
         track_traj_ids=False,
+        auto_register_policy_transforms=False,
     )
     batches = iter(collector)
     next(batches)
