@@ -388,18 +388,19 @@ class WarpEnv(EnvBase):
         return graph
 
     def _run(self, mode: str) -> None:
-        """Launch (or replay) the kernels of ``mode``: "step", "step_autoreset" or "reset"."""
-        if self._capture:
-            graph = self._graph(mode)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            wp.capture_launch(graph)
-            if self.device.type == "cuda":
-                wp.synchronize_device(self._wp_device)
-            return
+        """Launch (or replay) the kernels of ``mode``: "step", "step_autoreset" or "reset".
+
+        Work is queued on torch's current stream of the env's device, so it is ordered with the
+        torch copies around it. Graphs are recorded on Warp's own stream (outside the torch stream,
+        which may be the uncapturable legacy stream) and replayed on torch's.
+        """
+        graph = self._graph(mode) if self._capture else None
         with self._on_torch_stream():
-            for cmd in self._launch_list(mode):
-                cmd.launch()
+            if graph is not None:
+                wp.capture_launch(graph)
+            else:
+                for cmd in self._launch_list(mode):
+                    cmd.launch()
 
     def _on_torch_stream(self) -> Any:
         """Context in which Warp launches are ordered with torch's work on the env's device."""
