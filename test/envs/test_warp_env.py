@@ -152,7 +152,7 @@ class TestWarpEnv:
         _drive(env, _random_actions(env, 5, seed=1))
         before = _snapshot(env)
         with pytest.raises(err, match=match):
-            env._reset(TensorDict({"_reset": mask}, [N]))
+            env.reset(TensorDict({"_reset": mask}, [N]))
         for a, b in zip(before, _snapshot(env), strict=True):
             assert torch.equal(a, b)
 
