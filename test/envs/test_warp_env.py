@@ -97,6 +97,11 @@ class TestWarpEnv:
         with pytest.raises(ValueError, match="device='meta'"):
             env.to("meta")
 
+    def test_construction_inside_a_capture_is_refused(self):
+        with wp.ScopedCapture(device="cpu"):
+            with pytest.raises(RuntimeError, match="outside the capture"):
+                CartPoleEnv(2, seed=0)
+
     def test_base_without_hooks_says_what_is_missing(self):
         with pytest.raises(NotImplementedError, match="_make_specs"):
             WarpEnv(2)

@@ -188,6 +188,11 @@ class WarpEnv(EnvBase):
         if seed is not None:
             seed = _check_seed(seed)
         wp.init()
+        if wp.device_from_torch(device).is_capturing:
+            raise RuntimeError(
+                f"{type(self).__name__} was constructed while a Warp graph capture is active on "
+                f"{device}; build the env outside the capture (it allocates and loads kernels)."
+            )
         super().__init__(device=device, batch_size=torch.Size([num_envs]))
         self.num_envs = num_envs
         self.max_steps = max_steps
