@@ -249,7 +249,11 @@ def place_checkpoints(
 
 @wp.func
 def is_star_shaped(centerline: wp.array2d(dtype=wp.vec2f), env: wp.int32) -> wp.bool:
-    """Every edge turns strictly counter-clockwise about the origin (then the polygon is simple)."""
+    """Every edge turns strictly counter-clockwise about the origin (then the polygon is simple).
+
+    True exactly when every radius has the same sign, as the polygon's vertices sit at increasing
+    angles ``2 pi i / P``.
+    """
     num_points = centerline.shape[1]
     for i in range(num_points):
         a = centerline[env, i]
@@ -257,6 +261,47 @@ def is_star_shaped(centerline: wp.array2d(dtype=wp.vec2f), env: wp.int32) -> wp.
         if not (a[0] * b[1] - a[1] * b[0] > 0.0):
             return False
     return True
+
+
+@wp.func
+def orient(p: wp.vec2f, q: wp.vec2f, r: wp.vec2f) -> wp.float32:
+    """Twice the signed area of the triangle ``p, q, r`` (positive: counter-clockwise)."""
+    return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+
+
+@wp.func
+def edges_cross(a: wp.vec2f, b: wp.vec2f, c: wp.vec2f, d: wp.vec2f) -> wp.bool:
+    """Segments ``ab`` and ``cd`` cross at a point interior to both."""
+    first = orient(a, b, c) * orient(a, b, d) < 0.0
+    return first and orient(c, d, a) * orient(c, d, b) < 0.0
+
+
+@wp.func
+def crosses_itself(centerline: wp.array2d(dtype=wp.vec2f), env: wp.int32) -> wp.bool:
+    """Two non-adjacent edges of the closed polygon cross (O(P^2) pair test)."""
+    num_points = centerline.shape[1]
+    for i in range(num_points - 2):
+        a = centerline[env, i]
+        b = centerline[env, i + 1]
+        last = wp.where(i == 0, num_points - 1, num_points)
+        for j in range(i + 2, last):
+            c = centerline[env, j]
+            d = centerline[env, (j + 1) % num_points]
+            if edges_cross(a, b, c, d):
+                return True
+    return False
+
+
+@wp.func
+def is_simple(centerline: wp.array2d(dtype=wp.vec2f), env: wp.int32) -> wp.bool:
+    """The closed centerline does not cross itself.
+
+    A star-shaped polygon is simple, which settles every course whose radius stays positive in
+    O(P); only the others pay the O(P^2) pair test.
+    """
+    if is_star_shaped(centerline, env):
+        return True
+    return not crosses_itself(centerline, env)
 
 
 @wp.func
@@ -316,7 +361,7 @@ def check_validity(
     if mask[env] == 0:
         return
     bits = params_defect(scale[env], roughness[env], harmonics[env], width[env], spacing[env])
-    if not is_star_shaped(centerline, env):
+    if not is_simple(centerline, env):
         bits = bits | DEFECT_SELF_INTERSECTING
     if has_tight_turn(centerline, env, width[env]):
         bits = bits | DEFECT_TIGHT_TURN

@@ -41,7 +41,7 @@ class CourseDefect(enum.IntFlag):
     """
 
     SELF_INTERSECTING = 1
-    """The centerline is not a simple closed curve (some radius is not positive)."""
+    """Two non-adjacent edges of the centerline polygon cross."""
     TIGHT_TURN = 2
     """A radius of curvature of the centerline is below half the track width."""
     TOO_FEW_CHECKPOINTS = 4
