@@ -7,6 +7,8 @@ and an O(P^2) segment-intersection test for self-intersection. Bitwise equality 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -90,7 +92,18 @@ def segments_cross(points: np.ndarray) -> bool:
 
 
 def snapshot(gen: CourseGenerator) -> dict[str, torch.Tensor]:
+    wp.synchronize_device(gen.device)
     return {name: view.clone() for name, view in gen.views.items()}
+
+
+@contextlib.contextmanager
+def torch_on_warp_stream(device: str):
+    """On CUDA, order torch's mask and view writes with Warp's launches: one stream for both."""
+    if device == "cpu":
+        yield
+        return
+    with torch.cuda.stream(wp.stream_to_torch(wp.get_stream(device))):
+        yield
 
 
 def assert_rows_equal(left, right, rows, names=None):
@@ -137,11 +150,15 @@ class TestCourseGenerator:
 
     @pytest.mark.parametrize("device", DEVICES)
     def test_draws_and_geometry_match_oracle(self, device):
+        with torch_on_warp_stream(device):
+            self._draws_and_geometry_match_oracle(device)
+
+    def _draws_and_geometry_match_oracle(self, device):
         params = CourseParams(roughness=0.35, harmonics=6, checkpoint_spacing=4.0)
         seeds = torch.tensor([0, 17, 2**50 + 3, -12345], dtype=torch.int64)
         gen = CourseGenerator(4, seed=seeds, params=params, device=device)
         gen.regenerate(torch.tensor([0, 1, 1, 0], dtype=torch.int32, device=device))
-        views = {k: v.cpu() for k, v in gen.views.items()}
+        views = {k: v.cpu() for k, v in snapshot(gen).items()}
         for env in range(4):
             eff = reference_effective_seed(int(seeds[env]), int(views["epoch"][env]))
             draws = reference_draws(eff)
@@ -164,6 +181,10 @@ class TestCourseGenerator:
     def test_fresh_generator_rebuilds_from_effective_seed(self, device):
         """Any batch size, any index: seed = effective_seed(seed, epoch) at epoch 0 is bitwise
         the same course."""
+        with torch_on_warp_stream(device):
+            self._fresh_generator_rebuilds(device)
+
+    def _fresh_generator_rebuilds(self, device):
         params = CourseParams(roughness=0.4, harmonics=3, width=2.5)
         gen = CourseGenerator(
             6,
@@ -322,31 +343,37 @@ class TestValidity:
 class TestCapture:
     """A recorded regenerate replays bitwise like the eager call, for masks rewritten in place."""
 
+    @pytest.mark.parametrize("device", DEVICES)
     @pytest.mark.parametrize("skip_empty", [True, False])
     @pytest.mark.parametrize("advance", [True, False])
-    def test_captured_equals_eager(self, skip_empty, advance):
+    def test_captured_equals_eager(self, skip_empty, advance, device):
+        with torch_on_warp_stream(device):
+            self._captured_equals_eager(skip_empty, advance, device)
+
+    def _captured_equals_eager(self, skip_empty, advance, device):
         params = CourseParams(roughness=0.45)
-        eager = CourseGenerator(16, seed=2**40, params=params)
-        captured = CourseGenerator(16, seed=2**40, params=params)
-        mask = torch.zeros(16, dtype=torch.int32)
+        eager = CourseGenerator(16, seed=2**40, params=params, device=device)
+        captured = CourseGenerator(16, seed=2**40, params=params, device=device)
+        mask = torch.zeros(16, dtype=torch.int32, device=device)
         graph = captured.capture_regenerate(mask, advance, skip_empty=skip_empty)
         assert_rows_equal(snapshot(eager), snapshot(captured), slice(None))
         rng = np.random.default_rng(1)
         for step in range(40):
             bits = rng.random(16) < rng.choice([0.0, 0.1, 0.5, 1.0])
-            mask.copy_(torch.as_tensor(bits, dtype=torch.int32))
+            mask.copy_(torch.as_tensor(bits, dtype=torch.int32, device=device))
             if step % 7 == 3:
                 index = torch.as_tensor(rng.choice(16, 3, replace=False))
                 width = float(rng.uniform(0.5, 3.0))
                 for gen in (eager, captured):
-                    gen.views["seed"][index] = torch.as_tensor([1, 2**60, -5])
+                    gen.views["seed"][index] = torch.as_tensor([1, 2**60, -5], device=device)
                     gen.set_params(index, width=width)
             eager.regenerate(mask, advance, skip_empty=skip_empty)
             wp.capture_launch(graph)
             assert_rows_equal(snapshot(eager), snapshot(captured), slice(None))
 
-    def test_replay_without_mask_rebuilds_all(self):
-        gen = CourseGenerator(4, seed=0)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_replay_without_mask_rebuilds_all(self, device):
+        gen = CourseGenerator(4, seed=0, device=device)
         graph = gen.capture_regenerate()
         assert gen.views["epoch"].tolist() == [0] * 4
         wp.capture_launch(graph)

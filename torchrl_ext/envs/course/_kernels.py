@@ -117,10 +117,38 @@ def draw_coefficients(
     coefficients: wp.array2d(dtype=wp.float32),
 ):
     """Draw the uniform numbers ``coefficients[env, j]`` of the masked envs' courses."""
-    env, j = wp.tid()
+    env = wp.tid()
     if mask[env] == 0:
         return
-    coefficients[env, j] = uniform(effective_seed(seed[env], epoch[env]), j)
+    key = effective_seed(seed[env], epoch[env])
+    for j in range(coefficients.shape[1]):
+        coefficients[env, j] = uniform(key, j)
+
+
+@wp.func
+def centerline_point(
+    coefficients: wp.array2d(dtype=wp.float32),
+    env: wp.int32,
+    theta: wp.float32,
+    scale: wp.float32,
+    roughness: wp.float32,
+    harmonics: wp.int32,
+) -> wp.vec2f:
+    """The centerline point at angle ``theta``: polar form around the origin.
+
+    Its radius is ``scale * (1 + roughness * sum_k a_k cos(k theta + phi_k))``.
+
+    Harmonic ``k`` (1-based, ``k <= harmonics``) has amplitude ``a_k = (2 u - 1) / k`` and phase
+    ``phi_k = 2 pi v`` from the draws ``u = coefficients[2k - 2]``, ``v = coefficients[2k - 1]``.
+    """
+    wave = wp.float32(0.0)
+    for k in range(wp.min(harmonics, _MAX_HARMONICS)):
+        order = wp.float32(k + 1)
+        amplitude = (2.0 * coefficients[env, 2 * k] - 1.0) / order
+        phase = _TWO_PI * coefficients[env, 2 * k + 1]
+        wave = wave + amplitude * wp.cos(order * theta + phase)
+    radius = scale * (1.0 + roughness * wave)
+    return wp.vec2f(radius * wp.cos(theta), radius * wp.sin(theta))
 
 
 @wp.kernel
@@ -132,27 +160,20 @@ def build_centerline(
     harmonics: wp.array(dtype=wp.int32),
     centerline: wp.array2d(dtype=wp.vec2f),
 ):
-    """Centerline point ``i`` at angle ``t = 2 pi i / P``, in polar form.
+    """Centerline point ``i`` of the masked envs at angle ``2 pi i / P`` (:func:`centerline_point`).
 
-    Its radius is ``scale * (1 + roughness * sum_k a_k cos(k t + phi_k))``.
-
-    Harmonic ``k`` (1-based, ``k <= harmonics``) has amplitude ``a_k = (2 u - 1) / k`` and phase
-    ``phi_k = 2 pi v`` from the draws ``u = coefficients[2k - 2]``, ``v = coefficients[2k - 1]``.
+    One thread per env: an unmasked env costs one mask read, whatever ``P``.
     """
-    env, i = wp.tid()
+    env = wp.tid()
     if mask[env] == 0:
         return
     num_points = centerline.shape[1]
-    theta = wp.float32(i) * (_TWO_PI / wp.float32(num_points))
-    wave = wp.float32(0.0)
-    count = wp.min(harmonics[env], _MAX_HARMONICS)
-    for k in range(count):
-        order = wp.float32(k + 1)
-        amplitude = (2.0 * coefficients[env, 2 * k] - 1.0) / order
-        phase = _TWO_PI * coefficients[env, 2 * k + 1]
-        wave = wave + amplitude * wp.cos(order * theta + phase)
-    radius = scale[env] * (1.0 + roughness[env] * wave)
-    centerline[env, i] = wp.vec2f(radius * wp.cos(theta), radius * wp.sin(theta))
+    step = _TWO_PI / wp.float32(num_points)
+    for i in range(num_points):
+        theta = wp.float32(i) * step
+        centerline[env, i] = centerline_point(
+            coefficients, env, theta, scale[env], roughness[env], harmonics[env]
+        )
 
 
 @wp.kernel
@@ -218,6 +239,26 @@ def find_segment(
     return lo
 
 
+@wp.func
+def point_at(
+    centerline: wp.array2d(dtype=wp.vec2f),
+    arc_length: wp.array2d(dtype=wp.float32),
+    env: wp.int32,
+    s: wp.float32,
+) -> wp.vec2f:
+    """The centerline point at arc length ``s`` (linear along the segment containing it)."""
+    num_points = centerline.shape[1]
+    i = find_segment(arc_length, env, s)
+    start = arc_length[env, i]
+    seg = arc_length[env, i + 1] - start
+    t = wp.float32(0.0)
+    if seg > 0.0:
+        t = wp.clamp((s - start) / seg, 0.0, 1.0)
+    a = centerline[env, i]
+    b = centerline[env, (i + 1) % num_points]
+    return a + t * (b - a)
+
+
 @wp.kernel
 def place_checkpoints(
     mask: wp.array(dtype=wp.int32),
@@ -228,23 +269,17 @@ def place_checkpoints(
     checkpoints: wp.array2d(dtype=wp.vec2f),
 ):
     """Checkpoint ``j`` at arc length ``j * spacing`` on the centerline; unused slots are zero."""
-    env, j = wp.tid()
+    env = wp.tid()
     if mask[env] == 0:
         return
-    if j >= wp.min(checkpoint_count[env], checkpoints.shape[1]):
-        checkpoints[env, j] = wp.vec2f(0.0, 0.0)
-        return
-    num_points = centerline.shape[1]
-    s = wp.float32(j) * spacing[env]
-    i = find_segment(arc_length, env, s)
-    start = arc_length[env, i]
-    seg = arc_length[env, i + 1] - start
-    t = wp.float32(0.0)
-    if seg > 0.0:
-        t = wp.clamp((s - start) / seg, 0.0, 1.0)
-    a = centerline[env, i]
-    b = centerline[env, (i + 1) % num_points]
-    checkpoints[env, j] = a + t * (b - a)
+    count = wp.min(checkpoint_count[env], checkpoints.shape[1])
+    for j in range(checkpoints.shape[1]):
+        if j < count:
+            checkpoints[env, j] = point_at(
+                centerline, arc_length, env, wp.float32(j) * spacing[env]
+            )
+        else:
+            checkpoints[env, j] = wp.vec2f(0.0, 0.0)
 
 
 @wp.func

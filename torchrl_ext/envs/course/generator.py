@@ -484,7 +484,7 @@ class CourseGenerator:
         wp.launch(K.commit_params, dim=n, inputs=self._commit_inputs(mask), device=dev)
         wp.launch(
             K.draw_coefficients,
-            dim=(n, K.NUM_DRAWS),
+            dim=n,
             inputs=[mask, self.seed, self.epoch, self.coefficients],
             device=dev,
         )
@@ -498,11 +498,11 @@ class CourseGenerator:
         return [mask, self.epoch, *params, self.generation, *course]
 
     def _launch_geometry(self, mask: wp.array) -> None:
-        n, p, m, dev = self.num_envs, self.num_points, self.max_checkpoints, self.device
+        n, m, dev = self.num_envs, self.max_checkpoints, self.device
         shape = [self.scale, self.roughness, self.harmonics]
         wp.launch(
             K.build_centerline,
-            dim=(n, p),
+            dim=n,
             inputs=[mask, self.coefficients, *shape, self.centerline],
             device=dev,
         )
@@ -517,7 +517,7 @@ class CourseGenerator:
         )
         wp.launch(
             K.place_checkpoints,
-            dim=(n, m),
+            dim=n,
             inputs=[
                 mask,
                 self.centerline,
