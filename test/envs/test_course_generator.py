@@ -138,9 +138,19 @@ class TestEffectiveSeed:
         gen.regenerate()
         assert len({tuple(row.tolist()) for row in gen.views["coefficients"]}) == 4
 
-    def test_negative_epoch_rejected(self):
-        with pytest.raises(ValueError, match="epoch"):
-            effective_seed(1, -1)
+    @pytest.mark.parametrize(
+        ("seed", "epoch", "error", "match"),
+        [
+            (1, -1, ValueError, "epoch must be >= 0, got epoch=-1"),
+            (2**63, 0, ValueError, "seed must fit in int64"),
+            (1.5, 0, TypeError, "seed must be an int or an integer tensor"),
+            (torch.tensor([1.0]), 0, TypeError, "seed must hold integers"),
+            (1, torch.tensor([0, -2]), ValueError, "epoch must be >= 0"),
+        ],
+    )
+    def test_bad_input(self, seed, epoch, error, match):
+        with pytest.raises(error, match=match):
+            effective_seed(seed, epoch)
 
 
 # ----------------------------------------------------------------------------- generator
@@ -216,6 +226,10 @@ class TestCourseGenerator:
         for name in COURSE_NAMES:
             assert torch.equal(gen.course(1)[name], fresh.course(0)[name]), name
         assert_rows_equal(before, snapshot(gen), [0, 2])
+
+    def test_int_seed_wraps_around_int64(self):
+        gen = CourseGenerator(3, seed=2**63 - 2)
+        assert gen.views["seed"].tolist() == [2**63 - 2, 2**63 - 1, -(2**63)]
 
     def test_no_mask_rebuilds_every_env(self):
         gen = CourseGenerator(4, seed=1)
@@ -455,6 +469,7 @@ class TestBadInput:
             ({"num_envs": 2.0}, TypeError, "num_envs must be an int"),
             ({"max_checkpoints": 1}, ValueError, "max_checkpoints"),
             ({"seed": 1.5}, TypeError, "seed must be an int"),
+            ({"seed": 2**64}, ValueError, "seed must fit in int64"),
             ({"seed": torch.zeros(3, dtype=torch.int64)}, ValueError, r"seed must have shape"),
             ({"params": {"width": 1.0}}, TypeError, "params must be a CourseParams"),
         ],

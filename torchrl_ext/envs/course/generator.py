@@ -123,6 +123,18 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def _as_int64(name: str, value: int | torch.Tensor) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got {name}.dtype={value.dtype}.")
+        return value.detach().to("cpu", torch.int64)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or an integer tensor, got {name}={value!r}.")
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{name} must fit in int64, got {name}={value!r}.")
+    return torch.tensor(value, dtype=torch.int64)
+
+
 def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int | torch.Tensor:
     """The seed that rebuilds the course of ``(seed, epoch)`` at epoch 0 in a fresh generator.
 
@@ -134,27 +146,27 @@ def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int |
         epoch (int or torch.Tensor): epoch(s) ``>= 0``, broadcast against ``seed``.
 
     Returns:
-        An int64 Python int for int inputs, else an int64 tensor of the broadcast shape.
+        An int for int inputs, else a CPU int64 tensor of the broadcast shape.
+
+    Raises:
+        TypeError: for a non-integer seed or epoch.
+        ValueError: for a negative epoch or an int outside int64.
 
     Examples:
         >>> from torchrl_ext.envs.course import effective_seed
         >>> print(effective_seed(7, 0) == 7, effective_seed(7, 1) == effective_seed(7, 2))
         True False
     """
-    scalar = isinstance(seed, int) and isinstance(epoch, int)
-    seeds = np.atleast_1d(np.asarray(torch.as_tensor(seed, dtype=torch.int64)))
-    epochs = np.atleast_1d(np.asarray(torch.as_tensor(epoch, dtype=torch.int64)))
-    if (epochs < 0).any():
+    seeds, epochs = torch.broadcast_tensors(_as_int64("seed", seed), _as_int64("epoch", epoch))
+    if bool((epochs < 0).any()):
         raise ValueError(f"epoch must be >= 0, got epoch={epoch!r}.")
-    seeds, epochs = np.broadcast_arrays(seeds, epochs)
-    bits = seeds.astype(np.uint64)
-    hashed = _mix64(_mix64(bits) ^ (epochs.astype(np.uint64) * np.uint64(_GOLDEN)))
-    result = np.where(epochs == 0, bits, hashed).astype(np.int64)
-    if scalar:
-        return int(result[0])
-    return torch.from_numpy(result.copy()).reshape(
-        torch.broadcast_shapes(torch.as_tensor(seed).shape, torch.as_tensor(epoch).shape)
-    )
+    bits = seeds.numpy().astype(np.uint64).reshape(-1)
+    steps = epochs.numpy().astype(np.uint64).reshape(-1)
+    hashed = _mix64(_mix64(bits) ^ (steps * np.uint64(_GOLDEN)))
+    result = np.where(steps == 0, bits, hashed).astype(np.int64).reshape(seeds.shape)
+    if isinstance(seed, int) and isinstance(epoch, int):
+        return int(result)
+    return torch.from_numpy(result)
 
 
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
@@ -192,8 +204,9 @@ class CourseGenerator:
 
     Args:
         num_envs (int): number of envs (courses).
-        seed (int or torch.Tensor, optional): an int gives env ``i`` the seed ``seed + i``; an
-            int64 tensor of shape ``[num_envs]`` gives each env its seed. Defaults to 0.
+        seed (int or torch.Tensor, optional): an int64 ``seed`` gives env ``i`` the seed
+            ``seed + i`` (wrapping around int64); an int64 tensor of shape ``[num_envs]`` gives
+            each env its seed. Defaults to 0.
         params (CourseParams, optional): parameters of every env's first course. Defaults to
             ``CourseParams()``.
         num_points (int, optional): centerline points per course, at least 16. Defaults to 64.
@@ -201,7 +214,8 @@ class CourseGenerator:
         device (str, optional): Warp device. Defaults to ``"cpu"``.
 
     Raises:
-        ValueError: for a bad size, seed or parameter, naming it.
+        TypeError: for a size, seed or params of the wrong type, naming it.
+        ValueError: for a bad size or seed, naming it.
         RuntimeError: when constructed while a graph capture is active on ``device``.
 
     Examples:
@@ -261,7 +275,8 @@ class CourseGenerator:
 
     def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
         if isinstance(seed, int) and not isinstance(seed, bool):
-            return (np.arange(self.num_envs, dtype=np.int64) + np.int64(seed)).astype(np.int64)
+            base = _as_int64("seed", seed).numpy()
+            return np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
         if not isinstance(seed, torch.Tensor) or seed.dtype != torch.int64:
             raise TypeError(f"seed must be an int or an int64 tensor, got seed={seed!r}.")
         if tuple(seed.shape) != (self.num_envs,):
