@@ -448,7 +448,9 @@ class CourseGenerator:
         ``wp.capture_if``: on the CPU (eager: one host read; captured: a conditional op) and,
         while capturing on CUDA with conditional graph nodes, an all-zero mask skips the rebuild.
         Elsewhere the rebuild is launched unconditionally and its kernels return early for
-        unmasked envs.
+        unmasked envs. On CUDA the kernels run on Warp's current stream of the device: order
+        torch writes to the mask or the views with it (e.g. run torch on
+        ``wp.stream_to_torch(wp.get_stream(device))``).
 
         Args:
             mask (wp.array or torch.Tensor, optional): int32 ``[num_envs]`` on the generator's
