@@ -347,7 +347,7 @@ class CourseEnv(WarpEnv):
             (_k.drive_cars, [w["pose"], b["action"], valid, p]),
             (_k.track_progress, progress),
             (_k.end_episodes, ends),
-            (_k.observe, self._observe_inputs("next")),
+            (_k.observe, self._observe_inputs("next", w["zero_mask"], w["zero_mask"], False)),
         ]
 
     def _reset_launches(self) -> list[Launch]:
@@ -355,18 +355,34 @@ class CourseEnv(WarpEnv):
         inputs = [self.buffers["mask"], w["counts"], self._generator.valid]
         return [(_k.plan_reset, [*inputs, w["regen_mask"], w["respawn_mask"]])]
 
-    def _respawn_recipes(self, first: wp.array, second: wp.array) -> list[Launch]:
-        """Respawn the envs set in either mask, then observe every env into the root buffers."""
+    def _respawn_recipes(
+        self, first: wp.array, second: wp.array, carry: bool = False
+    ) -> list[Launch]:
+        """Respawn the envs set in either mask, then write every env's root observation.
+
+        With ``carry`` (right after a step wrote ``buffers["next"]``), only the respawned envs are
+        observed; the others' root observation is a copy of their step observation.
+        """
         b, w = self.buffers, self._w
         inputs = [first, second, self._generator.centerline, b["steps"], b["episode"]]
-        return [
-            (_k.respawn_cars, [*inputs, w["pose"], w["track"], w["counts"]]),
-            (_k.observe, self._observe_inputs("root")),
-        ]
+        recipes = [(_k.respawn_cars, [*inputs, w["pose"], w["track"], w["counts"]])]
+        if carry:
+            copy = [first, second, *self._outputs("next"), *self._outputs("root")]
+            recipes.append((_k.carry_observation, copy))
+        recipes.append((_k.observe, self._observe_inputs("root", first, second, carry)))
+        return recipes
 
-    def _observe_inputs(self, which: str) -> list:
+    def _outputs(self, which: str) -> list[wp.array]:
+        return [self.buffers[which][key] for key in ("observation", *_STEP_RESULTS)]
+
+    def _observe_inputs(
+        self, which: str, first: wp.array, second: wp.array, masked_only: bool
+    ) -> list:
         out, w = self.buffers[which], self._w
         return [
+            first,
+            second,
+            int(masked_only),
             w["pose"],
             w["track"],
             w["counts"],
@@ -408,7 +424,9 @@ class CourseEnv(WarpEnv):
             if mode != "step":
                 w = self._w
                 cmds.append(_RegenerateCommand(self._generator, w["regen_mask"]))
-                cmds += self._record(self._respawn_recipes(w["regen_mask"], w["respawn_mask"]))
+                carry = mode == "step_autoreset"
+                masks = (w["regen_mask"], w["respawn_mask"])
+                cmds += self._record(self._respawn_recipes(*masks, carry=carry))
             self._commands[mode] = cmds
         return cmds
 

@@ -45,8 +45,8 @@ END_NONE = wp.constant(0)
 END_RESPAWN = wp.constant(1)
 END_REGENERATE = wp.constant(2)
 
-_WINDOW = wp.constant(8)
-"""Centerline segments searched on each side of the car's segment when casting rays."""
+_WINDOW = wp.constant(3)
+"""Centerline segments searched on each side of the previous nearest one when casting rays."""
 _MARCH_STEPS = wp.constant(24)
 _MIN_STEP = wp.constant(1.0 / 64.0)
 """Smallest march step, as a fraction of the range: grazing rays advance instead of stalling."""
@@ -90,19 +90,20 @@ def nearest_segment(
     if count == num_points:
         first = 0
     best = wp.int32(0)
-    best_d = wp.float32(3.0e38)
+    best_d2 = wp.float32(3.0e38)
     best_t = wp.float32(0.0)
     for k in range(count):
         i = ((first + k) % num_points + num_points) % num_points
         a = centerline[env, i]
         b = centerline[env, (i + 1) % num_points]
         t = segment_param(a, b, p)
-        d = wp.length(p - (a + t * (b - a)))
-        if d < best_d:
+        gap = p - (a + t * (b - a))
+        d2 = wp.dot(gap, gap)
+        if d2 < best_d2:
             best = i
-            best_d = d
+            best_d2 = d2
             best_t = t
-    return best, best_d, best_t
+    return best, wp.sqrt(best_d2), best_t
 
 
 @wp.func
@@ -117,14 +118,17 @@ def cast_ray(
 ) -> wp.float32:
     """Distance from ``origin`` along ``direction`` to the track edge, at most ``max_range``.
 
+    The nearest segment is searched near the previous one as the ray advances (a local search:
+    parts of the course farther along never shorten a reading wrongly, they are just not seen).
     Sphere tracing on the track's distance field ``half_width - d(p, centerline)`` with steps of
     at least ``max_range / 64``: exact to ``1e-3`` where the ray meets the edge head-on, to
     ``max_range / 64`` at grazing incidence; 0 when the origin is off the track.
     """
     t = wp.float32(0.0)
+    center = segment
     for _ in range(_MARCH_STEPS):
         q = origin + t * direction
-        _seg, d, _t = nearest_segment(centerline, env, q, segment, _WINDOW)
+        center, d, _t = nearest_segment(centerline, env, q, center, _WINDOW)
         gap = half_width - d
         if gap < _HIT or t >= max_range:
             return wp.clamp(t, 0.0, max_range)
@@ -335,7 +339,40 @@ def respawn_cars(
 
 
 @wp.kernel
+def carry_observation(
+    first: wp.array(dtype=wp.int32),
+    second: wp.array(dtype=wp.int32),
+    observation: wp.array2d(dtype=wp.float32),
+    distance: wp.array(dtype=wp.float32),
+    passes: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    out_of_bounds: wp.array(dtype=wp.bool),
+    valid: wp.array(dtype=wp.bool),
+    root_observation: wp.array2d(dtype=wp.float32),
+    root_distance: wp.array(dtype=wp.float32),
+    root_passes: wp.array(dtype=wp.int32),
+    root_laps: wp.array(dtype=wp.int32),
+    root_out_of_bounds: wp.array(dtype=wp.bool),
+    root_valid: wp.array(dtype=wp.bool),
+):
+    """Copy the step's observation into the root buffers of the envs set in neither mask."""
+    i = wp.tid()
+    if first[i] != 0 or second[i] != 0:
+        return
+    for k in range(observation.shape[1]):
+        root_observation[i, k] = observation[i, k]
+    root_distance[i] = distance[i]
+    root_passes[i] = passes[i]
+    root_laps[i] = laps[i]
+    root_out_of_bounds[i] = out_of_bounds[i]
+    root_valid[i] = valid[i]
+
+
+@wp.kernel
 def observe(
+    first: wp.array(dtype=wp.int32),
+    second: wp.array(dtype=wp.int32),
+    masked_only: int,
     pose: wp.array2d(dtype=wp.float32),
     track: wp.array2d(dtype=wp.float32),
     counts: wp.array2d(dtype=wp.int32),
@@ -356,9 +393,11 @@ def observe(
 
     ``observation`` holds the range readings (rays spread evenly over ``[-spread, spread]``
     around the heading), the speed, the heading error against the segment under the car and the
-    distance to the next checkpoint.
+    distance to the next checkpoint. With ``masked_only``, only envs set in either mask.
     """
     i = wp.tid()
+    if masked_only != 0 and first[i] == 0 and second[i] == 0:
+        return
     ok = valid[i] != 0
     num_points = centerline.shape[1]
     num_rays = observation.shape[1] - 3
