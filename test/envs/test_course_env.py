@@ -488,3 +488,27 @@ def test_observe_matches_reset_keys():
     td = env.reset()
     assert isinstance(env.observe(), TensorDict)
     assert set(env.observe().keys()) == set(td.keys())
+
+
+def test_user_masks_record_into_a_graph():
+    eager, captured = CourseEnv(N, seed=5), CourseEnv(N, seed=5)
+    regen, respawn = torch.zeros(N, dtype=torch.int32), torch.zeros(N, dtype=torch.int32)
+    with wp.ScopedCapture(device="cpu", force_module_load=False) as capture:
+        captured.regenerate(regen)
+        captured.respawn(respawn)
+    _rows_equal(_env_state(eager), _env_state(captured), slice(None))
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        regen.copy_((torch.rand(N, generator=gen) < 0.3).to(torch.int32))
+        respawn.copy_((torch.rand(N, generator=gen) < 0.3).to(torch.int32))
+        wp.capture_launch(capture.graph)
+        eager.regenerate(regen)
+        eager.respawn(respawn)
+        root = eager.observe()
+        root["action"] = torch.full((N, 2), 0.9)
+        eager.step_and_maybe_reset(root)
+        root = captured.observe()
+        root["action"] = torch.full((N, 2), 0.9)
+        captured.step_and_maybe_reset(root)
+    _rows_equal(_env_state(eager), _env_state(captured), slice(None))
+    assert int(eager.generation.sum()) > 0
