@@ -19,9 +19,9 @@ COURSE_KEYS = ("seed", "epoch", "generation", "valid", "centerline", "checkpoint
 
 def _env_state(env):
     views = env.generator.views
-    state = {f"course/{k}": views[k].clone() for k in CourseGenerator.array_names()}
-    state.update(pose=env.pose.clone(), progress=env.progress.clone())
-    state.update(counters=env.counters.clone(), steps=env.buffers["steps"].numpy().copy())
+    state = {f"course/{k}": views[k].cpu().clone() for k in CourseGenerator.array_names()}
+    state.update(pose=env.pose.cpu().clone(), progress=env.progress.cpu().clone())
+    state.update(counters=env.counters.cpu().clone(), steps=env.buffers["steps"].numpy().copy())
     return state
 
 
@@ -40,13 +40,13 @@ def _step_all(env, actions, masks=None):
     outs = []
     root = env.reset()
     for t, action in enumerate(actions):
-        root["action"] = action
+        root["action"] = action.to(env.device)
         td, root = env.step_and_maybe_reset(root)
         outs.append(td["next"].clone())
         if masks is not None:
             regen, respawn = masks[t]
-            env.regenerate(regen)
-            env.respawn(respawn)
+            env.regenerate(regen.to(env.device))
+            env.respawn(respawn.to(env.device))
             root = env.observe()
     return torch.stack(outs)
 
@@ -106,8 +106,8 @@ class TestCourseEnv:
     """
 
     @pytest.mark.parametrize("capture", [False, True])
-    def test_check_env_specs(self, capture):
-        check_env_specs(CourseEnv(4, seed=1, capture=capture))
+    def test_check_env_specs(self, capture, device):
+        check_env_specs(CourseEnv(4, seed=1, capture=capture, device=device))
 
     def test_reset_observation(self):
         env = CourseEnv(3, seed=2, num_rays=4)
@@ -238,7 +238,7 @@ class TestCourseEnv:
         assert env.generation.tolist() == [0, 3, 3, 0]
 
     # ------------------------------------------------------------ graph capture
-    def test_captured_equals_eager_with_random_masks(self):
+    def test_captured_equals_eager_with_random_masks(self, device):
         steps = 40
         gen = torch.Generator().manual_seed(5)
         actions = _actions(gen, N, steps)
@@ -249,7 +249,8 @@ class TestCourseEnv:
             )
             for _ in range(steps)
         ]
-        kwargs = {"seed": 11, "max_steps": 15, "params": CourseParams(scale=4.0, width=2.5)}
+        params = CourseParams(scale=4.0, width=2.5)
+        kwargs = {"seed": 11, "max_steps": 15, "params": params, "device": device}
         eager = CourseEnv(N, **kwargs)
         captured = CourseEnv(N, capture=True, **kwargs)
         a = _step_all(eager, actions, masks)
@@ -275,15 +276,15 @@ class TestCourseEnv:
         assert (results[0] == results[1]).all()
 
     # ------------------------------------------------------------ auto-reset semantics
-    def test_fused_auto_reset_equals_generic_step_then_reset(self):
-        kwargs = {"seed": 9, "max_steps": 12, "crash": "respawn"}
+    def test_fused_auto_reset_equals_generic_step_then_reset(self, device):
+        kwargs = {"seed": 9, "max_steps": 12, "crash": "respawn", "device": device}
         fused, generic = CourseEnv(N, **kwargs), CourseEnv(N, **kwargs)
         actions = _actions(torch.Generator().manual_seed(1), N, 30)
         a = _step_all(fused, actions)
         root = generic.reset()
         outs = []
         for action in actions:
-            root["action"] = action
+            root["action"] = action.to(device)
             nxt = generic.step(root)["next"].clone()
             outs.append(nxt)
             root = generic.reset(nxt.clone().set("_reset", nxt["done"].clone()))

@@ -8,7 +8,9 @@ RL step, masked regeneration included, is a fixed sequence of kernel launches th
 
 from __future__ import annotations
 
+import math
 import numbers
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -28,8 +30,9 @@ _CRASH_MODES = ("respawn", "regenerate")
 _STEP_RESULTS = ("checkpoint_distance", "checkpoints_passed", "laps", "out_of_bounds", "valid")
 
 
+@dataclass(frozen=True)
 class CarConfig:
-    """Constants of the kinematic car and of the reward (plain floats, validated).
+    """Constants of the kinematic car and of the reward.
 
     Args:
         dt (float, optional): time step in seconds. Defaults to 0.1.
@@ -44,53 +47,46 @@ class CarConfig:
         progress_coef (float, optional): reward per unit of arc length driven. Defaults to 0.1.
         crash_penalty (float, optional): reward subtracted on leaving the track. Defaults to 1.0.
 
+    Raises:
+        TypeError: for a value that is not a real number, naming it.
+        ValueError: for a value that is not finite, negative, or zero where it must be > 0.
+
     Examples:
-        >>> from torchrl_ext.envs.course_env import CarConfig
+        >>> from torchrl_ext.envs import CarConfig
         >>> config = CarConfig(max_speed=3.0)
         >>> print(config.max_speed, len(config.as_list()))
         3.0 10
     """
 
-    _NAMES = (
-        "dt",
-        "accel",
-        "drag",
-        "max_speed",
-        "max_steer",
-        "wheelbase",
-        "max_range",
-        "ray_spread",
-        "progress_coef",
-        "crash_penalty",
-    )
+    dt: float = 0.1
+    accel: float = 4.0
+    drag: float = 0.5
+    max_speed: float = 5.0
+    max_steer: float = 0.5
+    wheelbase: float = 1.0
+    max_range: float = 5.0
+    ray_spread: float = 1.2
+    progress_coef: float = 0.1
+    crash_penalty: float = 1.0
 
-    def __init__(
-        self,
-        dt: float = 0.1,
-        accel: float = 4.0,
-        drag: float = 0.5,
-        max_speed: float = 5.0,
-        max_steer: float = 0.5,
-        wheelbase: float = 1.0,
-        max_range: float = 5.0,
-        ray_spread: float = 1.2,
-        progress_coef: float = 0.1,
-        crash_penalty: float = 1.0,
-    ) -> None:
-        values = locals()
-        for name in self._NAMES:
-            value = values[name]
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a float, got {name}={value!r}.")
-            positive = name not in ("drag", "ray_spread", "progress_coef", "crash_penalty")
-            if not np.isfinite(value) or value < 0 or (positive and value == 0):
-                bound = "> 0" if positive else ">= 0"
-                raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
-            setattr(self, name, float(value))
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_constant(f.name, getattr(self, f.name), f.name not in _MAY_BE_ZERO)
 
     def as_list(self) -> list[float]:
-        """The constants in the kernels' ``P_*`` order."""
-        return [getattr(self, name) for name in self._NAMES]
+        """The constants as floats, in the kernels' ``P_*`` order."""
+        return [float(getattr(self, f.name)) for f in fields(self)]
+
+
+_MAY_BE_ZERO = ("drag", "ray_spread", "progress_coef", "crash_penalty")
+
+
+def _check_constant(name: str, value: Any, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {name}={value!r}.")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -273,7 +269,8 @@ class CourseEnv(WarpEnv):
         views = self._generator.views
         views["seed"].copy_(torch.from_numpy(seeds))
         views["epoch"].zero_()
-        self._generator.regenerate(advance=False)
+        with self._on_torch_stream():
+            self._generator.regenerate(advance=False)
         self._launch_now(self._respawn_recipes(self._w["all_mask"], self._w["zero_mask"]))
         self._t["episode"].zero_()
 
