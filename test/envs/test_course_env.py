@@ -142,7 +142,9 @@ class TestCourseEnv:
             before = _env_state(env)
             if op == "step":
                 root = env.observe()
-                root["action"] = _actions(gen, N, 1)[0]
+                action = _actions(gen, N, 1)[0]
+                action[:, 1] = action[:, 1].abs()  # throttle: the cars move
+                root["action"] = action
                 env.step_and_maybe_reset(root)
                 continue
             if op == "regenerate":
