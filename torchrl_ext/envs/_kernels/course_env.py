@@ -204,6 +204,10 @@ def track_progress(
 ):
     """Project the car on the centerline; count checkpoints passed and out-of-bounds contact.
 
+    The projection searches the segments near the previous one first, so a car on the track
+    follows it continuously even where two parts of the course come close; a car that left the
+    track is projected on the nearest segment of all.
+
     The signed travel grows by the change of arc position (wrapped across the start line); the
     next checkpoint is passed when the travel reaches its :func:`checkpoint_arc`. Driving back
     never un-passes a checkpoint.
@@ -216,7 +220,9 @@ def track_progress(
         return
     num_points = centerline.shape[1]
     p = wp.vec2f(pose[i, X], pose[i, Y])
-    seg, d, t = nearest_segment(centerline, i, p, 0, num_points)
+    seg, d, t = nearest_segment(centerline, i, p, counts[i, SEGMENT], _WINDOW)
+    if d > 0.5 * width[i]:
+        seg, d, t = nearest_segment(centerline, i, p, 0, num_points)
     lap_length = arc_length[i, num_points]
     s = arc_position(arc_length, i, seg, t)
     delta = s - track[i, ARC]
