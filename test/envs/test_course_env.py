@@ -515,3 +515,21 @@ def test_user_masks_record_into_a_graph():
         captured.step_and_maybe_reset(root)
     _rows_equal(_env_state(eager), _env_state(captured), slice(None))
     assert int(eager.generation.sum()) > 0
+
+
+def test_runs_under_torchrl_transforms():
+    from torchrl.envs import Compose, RewardSum, StepCounter
+
+    base = CourseEnv(4, seed=13, max_steps=7)
+    env = TransformedEnv(base, Compose(StepCounter(), RewardSum(), InitTracker()))
+    check_env_specs(env)
+    torch.manual_seed(1)
+    data = env.rollout(16, break_when_any_done=False)
+    done = data["next", "done"][..., 0]
+    counts = data["next", "step_count"][..., 0]
+    # step counts restart after every episode end and match the env's time limit
+    assert bool((counts[done & data["next", "truncated"][..., 0]] == 7).all())
+    assert torch.equal(data["is_init"][:, 1:, 0], done[:, :-1])
+    episode = data["next", "episode_reward"][..., 0]
+    rewards = data["next", "reward"][..., 0]
+    assert torch.allclose(episode[:, 0], rewards[:, 0])
