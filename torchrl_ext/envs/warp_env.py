@@ -516,11 +516,35 @@ class WarpEnv(EnvBase):
         self._run("step_autoreset")
         _put(tensordict, "next", self._next_td())
         root = self._step_mdp(tensordict)
+        self._zero_carried_entries_of_reset_envs(root)
         for key, val in self._obs("root").items():
             _put(root, key, val)
         for key, val in self._flags(None).items():
             _put(root, key, val)
         return tensordict, root
+
+    def _zero_carried_entries_of_reset_envs(self, root: TensorDictBase) -> None:
+        """Zero, for the envs that reset, the root entries a reset does not produce.
+
+        TorchRL's partial reset merges with ``where(~_reset, old, reset_data, pad=0)``: entries
+        the env's reset does not write (the previous action, policy outputs carried in the root)
+        become zero for the reset envs, and stay as they are when every env resets at once. The
+        fused path does the same, on fresh tensors.
+        """
+        done = self._flag_buffer[0]
+        count = int(done.sum())
+        if count in (0, self.num_envs):
+            return
+        produced = set(self._obs_keys) | set(_DONE_KEYS)
+        keep = ~done.view(self.num_envs)
+        for key in list(root.keys(True, True)):
+            val = root.get(key)
+            if key in produced or not isinstance(val, torch.Tensor):
+                continue
+            mask = keep.view(self.num_envs, *([1] * (val.dim() - 1)))
+            root.set(
+                key, torch.where(mask, val, torch.zeros((), dtype=val.dtype, device=val.device))
+            )
 
     def rollout(
         self,
