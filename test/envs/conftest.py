@@ -1,3 +1,5 @@
+"""Env tests: device parametrization (the RNG restore fixture lives in test/conftest.py)."""
+
 import pytest
 import torch
 import warp as wp
@@ -21,10 +23,3 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
-
-
-@pytest.fixture(autouse=True)
-def _restore_torch_rng():
-    state = torch.random.get_rng_state()
-    yield
-    torch.random.set_rng_state(state)
