@@ -163,6 +163,8 @@ print("records carrying the loss:", int(loss_mask.sum()), "of", loss_mask.numel(
 # (a TorchRL collector with a ``TensorDictPrimer`` does this), sample with
 # ``layout="batch_time"``, then clear ``is_init`` on the first column: the ``LSTMModule`` then
 # starts from the stored state instead of zeros, while resets inside the window still apply.
+# One of those resets is where a window's valid part begins (a burn-in clamped at its episode's
+# first record): the state is zeroed there, which is also what the actor had at that record.
 hidden = torch.zeros(1000, 1, 32)  # what the actor's LSTM held before each record
 stored = experience.clone()
 stored["recurrent_state_h"] = hidden

@@ -138,7 +138,11 @@ class Sequence(SampleUnit, _TorchRLSequence):
         done_key (NestedKey or None, optional): stored flag that ends an episode. ``None``
             treats the written span as one trajectory. Defaults to ``("next", "done")``.
         burn_in (int, optional): records before the anchor, ``>= 0``. Defaults to 0.
-        bootstrap (int, optional): records after the learning region, ``>= 0``. Defaults to 0.
+        bootstrap (int, optional): records after the learning region, ``>= 0``. They hold the
+            observations an n-step target reads; a window never reaches past its episode's
+            last record, so a target that bootstraps a *truncated* episode end must read that
+            record's ``("next", ...)`` observation (store it, as TorchRL collectors do).
+            Defaults to 0.
         stride (int, optional): storage records between consecutive window records, ``>= 1``.
             Defaults to 1.
         dilation (int, optional): torchrl's name for ``stride``; give one or the other.
