@@ -1,3 +1,9 @@
 """Advantage estimation for recurrent policies."""
 
-__all__: list[str] = []
+from torchrl_ext.objectives.recurrent_gae import (
+    RecurrentGAE,
+    RecurrentGAETransform,
+    carry_recurrent_state,
+)
+
+__all__ = ["RecurrentGAE", "RecurrentGAETransform", "carry_recurrent_state"]

@@ -1,0 +1,96 @@
+"""Prints the ratio table for issue 3's speed targets (1 torch thread, medians, same run).
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/gae_report.py [--rounds 15]
+
+Cases are timed round-robin (one call of each per round) so that load from other processes
+hits all of them alike; the table shows per-case medians and the ratios the issue targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from test_gae_benchmark import (
+    HIDDEN,
+    plain_cases,
+    recurrent_cases,
+)
+
+PLAIN_SIZE = (4096, 256)
+RECURRENT_SIZE = (256, 128)
+#: Bytes one plain-GAE call must move at 4096 x 256 float32: reward, value and next value in,
+#: two bool flags in, advantage and value target out.
+PLAIN_BYTES = PLAIN_SIZE[0] * PLAIN_SIZE[1] * (3 * 4 + 2 + 2 * 4)
+
+
+def round_robin(cases: dict, rounds: int) -> dict[str, float]:
+    """Median seconds per case, timing one call of each case per round after a warm-up."""
+    times = {name: [] for name in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def copy_floor(n_bytes: int) -> dict:
+    """A memory-bandwidth floor measured in the same run: copying ``n_bytes / 2`` bytes."""
+    src = torch.empty(n_bytes // 8, dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    return {"memcpy_same_traffic": lambda: dst.copy_(src)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    plain = round_robin({**plain_cases(*PLAIN_SIZE), **copy_floor(PLAIN_BYTES)}, args.rounds)
+    recurrent = round_robin(recurrent_cases(*RECURRENT_SIZE), max(5, args.rounds // 2))
+
+    ms = {k: v * 1e3 for k, v in {**plain, **recurrent}.items()}
+    print(f"torch {torch.__version__}, 1 thread, medians of round-robin timings (ms)\n")
+    print(f"## Plain GAE {PLAIN_SIZE[0]}x{PLAIN_SIZE[1]} float32, env-major input")
+    for name in plain:
+        print(f"  {name:28s} {plain[name] * 1e3:9.2f} ms")
+    print(
+        f"  torchrl GAE / ours            {plain['torchrl_gae'] / plain['ours']:9.1f}x"
+        "  (target >= 8)"
+    )
+    print(
+        f"  SB3 numpy / ours              {plain['sb3_numpy_time_major'] / plain['ours']:9.2f}x"
+        "  (target >= 1)"
+    )
+    print(
+        f"  ours / memcpy floor           {plain['ours'] / plain['memcpy_same_traffic']:9.2f}x"
+        f"  ({PLAIN_BYTES / 1e6:.0f} MB of traffic)"
+    )
+    print(
+        f"\n## Recurrent recompute, LSTM hidden {HIDDEN}, {RECURRENT_SIZE[0]}x{RECURRENT_SIZE[1]}"
+    )
+    for name in recurrent:
+        print(f"  {name:28s} {ms[name]:9.2f} ms")
+    raw = recurrent["raw_nn_lstm_T_plus_1"]
+    print(f"  ours / raw nn.LSTM [N, T+1]   {recurrent['ours'] / raw:9.2f}x  (target <= 1.3)")
+    print(
+        f"  torchrl GAE(deactivate_vmap) / ours "
+        f"{recurrent['torchrl_gae_deactivate_vmap'] / recurrent['ours']:6.1f}x  (target >= 4)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,901 @@
+"""Tests for torchrl_ext.objectives.RecurrentGAE.
+
+Oracles: a slow float64 Python loop for GAE, an explicit LSTMCell/GRUCell loop for the
+recurrent value recompute, hand-computed cases, and torchrl's GAE where torchrl is right.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.data import Composite, LazyTensorStorage, ReplayBuffer, Unbounded
+from torchrl.envs import Compose, EnvBase, InitTracker, StepCounter, TransformedEnv
+from torchrl.modules import (
+    GRUModule,
+    LSTMModule,
+    ProbabilisticActor,
+    TanhNormal,
+    set_recurrent_mode,
+)
+from torchrl.objectives import ClipPPOLoss
+
+from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
+
+
+@pytest.fixture(autouse=True)
+def _restore_rng():
+    state = torch.random.get_rng_state()
+    np_state = np.random.get_state()  # noqa: NPY002 (restoring global state)
+    yield
+    torch.random.set_rng_state(state)
+    np.random.set_state(np_state)  # noqa: NPY002
+
+
+# ---------------------------------------------------------------- oracles and data
+def reference_gae(reward, value, next_value, terminated, done, gamma, lmbda):
+    """The textbook recursion, one env and one channel at a time, in float64 Python."""
+    reward, value, next_value = (
+        np.asarray(x, dtype=np.float64) for x in (reward, value, next_value)
+    )
+    n_envs, steps = reward.shape
+    advantage = np.zeros((n_envs, steps))
+    for n in range(n_envs):
+        running = 0.0
+        for t in reversed(range(steps)):
+            bootstrap = 0.0 if terminated[n][t] else gamma * next_value[n, t]
+            delta = reward[n, t] + bootstrap - value[n, t]
+            running = delta + (0.0 if done[n][t] else gamma * lmbda * running)
+            advantage[n, t] = running
+    return advantage, advantage + value
+
+
+def make_flags(n, t, mode, gen):
+    """Terminated/truncated flags for a mode in {'neither','terminated','truncated','both'}."""
+    terminated = torch.zeros(n, t, 1, dtype=torch.bool)
+    truncated = torch.zeros(n, t, 1, dtype=torch.bool)
+    if mode in ("terminated", "both"):
+        terminated = torch.rand(n, t, 1, generator=gen) < 0.15
+    if mode in ("truncated", "both"):
+        truncated = (torch.rand(n, t, 1, generator=gen) < 0.15) & ~terminated
+    return terminated, truncated
+
+
+def make_rollout(n=4, t=9, mode="both", seed=0, dtype=torch.float32, feature=(1,)):
+    gen = torch.Generator().manual_seed(seed)
+    terminated, truncated = make_flags(n, t, mode, gen)
+    shape = (n, t, *feature)
+    return TensorDict(
+        {
+            "state_value": torch.randn(shape, generator=gen).to(dtype),
+            "next": {
+                "reward": torch.randn(shape, generator=gen).to(dtype),
+                "terminated": terminated,
+                "truncated": truncated,
+                "done": terminated | truncated,
+                "state_value": torch.randn(shape, generator=gen).to(dtype),
+            },
+        },
+        batch_size=[n, t],
+    )
+
+
+def reference_on(td, gamma, lmbda):
+    """Runs :func:`reference_gae` on an env-major ``[N, T]`` rollout with one channel."""
+    return reference_gae(
+        td["next", "reward"][..., 0].double().numpy(),
+        td["state_value"][..., 0].double().numpy(),
+        td["next", "state_value"][..., 0].double().numpy(),
+        td["next", "terminated"][..., 0].numpy(),
+        td["next", "done"][..., 0].numpy(),
+        gamma,
+        lmbda,
+    )
+
+
+TOL = {
+    torch.float64: 1e-10,
+    torch.float32: 1e-4,
+    torch.float16: 3e-2,
+    torch.bfloat16: 1e-1,
+}
+
+
+class TestRecurrentGAEScan:
+    """GAE bootstraps on terminated, cuts the trace on done, on every layout and dtype.
+
+    A truncated step keeps its bootstrap from ``("next", "state_value")`` (the value of the
+    true final observation); outputs keep the input's layout; ``value_target = advantage +
+    value``.
+    """
+
+    @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("steps", [9, 12])
+    def test_env_major_matches_reference(self, mode, dtype, steps):
+        """``steps=12`` in float32 takes the four-step contiguous kernel; others are strided."""
+        td = make_rollout(mode=mode, dtype=dtype, seed=3, t=steps)
+        RecurrentGAE(gamma=0.97, lmbda=0.9)(td)
+        adv, target = reference_on(td, 0.97, 0.9)
+        assert td["advantage"].dtype == dtype
+        tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
+        np.testing.assert_allclose(td["advantage"][..., 0].double(), adv, **tol)
+        np.testing.assert_allclose(td["value_target"][..., 0].double(), target, **tol)
+
+    @pytest.mark.parametrize("mode", ["terminated", "truncated", "both"])
+    def test_time_major_with_time_dim(self, mode):
+        td = make_rollout(mode=mode, seed=4, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.8)
+        time_major = td.transpose(0, 1).contiguous()
+        RecurrentGAE(gamma=0.9, lmbda=0.8, time_dim=0)(time_major)
+        assert time_major["advantage"].shape == (9, 4, 1)
+        np.testing.assert_allclose(time_major["advantage"][..., 0].T, expected, atol=1e-10)
+        assert torch.equal(
+            time_major["is_init"].transpose(0, 1)[:, 1:, 0], td["next", "done"][:, :-1, 0]
+        )
+
+    def test_time_dim_argument_overrides_and_named_dims(self):
+        td = make_rollout(seed=5, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.8)
+        time_major = td.transpose(0, 1).contiguous()
+        RecurrentGAE(gamma=0.9, lmbda=0.8)(time_major, time_dim=0)
+        np.testing.assert_allclose(time_major["advantage"][..., 0].T, expected, atol=1e-10)
+        named = td.transpose(0, 1).contiguous()
+        named.names = ["time", "env"]
+        RecurrentGAE(gamma=0.9, lmbda=0.8)(named)
+        np.testing.assert_allclose(named["advantage"][..., 0].T, expected, atol=1e-10)
+
+    def test_extra_leading_batch_dims(self):
+        td = make_rollout(n=6, seed=6, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.95, 0.95)
+        nested = td.reshape(2, 3, 9)
+        RecurrentGAE(gamma=0.95, lmbda=0.95)(nested)
+        np.testing.assert_allclose(nested["advantage"].reshape(6, 9), expected, atol=1e-10)
+
+    def test_non_contiguous_env_major_view(self):
+        td = make_rollout(seed=7, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.7)
+        view = td.transpose(0, 1).contiguous().transpose(0, 1)
+        RecurrentGAE(gamma=0.9, lmbda=0.7)(view)
+        np.testing.assert_allclose(view["advantage"][..., 0], expected, atol=1e-10)
+
+    def test_exact_hand_computed(self):
+        """gamma = lmbda = 0.5, V = 0, rewards 1, 2, 3, next values 0, 4, 16.
+
+        delta_2 = 3 + 0.5 * 16 = 11; delta_1 = 2 + 0.5 * 4 unless terminated at t=1.
+        """
+        cases = {
+            # (terminated, truncated) at t=1 -> expected advantages
+            (False, False): [1 + 0.25 * (4 + 0.25 * 11), 4 + 0.25 * 11, 11.0],
+            (True, False): [1 + 0.25 * 2, 2.0, 11.0],
+            (False, True): [1 + 0.25 * (2 + 0.5 * 4), 2 + 0.5 * 4, 11.0],
+        }
+        for (term, trunc), expected in cases.items():
+            terminated = torch.tensor([[False, term, False]]).unsqueeze(-1)
+            truncated = torch.tensor([[False, trunc, False]]).unsqueeze(-1)
+            next_value = torch.tensor([[[0.0], [4.0], [16.0]]])
+            td = TensorDict(
+                {
+                    "state_value": torch.zeros(1, 3, 1, dtype=torch.float64),
+                    "next": {
+                        "reward": torch.tensor([[[1.0], [2.0], [3.0]]], dtype=torch.float64),
+                        "terminated": terminated,
+                        "done": terminated | truncated,
+                        "state_value": next_value.double(),
+                    },
+                },
+                batch_size=[1, 3],
+            )
+            RecurrentGAE(gamma=0.5, lmbda=0.5)(td)
+            assert td["advantage"][0, :, 0].tolist() == expected, (term, trunc)
+            assert torch.equal(td["value_target"], td["advantage"])
+
+    def test_gamma_zero_and_one(self):
+        td = make_rollout(seed=8, dtype=torch.float64)
+        RecurrentGAE(gamma=0.0, lmbda=1.0)(td)
+        expected = td["next", "reward"] - td["state_value"]
+        torch.testing.assert_close(td["advantage"], expected)
+        td = make_rollout(seed=8, dtype=torch.float64)
+        RecurrentGAE(gamma=1.0, lmbda=1.0)(td)
+        adv, _ = reference_on(td, 1.0, 1.0)
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-10)
+
+    def test_set_keys(self):
+        td = make_rollout(seed=9, dtype=torch.float64)
+        expected, _ = reference_on(td, 0.9, 0.9)
+        renamed = TensorDict(
+            {
+                "v": td["state_value"],
+                "next": {
+                    "r": td["next", "reward"],
+                    "term": td["next", "terminated"],
+                    "d": td["next", "done"],
+                    "v": td["next", "state_value"],
+                },
+            },
+            batch_size=td.batch_size,
+        )
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9).set_keys(
+            value="v",
+            reward="r",
+            terminated="term",
+            done="d",
+            advantage="adv",
+            value_target="vt",
+            is_init="first",
+        )
+        gae(renamed)
+        np.testing.assert_allclose(renamed["adv"][..., 0], expected, atol=1e-10)
+        assert {"adv", "vt", "first"} <= set(renamed.keys())
+        assert "advantage" not in renamed.keys()
+        with pytest.raises(ValueError, match="unknown key name 'rewards'"):
+            gae.set_keys(rewards="r")
+
+    def test_in_and_out_keys(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        assert ("next", "reward") in gae.in_keys and ("next", "state_value") in gae.in_keys
+        assert {"advantage", "value_target", "is_init"} <= set(gae.out_keys)
+
+
+class TestIsInit:
+    """``is_init[t] = done[t-1]``; ``is_init[:, 0]`` carries over between calls per env."""
+
+    @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
+    def test_derived_is_done_shifted(self, mode):
+        td = make_rollout(mode=mode, seed=11)
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        is_init = td["is_init"]
+        assert is_init.dtype is torch.bool and is_init.shape == (4, 9, 1)
+        assert is_init[:, 0].all()
+        assert torch.equal(is_init[:, 1:], td["next", "done"][:, :-1])
+        if mode == "neither":
+            assert not is_init[:, 1:].any()
+
+    def test_truncation_resets_but_still_bootstraps(self):
+        td = make_rollout(mode="truncated", seed=12, dtype=torch.float64)
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        truncated = td["next", "truncated"][..., 0]
+        assert truncated.any()
+        n, t = torch.nonzero(truncated)[0].tolist()
+        if t + 1 < 9:
+            assert td["is_init"][n, t + 1, 0]
+        delta = (
+            td["next", "reward"][n, t]
+            + 0.9 * td["next", "state_value"][n, t]
+            - td["state_value"][n, t]
+        )
+        torch.testing.assert_close(td["advantage"][n, t], delta)
+
+    def test_carry_in_across_two_calls(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        first = make_rollout(n=6, seed=13)
+        first["next", "done"][:3, -1] = True
+        first["next", "done"][3:, -1] = False
+        gae(first)
+        second = make_rollout(n=6, seed=14)
+        gae(second)
+        assert second["is_init"][:, 0, 0].tolist() == [True] * 3 + [False] * 3
+        third = make_rollout(n=6, seed=15)
+        gae.reset_carry()
+        gae(third)
+        assert third["is_init"][:, 0].all()
+
+    def test_given_is_init_is_used_and_not_rewritten(self):
+        td = make_rollout(seed=16)
+        given = torch.zeros(4, 9, 1, dtype=torch.bool)
+        td["is_init"] = given
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        assert td["is_init"] is given or torch.equal(td["is_init"], given)
+        assert not td["is_init"].any()
+
+    def test_carry_with_changed_env_count_raises(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        gae(make_rollout(n=4))
+        td = make_rollout(n=5)
+        with pytest.raises(ValueError, match="carry"):
+            gae(td)
+        assert "advantage" not in td.keys()
+
+
+class TestBadInput:
+    """Bad input raises a clear error naming the entry, and nothing is written."""
+
+    def _assert_untouched(self, td, gae):
+        assert not {"advantage", "value_target", "is_init"} & set(td.keys())
+        assert gae._carry is None
+
+    @pytest.mark.parametrize(
+        "key",
+        [
+            ("next", "reward"),
+            ("next", "done"),
+            ("next", "terminated"),
+            "state_value",
+            ("next", "state_value"),
+        ],
+    )
+    def test_missing_key_is_named(self, key):
+        td = make_rollout()
+        del td[key]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(ValueError, match=str(key[-1] if isinstance(key, tuple) else key)):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    @pytest.mark.parametrize("key", [("next", "done"), ("next", "terminated")])
+    def test_non_bool_flags(self, key):
+        td = make_rollout()
+        td[key] = td[key].float()
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(TypeError, match=f"{key[-1]}.*dtype=torch.float32"):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    def test_non_bool_is_init(self):
+        td = make_rollout()
+        td["is_init"] = torch.zeros(4, 9, 1, dtype=torch.uint8)
+        with pytest.raises(TypeError, match="is_init"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    def test_integer_reward(self):
+        td = make_rollout()
+        td["next", "reward"] = torch.ones(4, 9, 1, dtype=torch.int64)
+        with pytest.raises(TypeError, match="reward"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    def test_mismatched_value_shape(self):
+        td = make_rollout()
+        td["state_value"] = torch.zeros(4, 9, 2)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(ValueError, match=r"state_value.*\(2,\).*reward"):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    def test_mismatched_done_shape(self):
+        td = make_rollout()
+        td["next", "done"] = torch.zeros(4, 9, 3, dtype=torch.bool)
+        with pytest.raises(ValueError, match="done"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    @pytest.mark.parametrize("key", ["state_value", ("next", "state_value"), ("next", "reward")])
+    @pytest.mark.parametrize("steps", [9, 12])
+    @pytest.mark.parametrize("lmbda", [0.0, 0.9])
+    def test_nan_values(self, key, steps, lmbda):
+        td = make_rollout(t=steps)
+        td["next", "terminated"][2, 3] = True
+        td["next", "done"][2, 3] = True
+        td[key][2, 3, 0] = float("nan")
+        gae = RecurrentGAE(gamma=0.9, lmbda=lmbda)
+        name = (
+            key[-1] if isinstance(key, str) else repr(key).replace("(", r"\(").replace(")", r"\)")
+        )
+        with pytest.raises(ValueError, match=f"NaN values in .*{name}"):
+            gae(td)
+        self._assert_untouched(td, gae)
+
+    def test_cancelling_infinities(self):
+        td = make_rollout(t=8)
+        td["state_value"][1, 2, 0] = float("inf")
+        td["next", "reward"][1, 2, 0] = float("inf")
+        with pytest.raises(ValueError, match="infinite"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+
+    def test_no_time_dim(self):
+        td = TensorDict({}, batch_size=[])
+        with pytest.raises(ValueError, match="batch_size"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        with pytest.raises(ValueError, match="time_dim=2"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=2)(make_rollout())
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"gamma": 1.5, "lmbda": 0.9}, "gamma=1.5"),
+            ({"gamma": 0.9, "lmbda": -0.1}, "lmbda=-0.1"),
+            ({"gamma": "0.9", "lmbda": 0.9}, "gamma='0.9'"),
+            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": "last"}, "initial_state='last'"),
+            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 0}, "chunk_len=0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "value_network": torch.nn.Linear(2, 1)}, "Linear"),
+        ],
+    )
+    def test_constructor_arguments(self, kwargs, match):
+        with pytest.raises((ValueError, TypeError), match=match):
+            RecurrentGAE(**kwargs)
+
+
+class TestMultiAgent:
+    """Per-agent rewards/values under a group share one done; each agent uses its own stream."""
+
+    def test_matches_per_agent_single_runs(self):
+        gen = torch.Generator().manual_seed(21)
+        n, t, agents = 3, 11, 4
+        terminated, truncated = make_flags(n, t, "both", gen)
+        done = terminated | truncated
+        td = TensorDict(
+            {
+                "agents": TensorDict(
+                    {
+                        "observation": torch.randn(n, t, agents, 5, generator=gen),
+                        "state_value": torch.randn(n, t, agents, 1, generator=gen),
+                    },
+                    batch_size=[n, t, agents],
+                ),
+                "next": {
+                    "agents": TensorDict(
+                        {
+                            "reward": torch.randn(n, t, agents, 1, generator=gen),
+                            "state_value": torch.randn(n, t, agents, 1, generator=gen),
+                        },
+                        batch_size=[n, t, agents],
+                    ),
+                    "done": done,
+                    "terminated": terminated,
+                },
+            },
+            batch_size=[n, t],
+        )
+        gae = RecurrentGAE(gamma=0.95, lmbda=0.9).set_keys(
+            reward=("agents", "reward"),
+            value=("agents", "state_value"),
+            advantage=("agents", "advantage"),
+            value_target=("agents", "value_target"),
+        )
+        gae(td)
+        assert td["agents", "advantage"].shape == (n, t, agents, 1)
+        for agent in range(agents):
+            single = TensorDict(
+                {
+                    "state_value": td["agents", "state_value"][:, :, agent],
+                    "next": {
+                        "reward": td["next", "agents", "reward"][:, :, agent],
+                        "state_value": td["next", "agents", "state_value"][:, :, agent],
+                        "done": done,
+                        "terminated": terminated,
+                    },
+                },
+                batch_size=[n, t],
+            )
+            RecurrentGAE(gamma=0.95, lmbda=0.9)(single)
+            torch.testing.assert_close(td["agents", "advantage"][:, :, agent], single["advantage"])
+
+    def test_per_agent_done(self):
+        td = make_rollout(n=2, t=7, feature=(3, 1), seed=22, dtype=torch.float64)
+        gen = torch.Generator().manual_seed(1)
+        td["next", "terminated"] = torch.rand(2, 7, 3, 1, generator=gen) < 0.3
+        td["next", "done"] = td["next", "terminated"].clone()
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        for agent in range(3):
+            adv, _ = reference_gae(
+                td["next", "reward"][:, :, agent, 0],
+                td["state_value"][:, :, agent, 0],
+                td["next", "state_value"][:, :, agent, 0],
+                td["next", "terminated"][:, :, agent, 0],
+                td["next", "done"][:, :, agent, 0],
+                0.9,
+                0.9,
+            )
+            np.testing.assert_allclose(td["advantage"][:, :, agent, 0], adv, atol=1e-10)
+
+
+@st.composite
+def rollouts(draw):
+    n = draw(st.integers(1, 5))
+    t = draw(st.integers(1, 12))
+    seed = draw(st.integers(0, 2**16))
+    mode = draw(st.sampled_from(["neither", "terminated", "truncated", "both"]))
+    return make_rollout(n=n, t=t, mode=mode, seed=seed, dtype=torch.float64)
+
+
+class TestInvariants:
+    """Invariants over random layouts (hypothesis)."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(td=rollouts(), gamma=st.floats(0, 1), lmbda=st.floats(0, 1))
+    def test_reference_and_target(self, td, gamma, lmbda):
+        RecurrentGAE(gamma=gamma, lmbda=lmbda)(td)
+        adv, target = reference_on(td, gamma, lmbda)
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-9)
+        np.testing.assert_allclose(td["value_target"][..., 0], target, atol=1e-9)
+
+    @settings(max_examples=30, deadline=None)
+    @given(td=rollouts(), seed=st.integers(0, 1000))
+    def test_nothing_flows_back_across_done(self, td, seed):
+        """Changing rewards after a done step leaves advantages up to it unchanged."""
+        gae = RecurrentGAE(gamma=0.99, lmbda=0.95)
+        before = gae(td.clone())["advantage"]
+        done = td["next", "done"][..., 0]
+        after_done = torch.cumsum(done.long(), dim=1) - done.long() > 0
+        changed = td.clone()
+        noise = torch.randn(
+            changed["next", "reward"].shape, generator=torch.Generator().manual_seed(seed)
+        )
+        changed["next", "reward"] += noise.double() * after_done.unsqueeze(-1)
+        after = RecurrentGAE(gamma=0.99, lmbda=0.95)(changed)["advantage"]
+        keep = ~after_done
+        assert torch.allclose(before[keep], after[keep])
+        assert math.isfinite(float(after.sum()))
+
+
+# ---------------------------------------------------------------- value networks
+OBS = 3
+HIDDEN = 8
+
+
+def make_critic(kind="lstm", seed=0, num_layers=1):
+    torch.manual_seed(seed)  # test-only; the autouse fixture restores the global RNG
+    if kind == "lstm":
+        rnn = LSTMModule(
+            input_size=OBS,
+            hidden_size=HIDDEN,
+            num_layers=num_layers,
+            in_keys=["observation", "rs_h", "rs_c"],
+            out_keys=["embed", ("next", "rs_h"), ("next", "rs_c")],
+        )
+    else:
+        rnn = GRUModule(
+            input_size=OBS,
+            hidden_size=HIDDEN,
+            num_layers=num_layers,
+            in_keys=["observation", "rs_h"],
+            out_keys=["embed", ("next", "rs_h")],
+        )
+    head = TensorDictModule(nn.Linear(HIDDEN, 1), in_keys=["embed"], out_keys=["state_value"])
+    return TensorDictSequential(rnn, head), rnn, head
+
+
+def make_obs_rollout(n=4, t=10, mode="both", seed=0, num_layers=1):
+    """Observations consistent with auto-reset: obs[t+1] == next obs[t] unless done[t]."""
+    gen = torch.Generator().manual_seed(seed)
+    terminated, truncated = make_flags(n, t, mode, gen)
+    done = terminated | truncated
+    obs = torch.randn(n, t, OBS, generator=gen)
+    next_obs = torch.randn(n, t, OBS, generator=gen)
+    next_obs[:, :-1] = torch.where(done[:, :-1], next_obs[:, :-1], obs[:, 1:])
+    is_init = torch.zeros_like(done)
+    is_init[:, 0] = True
+    is_init[:, 1:] = done[:, :-1]
+    return TensorDict(
+        {
+            "observation": obs,
+            "is_init": is_init,
+            "rs_h": torch.randn(n, t, num_layers, HIDDEN, generator=gen),
+            "rs_c": torch.randn(n, t, num_layers, HIDDEN, generator=gen),
+            "next": {
+                "observation": next_obs,
+                "reward": torch.randn(n, t, 1, generator=gen),
+                "terminated": terminated,
+                "truncated": truncated,
+                "done": done,
+            },
+        },
+        batch_size=[n, t],
+    )
+
+
+def reference_values(rnn, head, td, initial_state="zeros", chunk_len=None):
+    """Step-by-step recurrent evaluation with explicit resets, one env at a time."""
+    layer = rnn.lstm if isinstance(rnn, LSTMModule) else rnn.gru
+    is_lstm = isinstance(rnn, LSTMModule)
+    n_envs, steps = td.batch_size
+    value = torch.zeros(n_envs, steps, 1)
+    next_value = torch.zeros(n_envs, steps, 1)
+
+    def step(x, state):
+        out, state = layer(x.view(1, 1, -1), state)
+        return head.module(out.view(-1)), state
+
+    for n in range(n_envs):
+        state = None
+        for t in range(steps):
+            reset = bool(td["is_init"][n, t]) or (t > 0 and bool(td["next", "done"][n, t - 1]))
+            anchor = t == 0 or (chunk_len is not None and t % chunk_len == 0)
+            if reset:
+                state = None
+            elif anchor:
+                if initial_state == "stored":
+                    h = td["rs_h"][n, t].unsqueeze(1)
+                    state = (h, td["rs_c"][n, t].unsqueeze(1)) if is_lstm else h
+                else:
+                    state = None
+            value[n, t], state = step(td["observation"][n, t], state)
+            if bool(td["next", "done"][n, t]) or t == steps - 1:
+                next_value[n, t], _ = step(td["next", "observation"][n, t], state)
+        next_value[n, :-1] = torch.where(
+            td["next", "done"][n, :-1], next_value[n, :-1], value[n, 1:]
+        )
+    return value, next_value
+
+
+class TestRecurrentCritic:
+    """One recurrent pass over whole rows, resetting at is_init, bootstrapping truncations.
+
+    Values equal a step-by-step loop with explicit resets; the first step of an episode sees
+    a fresh zero state (no leak); ``"stored"`` starts rows (and ``chunk_len`` anchors) from the
+    stored recurrent state.
+    """
+
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
+    def test_values_match_step_loop(self, kind, mode):
+        critic, rnn, head = make_critic(kind)
+        td = make_obs_rollout(mode=mode, seed=31)
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, td)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+        adv, _ = reference_gae(
+            td["next", "reward"][..., 0], value[..., 0], next_value[..., 0],
+            td["next", "terminated"][..., 0], td["next", "done"][..., 0], 0.9, 0.9,
+        )  # fmt: skip
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-4)
+
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    @pytest.mark.parametrize("chunk_len", [None, 3])
+    def test_stored_initial_state(self, kind, chunk_len):
+        critic, rnn, head = make_critic(kind, num_layers=2)
+        td = make_obs_rollout(seed=32, num_layers=2)
+        td["is_init"][1, 0] = False
+        td["is_init"][2, 0] = False
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, td, "stored", chunk_len)
+            zeros, _ = reference_values(rnn, head, td, "zeros", chunk_len)
+        assert not torch.allclose(value[1:3, 0], zeros[1:3, 0])
+        gae = RecurrentGAE(
+            gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored", chunk_len=chunk_len
+        )
+        gae(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_zeros_with_chunk_len(self):
+        critic, rnn, head = make_critic("lstm")
+        td = make_obs_rollout(seed=33, t=11)
+        with torch.no_grad():
+            value, _ = reference_values(rnn, head, td, "zeros", chunk_len=4)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, chunk_len=4)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+
+    def test_no_leak_across_episodes(self):
+        critic, rnn, head = make_critic("lstm")
+        td = make_obs_rollout(seed=34, mode="both", n=6, t=12)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        starts = torch.nonzero(td["is_init"][:, 1:, 0])
+        assert len(starts) > 0
+        for n, t in (starts + torch.tensor([0, 1])).tolist():
+            with torch.no_grad():
+                fresh, _ = rnn.lstm(td["observation"][n, t].view(1, 1, -1))
+                fresh = head.module(fresh.view(-1))
+                carried_over = head.module(
+                    rnn.lstm(td["observation"][n, t - 1].view(1, 1, -1))[0].view(-1)
+                )
+            torch.testing.assert_close(td["state_value"][n, t], fresh, atol=1e-6, rtol=1e-6)
+            if t >= 2 and not td["is_init"][n, t - 1]:
+                # the last step of the old episode carries state: not a fresh forward
+                assert not torch.allclose(td["state_value"][n, t - 1], carried_over, atol=1e-6)
+
+    def test_missing_stored_state_is_named(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=35)
+        del td["rs_c"]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(ValueError, match="rs_c"):
+            gae(td)
+        assert "advantage" not in td.keys()
+
+    def test_missing_next_observation_is_named(self):
+        critic, _, _ = make_critic("gru")
+        td = make_obs_rollout(seed=36)
+        del td["next", "observation"]
+        with pytest.raises(ValueError, match="'next', 'observation'"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+
+    def test_python_based_lstm_is_rejected(self):
+        rnn = LSTMModule(
+            input_size=OBS, hidden_size=4, in_key="observation", out_key="e", python_based=True
+        )
+        with pytest.raises(TypeError, match="python_based"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=rnn)
+
+
+class TestFeedForwardCritic:
+    """A feed-forward critic agrees with torchrl's GAE (true next observations everywhere)."""
+
+    @pytest.mark.parametrize("mode", ["terminated", "truncated", "both"])
+    def test_agrees_with_torchrl_gae(self, mode):
+        from torchrl.objectives.value import GAE
+
+        torch.manual_seed(41)
+        critic = TensorDictModule(
+            nn.Sequential(nn.Linear(OBS, 16), nn.Tanh(), nn.Linear(16, 1)),
+            in_keys=["observation"],
+            out_keys=["state_value"],
+        )
+        td = make_obs_rollout(seed=42, mode=mode, n=5, t=13)
+        theirs = td.clone()
+        GAE(gamma=0.95, lmbda=0.9, value_network=critic)(theirs)
+        RecurrentGAE(gamma=0.95, lmbda=0.9, value_network=critic)(td)
+        torch.testing.assert_close(td["advantage"], theirs["advantage"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["value_target"], theirs["value_target"])
+        torch.testing.assert_close(td["next", "state_value"], theirs["next", "state_value"])
+
+    def test_agrees_with_torchrl_gae_on_precomputed_values(self):
+        from torchrl.objectives.value import GAE
+
+        td = make_rollout(n=6, t=17, mode="both", seed=43)
+        theirs = td.clone()
+        GAE(gamma=0.99, lmbda=0.95, value_network=None)(theirs)
+        RecurrentGAE(gamma=0.99, lmbda=0.95)(td)
+        torch.testing.assert_close(td["advantage"], theirs["advantage"], atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- torchrl integration
+class TinyEnv(EnvBase):
+    """Batched env with random observations that terminates with probability ``p_end``."""
+
+    def __init__(self, n, p_end=0.3, seed=0):
+        super().__init__(batch_size=[n])
+        self.observation_spec = Composite(observation=Unbounded(shape=(n, OBS)), shape=(n,))
+        self.action_spec = Unbounded(shape=(n, 1))
+        self.reward_spec = Unbounded(shape=(n, 1))
+        self.p_end = p_end
+        self._gen = torch.Generator().manual_seed(seed)
+        self._obs = torch.zeros(n, OBS)
+
+    def _flags(self, value):
+        return value.clone(), value
+
+    def _reset(self, td):
+        mask = td.get("_reset", None) if td is not None else None
+        fresh = torch.randn(self._obs.shape, generator=self._gen)
+        self._obs = fresh if mask is None else torch.where(mask.view(-1, 1), fresh, self._obs)
+        done, terminated = self._flags(torch.zeros(*self.batch_size, 1, dtype=torch.bool))
+        return TensorDict(
+            {"observation": self._obs.clone(), "done": done, "terminated": terminated},
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, td):
+        self._obs = torch.randn(self._obs.shape, generator=self._gen)
+        ended = torch.rand(*self.batch_size, 1, generator=self._gen) < self.p_end
+        done, terminated = self._flags(ended)
+        return TensorDict(
+            {
+                "observation": self._obs.clone(),
+                "reward": td["action"].clamp(-1, 1),
+                "done": done,
+                "terminated": terminated,
+            },
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        self._gen.manual_seed(0 if seed is None else seed)
+
+
+def make_env(rnn, n=5, seed=0):
+    transforms = Compose(InitTracker(), StepCounter(max_steps=4), rnn.make_tensordict_primer())
+    return TransformedEnv(TinyEnv(n, seed=seed), transforms)
+
+
+def make_policy(rnn):
+    head = TensorDictModule(nn.Linear(HIDDEN, 1), in_keys=["embed"], out_keys=["action"])
+    return TensorDictSequential(rnn, head)
+
+
+def collect(env, policy, n, t, batches, **kwargs):
+    collector = Collector(
+        env, policy, frames_per_batch=n * t, total_frames=n * t * batches, **kwargs
+    )
+    out = [batch.clone() for batch in collector]
+    collector.shutdown()
+    return out
+
+
+class TestTorchRLIntegration:
+    """Collector warm start, collector postproc, ClipPPOLoss estimator, replay-buffer transform."""
+
+    def test_collector_carries_state_across_batches(self):
+        _, rnn, _ = make_critic("lstm")
+        batches = collect(make_env(rnn), make_policy(rnn), n=5, t=6, batches=4)
+        cases = set()
+        for prev, cur in itertools.pairwise(batches):
+            done_last = prev["next", "done"][:, -1, 0]
+            assert torch.equal(cur["is_init"][:, 0, 0], done_last)
+            for key in ("rs_h", "rs_c"):
+                expected = torch.where(
+                    done_last.view(-1, 1, 1), torch.zeros(()), prev["next", key][:, -1]
+                )
+                torch.testing.assert_close(cur[key][:, 0], expected)
+            cases.update(done_last.tolist())
+            carried = carry_recurrent_state(prev, ["rs_h", "rs_c"])
+            assert torch.equal(carried["is_init"][:, 0], done_last)
+            torch.testing.assert_close(carried["rs_h"], cur["rs_h"][:, 0])
+        assert cases == {True, False}, "both carry cases must occur for this test to mean much"
+
+    def test_derived_is_init_matches_init_tracker(self):
+        _, rnn, _ = make_critic("lstm")
+        batches = collect(make_env(rnn, seed=1), make_policy(rnn), n=5, t=6, batches=3)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        for batch in batches:
+            tracked = batch["is_init"].clone()
+            batch["state_value"] = torch.zeros(5, 6, 1)
+            batch["next", "state_value"] = torch.zeros(5, 6, 1)
+            del batch["is_init"]
+            gae(batch)
+            assert torch.equal(batch["is_init"], tracked)
+
+    def test_stored_states_from_collector(self):
+        """With the critic's own states collected, "stored" matches a step loop from them."""
+        critic, rnn, head = make_critic("lstm")
+        batch = collect(make_env(rnn, seed=2), make_policy(rnn), n=5, t=6, batches=2)[1]
+        assert not batch["is_init"][:, 0].all()
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, batch, "stored")
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        gae(batch)
+        torch.testing.assert_close(batch["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batch["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_collector_postproc(self):
+        critic, rnn, _ = make_critic("lstm")
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)
+        env = make_env(rnn, seed=3)
+        batches = collect(env, make_policy(rnn), n=5, t=6, batches=2, postproc=gae)
+        for batch in batches:
+            assert batch["advantage"].shape == (5, 6, 1)
+            again = batch.exclude("advantage", "value_target")
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(again)
+            torch.testing.assert_close(batch["advantage"], again["advantage"])
+
+    def test_clip_ppo_loss_value_estimator(self):
+        critic, rnn, _ = make_critic("lstm")
+        torch.manual_seed(5)
+        actor = ProbabilisticActor(
+            TensorDictSequential(
+                TensorDictModule(nn.Linear(OBS, 2), in_keys=["observation"], out_keys=["p"]),
+                TensorDictModule(NormalParamExtractor(), in_keys=["p"], out_keys=["loc", "scale"]),
+            ),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            return_log_prob=True,
+        )
+        batch = collect(make_env(rnn, seed=4), actor, n=5, t=6, batches=1)[0]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)
+        loss = ClipPPOLoss(actor, critic)
+        loss.make_value_estimator(gae)
+        assert loss.value_estimator is gae
+        with set_recurrent_mode(True):
+            inside = loss(batch.clone())
+            outside = loss(RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(batch.clone()))
+        torch.testing.assert_close(inside["loss_objective"], outside["loss_objective"])
+        torch.testing.assert_close(inside["loss_critic"], outside["loss_critic"])
+
+    def test_replay_buffer_transform(self):
+        td = make_rollout(n=3, t=5, seed=51)
+        expected = RecurrentGAE(gamma=0.9, lmbda=0.8)(td.clone())["advantage"]
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(32, ndim=2),
+            transform=RecurrentGAE(gamma=0.9, lmbda=0.8).as_transform(),
+        )
+        rb.extend(td)
+        assert "advantage" not in td.keys()
+        torch.testing.assert_close(rb[:]["advantage"], expected)
+        sample = rb.sample(4)
+        assert "advantage" in sample.keys()
+
+    def test_value_estimate_leaves_input_and_carry(self):
+        td = make_rollout(seed=52)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.8)
+        target = gae.value_estimate(td)
+        assert "value_target" not in td.keys() and gae._carry is None
+        torch.testing.assert_close(target, gae(td)["value_target"])

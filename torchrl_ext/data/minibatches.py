@@ -1,0 +1,223 @@
+"""Env-major minibatches: shuffle env indices, never timesteps, and hand out whole rows.
+
+A recurrent learner needs each minibatch row to be one env's contiguous ``[T]`` stretch so the
+hidden state can be rebuilt from ``is_init``. Both helpers below draw a permutation of the env
+indices once per epoch from a :class:`torch.Generator`, then cut it into chunks of
+``envs_per_minibatch`` envs (the last chunk is shorter when the env count is not divisible):
+every env appears exactly once per epoch.
+
+* :class:`EnvMajorMinibatches` iterates over a ``[N_env, T]`` TensorDict in memory.
+* :class:`EnvMajorSampler` is a torchrl replay-buffer sampler over a storage built with
+  ``ndim=2`` and extended with ``[N_env, T]`` batches (torchrl stores those time-first, as
+  ``[T, N_env]``, extending along time; the sampler indexes that layout and returns
+  ``[E, T]`` rows).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.data.replay_buffers.storages import Storage
+
+
+def _check_positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+    return value
+
+
+def _check_generator(generator: torch.Generator | None) -> torch.Generator | None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}."
+        )
+    return generator
+
+
+def env_chunks(
+    n_envs: int, envs_per_minibatch: int, generator: torch.Generator | None, device=None
+) -> list[torch.Tensor]:
+    """One epoch of env indices: a permutation cut into chunks (last one possibly shorter)."""
+    perm = torch.randperm(n_envs, generator=generator, device=device)
+    return list(perm.split(envs_per_minibatch))
+
+
+class EnvMajorMinibatches:
+    """Iterates over whole env rows of a ``[N_env, T, ...]`` TensorDict, envs shuffled.
+
+    Each epoch draws a fresh permutation of the env indices (dim 0) and yields
+    ``data[chunk]`` for consecutive chunks of ``envs_per_minibatch`` envs, so every env appears
+    exactly once per epoch, rows keep all their timesteps in order, and the last minibatch is
+    shorter when ``N_env`` is not divisible. Iterating again continues with new permutations.
+
+    Args:
+        data (TensorDictBase): the batch, env dim first (``batch_dims >= 2``).
+        envs_per_minibatch (int): envs per minibatch.
+        epochs (int, optional): permutations per pass over the iterator. Defaults to ``1``.
+        generator (torch.Generator, optional): source of the permutations. Defaults to
+            ``None`` (torch's default generator).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.data.minibatches import EnvMajorMinibatches
+        >>> data = TensorDict({"obs": torch.arange(5 * 4).view(5, 4)}, batch_size=[5, 4])
+        >>> mb = EnvMajorMinibatches(data, 2, epochs=2, generator=torch.Generator().manual_seed(0))
+        >>> len(mb), [tuple(b.batch_size) for b in mb]
+        (6, [(2, 4), (2, 4), (1, 4), (2, 4), (2, 4), (1, 4)])
+        >>> rows = torch.cat([b["obs"][:, 0] for b in mb][:3])
+        >>> sorted((rows // 4).tolist())
+        [0, 1, 2, 3, 4]
+    """
+
+    def __init__(
+        self,
+        data: TensorDictBase,
+        envs_per_minibatch: int,
+        *,
+        epochs: int = 1,
+        generator: torch.Generator | None = None,
+    ):
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        if data.batch_dims < 2:
+            raise ValueError(
+                "data must have an env dim and a time dim (batch_dims >= 2), got "
+                f"batch_size={tuple(data.batch_size)}."
+            )
+        self.data = data
+        self.envs_per_minibatch = _check_positive("envs_per_minibatch", envs_per_minibatch)
+        self.epochs = _check_positive("epochs", epochs)
+        self.generator = _check_generator(generator)
+
+    @property
+    def n_envs(self) -> int:
+        """Number of env rows in ``data``."""
+        return self.data.batch_size[0]
+
+    def __len__(self) -> int:
+        return self.epochs * -(-self.n_envs // self.envs_per_minibatch)
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        for _ in range(self.epochs):
+            for chunk in env_chunks(self.n_envs, self.envs_per_minibatch, self.generator):
+                yield self.data[chunk.to(self.data.device or "cpu")]
+
+
+class EnvMajorSampler(Sampler):
+    """Replay-buffer sampler that returns whole env rows of a ``[N_env, T]`` storage.
+
+    For a storage created with ``ndim=2`` and filled with ``[N_env, T]`` batches (the replay
+    buffer's default ``dim_extend``, which stores them as ``[T, N_env]``),
+    ``sample(storage, batch_size)`` returns the index of ``batch_size // T`` whole rows:
+    ``rb.sample(E * T)`` gives a ``[E, T]`` TensorDict. Envs are drawn without replacement from
+    a permutation made once per epoch; the last minibatch of an epoch is shorter when ``N_env``
+    is not divisible, after which :attr:`ran_out` is set so that iterating over the replay
+    buffer stops at the end of each epoch.
+
+    Args:
+        generator (torch.Generator, optional): source of the permutations. Defaults to ``None``
+            (the buffer's generator if it has one, else torch's default generator).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> from torchrl_ext.data.minibatches import EnvMajorSampler
+        >>> data = TensorDict({"obs": torch.arange(5 * 4).view(5, 4)}, batch_size=[5, 4])
+        >>> rb = ReplayBuffer(
+        ...     storage=LazyTensorStorage(5 * 4, ndim=2),
+        ...     sampler=EnvMajorSampler(generator=torch.Generator().manual_seed(0)),
+        ...     batch_size=2 * 4,
+        ... )
+        >>> _ = rb.extend(data)
+        >>> batches = list(rb)
+        >>> [tuple(b.batch_size) for b in batches]
+        [(2, 4), (2, 4), (1, 4)]
+        >>> bool((batches[0]["obs"].diff(dim=1) == 1).all())
+        True
+    """
+
+    def __init__(self, generator: torch.Generator | None = None):
+        super().__init__()
+        self.generator = _check_generator(generator)
+        self._chunks: list[torch.Tensor] = []
+        self._shape: tuple[int, ...] | None = None
+        self._ran_out = False
+
+    def _rows_per_sample(self, storage: Storage, batch_size: int) -> int:
+        shape = tuple(storage.shape) if storage.shape is not None else ()
+        if len(shape) != 2:
+            raise ValueError(
+                "EnvMajorSampler needs a non-empty storage built with ndim=2 (holding [N_env, T] "
+                f"batches), got storage shape {shape}."
+            )
+        steps = shape[0]
+        if batch_size % steps:
+            raise ValueError(
+                f"batch_size must be a multiple of the row length T={steps} (whole rows), got "
+                f"batch_size={batch_size}."
+            )
+        return batch_size // steps
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Any, dict]:
+        """Returns the ``(env, time)`` index of the next chunk of whole rows."""
+        envs = self._rows_per_sample(storage, batch_size)
+        steps, n_envs = shape = tuple(storage.shape)
+        if not self._chunks or shape != self._shape:
+            generator = self.generator if self.generator is not None else self._rng
+            self._chunks = env_chunks(n_envs, envs, generator)
+            self._shape = shape
+        rows = self._chunks.pop(0)
+        self._ran_out = not self._chunks
+        time = torch.arange(steps)
+        index = (time[None, :].expand(rows.numel(), -1), rows[:, None].expand(-1, steps))
+        return index, {}
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the last call handed out the final chunk of an epoch."""
+        return self._ran_out
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        self._ran_out = value
+
+    def _empty(self) -> None:
+        self._chunks = []
+        self._shape = None
+        self._ran_out = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Remaining chunks of the current epoch."""
+        return OrderedDict(
+            chunks=[c.clone() for c in self._chunks],
+            shape=self._shape,
+            ran_out=self._ran_out,
+        )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores the state returned by :meth:`state_dict`."""
+        self._chunks = [torch.as_tensor(c).clone() for c in state_dict["chunks"]]
+        shape = state_dict["shape"]
+        self._shape = None if shape is None else tuple(int(s) for s in shape)
+        self._ran_out = bool(state_dict["ran_out"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Saves the state under ``path``."""
+        path = Path(path)
+        path.mkdir(exist_ok=True, parents=True)
+        torch.save(self.state_dict(), path / "sampler.pt")
+
+    def loads(self, path: str | Path) -> None:
+        """Loads the state saved by :meth:`dumps`."""
+        self.load_state_dict(torch.load(Path(path) / "sampler.pt", weights_only=False))
+
+
+__all__ = ["EnvMajorMinibatches", "EnvMajorSampler"]

@@ -1,0 +1,271 @@
+"""The fast GAE scan: Warp kernels walking each env row backwards in time.
+
+Two kernels, one job each:
+
+* ``_gae_scan_rows4``: float32, one channel, contiguous env-major ``[N, T]`` rows with
+  ``T % 4 == 0`` (what torchrl collectors produce). One thread per row; it loads four steps
+  at a time as ``vec4`` values and four flags as one 32-bit word, because Warp's CPU backend
+  pays per array access far more than per flop.
+* ``_gae_scan_strided``: any float32/float64 ``[N, T, K]`` views with arbitrary strides
+  (time-major data, broadcast flags, several agents). One thread per (row, channel).
+
+Both write each thread's final running advantage to ``last``. NaN is sticky through the
+recursion (``0 * NaN`` is NaN, so a cut trace still carries it), so ``last`` is NaN exactly
+when some input of that row was NaN (or infinities cancelled); the caller checks ``last``
+instead of scanning every input for NaN.
+
+The Python side only picks a kernel, allocates the outputs and launches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from typing import Any
+
+import torch
+import warp as wp
+
+#: Dtypes the strided kernel runs natively; others are computed in float32 and cast back.
+_NATIVE_DTYPES = {torch.float32: wp.float32, torch.float64: wp.float64}
+
+
+@wp.func
+def _flag(word: wp.uint32, j: int) -> float:
+    """Byte ``j`` of a word holding four consecutive bool flags, as 0.0 or 1.0."""
+    return float((word >> wp.uint32(8 * j)) & wp.uint32(1))
+
+
+@wp.func
+def _step(
+    r: float,
+    v: float,
+    nv: float,
+    terminated: float,
+    done: float,
+    gamma: float,
+    gamma_lmbda: float,
+    acc: float,
+) -> float:
+    """One GAE step: bootstrap unless terminated, cut the trace where done.
+
+    ``acc`` enters last, in one multiply-add, so the loop-carried chain stays short.
+    """
+    delta = r + gamma * (1.0 - terminated) * nv - v
+    return delta + (gamma_lmbda * (1.0 - done)) * acc
+
+
+@wp.kernel(enable_backward=False)
+def _gae_scan_rows4(
+    reward: wp.array(dtype=wp.vec4f),
+    value: wp.array(dtype=wp.vec4f),
+    next_value: wp.array(dtype=wp.vec4f),
+    terminated: wp.array(dtype=wp.uint32),
+    done: wp.array(dtype=wp.uint32),
+    blocks: int,
+    gamma: float,
+    gamma_lmbda: float,
+    advantage: wp.array(dtype=wp.vec4f),
+    value_target: wp.array(dtype=wp.vec4f),
+    last: wp.array(dtype=float),
+):
+    """Contiguous float32 rows of ``4 * blocks`` steps, four steps per iteration."""
+    n = wp.tid()
+    acc = float(0.0)  # noqa: UP018 (Warp needs the constructor for a loop variable)
+    b = (n + 1) * blocks - 1
+    for _i in range(blocks):
+        r = reward[b]
+        v = value[b]
+        nv = next_value[b]
+        tw = terminated[b]
+        dw = done[b]
+        a3 = _step(r[3], v[3], nv[3], _flag(tw, 3), _flag(dw, 3), gamma, gamma_lmbda, acc)
+        a2 = _step(r[2], v[2], nv[2], _flag(tw, 2), _flag(dw, 2), gamma, gamma_lmbda, a3)
+        a1 = _step(r[1], v[1], nv[1], _flag(tw, 1), _flag(dw, 1), gamma, gamma_lmbda, a2)
+        a0 = _step(r[0], v[0], nv[0], _flag(tw, 0), _flag(dw, 0), gamma, gamma_lmbda, a1)
+        adv = wp.vec4f(a0, a1, a2, a3)
+        advantage[b] = adv
+        value_target[b] = adv + v
+        acc = a0
+        b -= 1
+    last[n] = acc
+
+
+@wp.kernel(enable_backward=False)
+def _gae_scan_strided(
+    reward: wp.array3d(dtype=Any),
+    value: wp.array3d(dtype=Any),
+    next_value: wp.array3d(dtype=Any),
+    terminated: wp.array3d(dtype=wp.uint8),
+    done: wp.array3d(dtype=wp.uint8),
+    gamma: Any,
+    gamma_lmbda: Any,
+    advantage: wp.array3d(dtype=Any),
+    value_target: wp.array3d(dtype=Any),
+    last: wp.array2d(dtype=Any),
+):
+    """Any-strided ``[N, T, K]`` views; one thread per (row, channel)."""
+    n, k = wp.tid()
+    steps = reward.shape[1]
+    one = reward.dtype(1.0)
+    acc = reward.dtype(0.0)
+    for i in range(steps):
+        t = steps - 1 - i
+        v = value[n, t, k]
+        alive = one - reward.dtype(terminated[n, t, k])
+        keep = one - reward.dtype(done[n, t, k])
+        delta = reward[n, t, k] + gamma * alive * next_value[n, t, k] - v
+        acc = delta + (gamma_lmbda * keep) * acc
+        advantage[n, t, k] = acc
+        value_target[n, t, k] = acc + v
+    last[n, k] = acc
+
+
+for _scalar in _NATIVE_DTYPES.values():
+    _array = wp.array3d(dtype=_scalar)
+    wp.overload(
+        _gae_scan_strided,
+        {
+            "reward": _array,
+            "value": _array,
+            "next_value": _array,
+            "gamma": _scalar,
+            "gamma_lmbda": _scalar,
+            "advantage": _array,
+            "value_target": _array,
+            "last": wp.array2d(dtype=_scalar),
+        },
+    )
+
+_LOADED_DEVICES: set[str] = set()
+
+
+def _ready(device: torch.device) -> wp.context.Device:
+    """Initializes Warp and loads this module's kernels on ``device``, keeping stdout clean.
+
+    Warp prints a banner on init and a line per module load; both would end up in the
+    caller's output (and break doctests), so they are captured here.
+    """
+    key = str(device)
+    if key not in _LOADED_DEVICES:
+        with contextlib.redirect_stdout(io.StringIO()):
+            wp.init()
+            wp.load_module(sys.modules[__name__], device=wp.device_from_torch(device))
+        _LOADED_DEVICES.add(key)
+    return wp.device_from_torch(device)
+
+
+def _stream(device: torch.device):
+    return wp.stream_from_torch(device) if device.type == "cuda" else None
+
+
+def _rows4_ok(reward, value, next_value, terminated, done) -> bool:
+    """Whether the contiguous float32 four-step kernel applies."""
+    if reward.dtype != torch.float32 or reward.shape[2] != 1 or reward.shape[1] % 4:
+        return False
+    same = value.dtype == next_value.dtype == torch.float32
+    return same and all(x.is_contiguous() for x in (reward, value, next_value, terminated, done))
+
+
+def _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_device):
+    n_rows, steps, _ = reward.shape
+    advantage = torch.empty_like(reward)
+    value_target = torch.empty_like(reward)
+    last = torch.empty(n_rows, 1, dtype=reward.dtype, device=reward.device)
+
+    def vec(x):
+        return wp.from_torch(x.view(-1, 4), dtype=wp.vec4f)
+
+    def words(flag):
+        return wp.from_torch(flag.view(torch.uint8).view(-1).view(torch.int32), dtype=wp.uint32)
+
+    wp.launch(
+        _gae_scan_rows4,
+        dim=n_rows,
+        inputs=[
+            vec(reward),
+            vec(value),
+            vec(next_value),
+            words(terminated),
+            words(done),
+            steps // 4,
+            float(gamma),
+            float(gamma * lmbda),
+        ],
+        outputs=[vec(advantage), vec(value_target), wp.from_torch(last.view(-1))],
+        device=wp_device,
+        stream=_stream(reward.device),
+    )
+    return advantage, value_target, last
+
+
+def _launch_strided(reward, value, next_value, terminated, done, gamma, lmbda, wp_device):
+    calc_dtype = reward.dtype
+    scalar = _NATIVE_DTYPES[calc_dtype]
+    n_rows, _, n_chan = reward.shape
+    advantage = torch.empty(reward.shape, dtype=calc_dtype, device=reward.device)
+    value_target = torch.empty_like(advantage)
+    last = torch.empty(n_rows, n_chan, dtype=calc_dtype, device=reward.device)
+
+    def flag(x):
+        return wp.from_torch(x.view(torch.uint8), dtype=wp.uint8)
+
+    wp.launch(
+        _gae_scan_strided,
+        dim=(n_rows, n_chan),
+        inputs=[
+            wp.from_torch(reward),
+            wp.from_torch(value),
+            wp.from_torch(next_value),
+            flag(terminated),
+            flag(done),
+            scalar(gamma),
+            scalar(gamma * lmbda),
+        ],
+        outputs=[wp.from_torch(advantage), wp.from_torch(value_target), wp.from_torch(last)],
+        device=wp_device,
+        stream=_stream(reward.device),
+    )
+    return advantage, value_target, last
+
+
+def gae_scan(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    gamma: float,
+    lmbda: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runs the GAE scan over ``[N, T, K]`` inputs.
+
+    Args:
+        reward (torch.Tensor): rewards ``[N, T, K]`` (floating point, any strides).
+        value (torch.Tensor): values of the states ``[N, T, K]``.
+        next_value (torch.Tensor): values of the next states ``[N, T, K]``.
+        terminated (torch.Tensor): bool ``[N, T, K]`` (broadcast strides allowed).
+        done (torch.Tensor): bool ``[N, T, K]``.
+        gamma (float): discount.
+        lmbda (float): GAE trace decay.
+
+    Returns:
+        ``(advantage, value_target, last)``: two new ``[N, T, K]`` tensors of the promoted
+        input dtype, and each row's final running advantage ``[N, K]``, NaN where that row
+        held a NaN.
+    """
+    wp_device = _ready(reward.device)
+    if _rows4_ok(reward, value, next_value, terminated, done):
+        return _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_device)
+    out_dtype = torch.promote_types(
+        torch.promote_types(reward.dtype, value.dtype), next_value.dtype
+    )
+    calc_dtype = out_dtype if out_dtype in _NATIVE_DTYPES else torch.float32
+    reward, value, next_value = (x.to(calc_dtype) for x in (reward, value, next_value))
+    advantage, value_target, last = _launch_strided(
+        reward, value, next_value, terminated, done, gamma, lmbda, wp_device
+    )
+    if calc_dtype != out_dtype:
+        advantage, value_target = advantage.to(out_dtype), value_target.to(out_dtype)
+    return advantage, value_target, last

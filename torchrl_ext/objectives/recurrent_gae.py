@@ -1,0 +1,627 @@
+"""Generalized advantage estimation that gets recurrent critics and truncation right.
+
+Two masks, never merged (see ``docs/concepts/recurrent_gae.rst``):
+
+* GAE reads ``terminated`` (bootstrap or not) and ``done`` (cut the trace) at the same step:
+  ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)`` and
+  ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``; a truncated step bootstraps from
+  the value of its true final observation ``("next", obs)``.
+* The recurrent state resets on ``is_init``, which is ``done`` one step later; ``is_init[:, 0]``
+  carries over from the previous batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import nullcontext
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torchrl.envs.transforms import Transform
+from torchrl.objectives.value import ValueEstimatorBase
+
+from torchrl_ext.objectives._gae_kernels import gae_scan
+from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
+from torchrl_ext.objectives._value_pass import ValuePass
+
+InitialState = Literal["zeros", "stored"]
+
+
+@dataclasses.dataclass
+class _AcceptedKeys:
+    """Configurable keys. Reward, done and terminated are read under ``"next"``.
+
+    ``sample_log_prob`` and ``steps_to_next_obs`` are accepted (and ignored) so that torchrl
+    losses can forward their keys with ``set_keys``.
+    """
+
+    advantage: NestedKey = "advantage"
+    value_target: NestedKey = "value_target"
+    value: NestedKey = "state_value"
+    reward: NestedKey = "reward"
+    done: NestedKey = "done"
+    terminated: NestedKey = "terminated"
+    is_init: NestedKey = "is_init"
+    sample_log_prob: NestedKey = "sample_log_prob"
+    steps_to_next_obs: NestedKey = "steps_to_next_obs"
+
+
+@dataclasses.dataclass
+class _Rollout:
+    """The GAE inputs of one call in canonical ``[N, T, ...]`` layout."""
+
+    batch_shape: torch.Size
+    time_dim: int
+    reward: torch.Tensor  # [N, T, *feature]
+    terminated: torch.Tensor  # [N, T, *flag_feature], bool
+    done: torch.Tensor  # [N, T, *flag_feature], bool
+    done_rows: torch.Tensor  # [N, T], bool: any flag set at the step
+    is_init: torch.Tensor  # [N, T], bool
+    is_init_derived: bool
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        return len(self.batch_shape), self.time_dim
+
+
+def _check_unit_interval(name: str, value: float) -> float:
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float in [0, 1], got {name}={value!r}.")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {name}={value!r}.")
+    return float(value)
+
+
+def _check_chunk_len(chunk_len: int | None) -> int | None:
+    if chunk_len is None:
+        return None
+    if isinstance(chunk_len, bool) or not isinstance(chunk_len, int) or chunk_len < 1:
+        raise ValueError(f"chunk_len must be None or an int >= 1, got chunk_len={chunk_len!r}.")
+    return chunk_len
+
+
+def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
+    value = td.get(key, None)
+    if value is None:
+        raise ValueError(
+            f"RecurrentGAE needs the {role} entry {key!r}, which is missing from the input "
+            f"tensordict (batch_size={tuple(td.batch_size)}). Add it, or point the module at "
+            f"another key with set_keys({role}=...)."
+        )
+    return value
+
+
+def _check_flag(key: NestedKey, flag: torch.Tensor) -> None:
+    if flag.dtype is not torch.bool:
+        raise TypeError(
+            f"{key!r} must be a bool tensor, got dtype={flag.dtype}. Convert it with .bool()."
+        )
+
+
+def _check_float(key: NestedKey, x: torch.Tensor) -> None:
+    if not x.is_floating_point():
+        raise TypeError(f"{key!r} must be a floating-point tensor, got dtype={x.dtype}.")
+
+
+def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, ref: NestedKey):
+    try:
+        ok = torch.broadcast_shapes(flag.shape[2:], feature) == feature
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{key!r} has per-step shape {tuple(flag.shape[2:])}, which does not broadcast to "
+            f"the per-step shape {tuple(feature)} of {ref!r}."
+        )
+
+
+def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
+    """``[N, T, *f]`` -> ``[N, T, K]`` (broadcasting ``f`` to ``feature`` without copying)."""
+    n_rows, steps = x.shape[:2]
+    x = x.reshape(n_rows, steps, *([1] * (len(feature) - (x.ndim - 2))), *x.shape[2:])
+    return x.expand(n_rows, steps, *feature).reshape(n_rows, steps, -1)
+
+
+def _raise_on_nan(last: torch.Tensor, inputs: dict[NestedKey, torch.Tensor]) -> None:
+    """Raises if the scan met a NaN (``last`` is NaN for every row that held one)."""
+    if not bool(torch.isnan(last).any()):
+        return
+    found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
+    if found:
+        raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
+    raise ValueError(
+        f"RecurrentGAE got infinite values in {list(inputs)} that produced NaN advantages; "
+        "nothing was written."
+    )
+
+
+class RecurrentGAE(ValueEstimatorBase):
+    """GAE with distinct bootstrap/trace/reset masks and one-pass recurrent value recompute.
+
+    Reads a rollout shaped ``[N_env, T]`` (time is the last batch dim unless ``time_dim`` says
+    otherwise) and writes ``"advantage"``, ``"value_target"`` and, when the input has none,
+    ``"is_init"``. Without a ``value_network`` it reads ``"state_value"`` and
+    ``("next", "state_value")``; with one it recomputes both (and writes them): a
+    feed-forward critic is called once on all observations plus the final observations of
+    ``done`` steps and of each row's last step; a critic containing torchrl
+    :class:`~torchrl.modules.LSTMModule` or :class:`~torchrl.modules.GRUModule` layers runs
+    each layer once over whole rows as a packed sequence, resetting its state where
+    ``is_init`` is set, with the bootstrap observations appended after the step they follow.
+
+    Where ``is_init`` is absent it is derived as ``done`` shifted one step later, and its first
+    column is carried over per env between calls (True on the first call and for envs whose
+    last step was ``done``). The carry assumes consecutive calls see the same envs in the same
+    order; :meth:`reset_carry` forgets it.
+
+    It is a :class:`~torchrl.objectives.value.ValueEstimatorBase` (hence a
+    ``TensorDictModuleBase``) and plugs in as a collector ``postproc``, as a torchrl loss's
+    value estimator through ``loss.make_value_estimator(gae)`` (plain attribute assignment to
+    ``loss.value_estimator`` does not reach torchrl's property for ``nn.Module`` values; the
+    loss's ``params`` are applied to the value network, ``target_params`` are ignored) and,
+    through :meth:`as_transform`, as a replay-buffer transform. As in torchrl's estimators, the
+    value network is not registered as a submodule, so a loss does not count its parameters
+    twice.
+
+    Args:
+        gamma (float): discount factor in ``[0, 1]``.
+        lmbda (float): GAE trace decay in ``[0, 1]``.
+        value_network (TensorDictModuleBase, optional): the critic. Defaults to ``None``
+            (values are read from the input).
+        initial_state (str, optional): the recurrent state each row starts from. ``"zeros"``
+            (Strategy A) matches training that starts every minibatch row from a zero state;
+            ``"stored"`` (Strategy B) starts from the state stored at rollout time under the
+            recurrent layer's input keys (e.g. ``"recurrent_state_h"``), matching training that
+            replays stored states. Rows whose first step is ``is_init`` start from zeros in
+            both. Defaults to ``"zeros"``.
+        chunk_len (int, optional): re-anchor the recurrent state every ``chunk_len`` steps (to
+            zeros or to the stored state, as ``initial_state`` says), matching training on
+            chunks of that length. Defaults to ``None`` (no re-anchoring).
+        time_dim (int, optional): the time dimension of the input's batch dims. Defaults to
+            ``None``: the dim named ``"time"`` if any, else the last one.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.objectives import RecurrentGAE
+        >>> g = torch.Generator().manual_seed(0)
+        >>> n, t = 3, 5
+        >>> done = torch.zeros(n, t, 1, dtype=torch.bool)
+        >>> done[0, 2] = True
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "state_value": torch.randn(n, t, 1, generator=g),
+        ...         "next": {
+        ...             "reward": torch.randn(n, t, 1, generator=g),
+        ...             "done": done,
+        ...             "terminated": done.clone(),
+        ...             "state_value": torch.randn(n, t, 1, generator=g),
+        ...         },
+        ...     },
+        ...     batch_size=[n, t],
+        ... )
+        >>> gae = RecurrentGAE(gamma=0.99, lmbda=0.95)
+        >>> out = gae(rollout)
+        >>> out["advantage"].shape, out["value_target"].shape
+        (torch.Size([3, 5, 1]), torch.Size([3, 5, 1]))
+        >>> out["is_init"][0, :, 0].tolist()
+        [True, False, False, True, False]
+    """
+
+    _AcceptedKeys = _AcceptedKeys
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        gamma: float,
+        lmbda: float,
+        value_network: TensorDictModuleBase | None = None,
+        *,
+        initial_state: InitialState = "zeros",
+        chunk_len: int | None = None,
+        time_dim: int | None = None,
+    ):
+        gamma = _check_unit_interval("gamma", gamma)
+        lmbda = _check_unit_interval("lmbda", lmbda)
+        if initial_state not in ("zeros", "stored"):
+            raise ValueError(
+                f"initial_state must be 'zeros' or 'stored', got initial_state={initial_state!r}."
+            )
+        chunk_len = _check_chunk_len(chunk_len)
+        if value_network is not None and not isinstance(value_network, TensorDictModuleBase):
+            raise TypeError(
+                "value_network must be a TensorDictModuleBase (e.g. a TensorDictModule or "
+                f"TensorDictSequential), got {type(value_network).__name__}."
+            )
+        value_pass = ValuePass(value_network) if value_network is not None else None
+        if time_dim is not None and (isinstance(time_dim, bool) or not isinstance(time_dim, int)):
+            raise TypeError(f"time_dim must be None or an int, got time_dim={time_dim!r}.")
+        super().__init__(value_network=value_network)
+        self.gamma = gamma
+        self.lmbda = lmbda
+        self.initial_state = initial_state
+        self.chunk_len = chunk_len
+        self.time_dim = time_dim
+        self._value_pass = value_pass
+        self._tensor_keys = _AcceptedKeys()
+        self._carry: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ keys
+    @property
+    def tensor_keys(self) -> _AcceptedKeys:
+        """The configured keys (see :meth:`set_keys`)."""
+        return self._tensor_keys
+
+    def set_keys(self, **kwargs: NestedKey) -> RecurrentGAE:
+        """Renames the entries read and written, like torchrl's value estimators.
+
+        Args:
+            **kwargs: any of ``advantage``, ``value_target``, ``value``, ``reward``, ``done``,
+                ``terminated``, ``is_init`` (``sample_log_prob`` and ``steps_to_next_obs`` are
+                accepted and unused). Reward, done and terminated are read under ``"next"``.
+
+        Returns:
+            self.
+        """
+        fields = {f.name for f in dataclasses.fields(_AcceptedKeys)}
+        for name, key in kwargs.items():
+            if name not in fields:
+                raise ValueError(
+                    f"set_keys got an unknown key name {name!r}; expected one of {sorted(fields)}."
+                )
+            if key is None:
+                continue
+            setattr(self._tensor_keys, name, key)
+        return self
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """Entries read: reward, flags, and values or the value network's inputs."""
+        keys = self._tensor_keys
+        out = [next_key(keys.reward), next_key(keys.done), next_key(keys.terminated)]
+        if self._value_pass is None:
+            return [*out, keys.value, next_key(keys.value)]
+        obs = self._value_pass.obs_keys
+        return [*out, *obs, *(next_key(k) for k in obs)]
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        """Entries written (``is_init`` only when derived; values only when recomputed)."""
+        keys = self._tensor_keys
+        out = [keys.advantage, keys.value_target, keys.is_init]
+        if self._value_pass is not None:
+            out += [keys.value, next_key(keys.value)]
+        return out
+
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params: TensorDictBase | None = None,
+        next_value: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """Returns the value target (``advantage + value``), leaving input and carry as they are.
+
+        Args:
+            tensordict (TensorDictBase): the rollout.
+            target_params (TensorDictBase, optional): unused (kept for torchrl's signature).
+            next_value (torch.Tensor, optional): unsupported; pass values in the input.
+            **kwargs: ``params`` and ``time_dim``, as for :meth:`forward`.
+        """
+        if next_value is not None:
+            raise ValueError(
+                "RecurrentGAE.value_estimate does not take next_value; put it in the input "
+                "under ('next', value key) instead."
+            )
+        carry = self._carry
+        out = self.forward(tensordict.apply(lambda x: x), target_params=target_params, **kwargs)
+        self._carry = carry
+        return out.get(self._tensor_keys.value_target)
+
+    def reset_carry(self) -> None:
+        """Forgets the per-env episode-end flags kept between calls."""
+        self._carry = None
+
+    def as_transform(self) -> RecurrentGAETransform:
+        """Returns a replay-buffer transform computing advantages when data is written."""
+        return RecurrentGAETransform(self)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        params: TensorDictBase | None = None,
+        target_params: TensorDictBase | None = None,
+        time_dim: int | None = None,
+    ) -> TensorDictBase:
+        """Computes advantages and writes them into ``tensordict``.
+
+        Args:
+            tensordict (TensorDictBase): the rollout, batch dims ``[..., T]``.
+            params (TensorDictBase, optional): parameters to run the value network with (as
+                passed by torchrl losses). Defaults to ``None``.
+            target_params (TensorDictBase, optional): accepted for torchrl losses; unused.
+            time_dim (int, optional): overrides the module's ``time_dim``.
+
+        Returns:
+            ``tensordict``, with the outputs written. On bad input an error is raised and
+            nothing is written.
+        """
+        del target_params
+        with torch.no_grad():
+            rollout = self._read(tensordict, time_dim)
+            value, next_value = self._values(tensordict, rollout, params)
+            advantage, value_target = self._scan(rollout, value, next_value)
+            self._write(tensordict, rollout, advantage, value_target, value, next_value)
+        self._carry = rollout.done_rows[:, -1].clone()
+        return tensordict
+
+    def _resolve_time_dim(self, td: TensorDictBase, time_dim: int | None) -> int:
+        if td.batch_dims < 1:
+            raise ValueError(
+                "RecurrentGAE needs a tensordict with a time batch dim, got batch_size=()."
+            )
+        if time_dim is None:
+            time_dim = self.time_dim
+        if time_dim is None:
+            names = td.names if td._has_names() else []
+            time_dim = names.index("time") if "time" in names else td.batch_dims - 1
+        if not -td.batch_dims <= time_dim < td.batch_dims:
+            raise ValueError(
+                f"time_dim={time_dim} is out of range for batch_size={tuple(td.batch_size)}."
+            )
+        return time_dim % td.batch_dims
+
+    def _read(self, td: TensorDictBase, time_dim: int | None) -> _Rollout:
+        keys = self._tensor_keys
+        tdim = self._resolve_time_dim(td, time_dim)
+        layout = (td.batch_dims, tdim)
+        reward_key = next_key(keys.reward)
+        reward = _get(td, reward_key, "reward")
+        _check_float(reward_key, reward)
+        reward = flat_rows(reward, *layout)
+        flags = {}
+        for name in ("terminated", "done"):
+            key = next_key(getattr(keys, name))
+            flag = _get(td, key, name)
+            _check_flag(key, flag)
+            flag = flat_rows(flag, *layout)
+            _check_broadcast(key, flag, reward.shape[2:], reward_key)
+            flags[name] = flag
+        done_rows = flags["done"].reshape(*flags["done"].shape[:2], -1).any(-1)
+        is_init, derived = self._is_init(td, layout, done_rows)
+        return _Rollout(
+            batch_shape=td.batch_size,
+            time_dim=tdim,
+            reward=reward,
+            terminated=flags["terminated"],
+            done=flags["done"],
+            done_rows=done_rows,
+            is_init=is_init,
+            is_init_derived=derived,
+        )
+
+    def _is_init(
+        self, td: TensorDictBase, layout: tuple[int, int], done_rows: torch.Tensor
+    ) -> tuple[torch.Tensor, bool]:
+        key = self._tensor_keys.is_init
+        given = td.get(key, None)
+        if given is not None:
+            _check_flag(key, given)
+            given = flat_rows(given, *layout)
+            return given.reshape(*given.shape[:2], -1).any(-1), False
+        n_rows = done_rows.shape[0]
+        carry = self._carry
+        if carry is None:
+            carry = torch.ones(n_rows, dtype=torch.bool, device=done_rows.device)
+        elif carry.shape[0] != n_rows:
+            raise ValueError(
+                f"{key!r} is missing and must be derived, but the carry kept from the previous "
+                f"call holds {carry.shape[0]} envs while this batch has {n_rows}. Pass {key!r} "
+                "in the input or call reset_carry() when the set of envs changes."
+            )
+        is_init = torch.empty_like(done_rows)
+        is_init[:, 0] = carry.to(done_rows.device)
+        is_init[:, 1:] = done_rows[:, :-1]
+        return is_init, True
+
+    def _values(
+        self, td: TensorDictBase, rollout: _Rollout, params: TensorDictBase | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = self._tensor_keys
+        if self._value_pass is None:
+            values = []
+            for key in (keys.value, next_key(keys.value)):
+                value = _get(td, key, "value")
+                _check_float(key, value)
+                values.append(flat_rows(value, *rollout.layout))
+            return values[0], values[1]
+        self._check_network_inputs(td)
+        ctx = params.to_module(self.value_network) if params is not None else nullcontext()
+        with ctx:
+            return self._value_pass.run(
+                td,
+                rollout.layout,
+                rollout.is_init,
+                rollout.done_rows,
+                keys.value,
+                self.initial_state,
+                self.chunk_len,
+            )
+
+    def _check_network_inputs(self, td: TensorDictBase) -> None:
+        for key in self._value_pass.obs_keys:
+            _get(td, key, "value_network input")
+            _get(td, next_key(key), "value_network input")
+        if self.initial_state == "stored":
+            for key in self._value_pass.stored_state_keys():
+                _get(td, key, "stored recurrent state (initial_state='stored')")
+
+    def _scan(
+        self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = self._tensor_keys
+        reward = rollout.reward
+        for key, x in ((keys.value, value), (next_key(keys.value), next_value)):
+            if x.shape != reward.shape:
+                raise ValueError(
+                    f"{key!r} has shape {tuple(x.shape[2:])} per step but "
+                    f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
+                )
+        feature = reward.shape[2:]
+        advantage, value_target, last = gae_scan(
+            _to_channels(reward, feature),
+            _to_channels(value, feature),
+            _to_channels(next_value, feature),
+            _to_channels(rollout.terminated, feature),
+            _to_channels(rollout.done, feature),
+            self.gamma,
+            self.lmbda,
+        )
+        _raise_on_nan(
+            last,
+            {next_key(keys.reward): reward, keys.value: value, next_key(keys.value): next_value},
+        )
+        shape = reward.shape
+        return advantage.reshape(shape), value_target.reshape(shape)
+
+    def _write(
+        self,
+        td: TensorDictBase,
+        rollout: _Rollout,
+        advantage: torch.Tensor,
+        value_target: torch.Tensor,
+        value: torch.Tensor,
+        next_value: torch.Tensor,
+    ) -> None:
+        keys = self._tensor_keys
+        batch_shape, tdim = rollout.batch_shape, rollout.time_dim
+        td.set(keys.advantage, unflat_rows(advantage, batch_shape, tdim))
+        td.set(keys.value_target, unflat_rows(value_target, batch_shape, tdim))
+        if self._value_pass is not None:
+            td.set(keys.value, unflat_rows(value, batch_shape, tdim))
+            td.set(next_key(keys.value), unflat_rows(next_value, batch_shape, tdim))
+        if rollout.is_init_derived:
+            is_init = rollout.is_init.unsqueeze(-1)
+            td.set(keys.is_init, unflat_rows(is_init, batch_shape, tdim))
+
+
+def carry_recurrent_state(
+    rollout: TensorDictBase,
+    state_keys: list[NestedKey],
+    *,
+    done_key: NestedKey = ("next", "done"),
+    is_init_key: NestedKey = "is_init",
+    time_dim: int | None = None,
+) -> TensorDictBase:
+    """Builds the start of the next batch for rollouts collected by hand.
+
+    torchrl's collectors carry recurrent states across batches on their own (with a
+    :class:`~torchrl.envs.transforms.TensorDictPrimer` and ``step_mdp``); a hand-written loop
+    must do it itself. For each env, the state reached after the last step carries over
+    unless that step was ``done``, in which case it restarts from zeros and ``is_init`` is set.
+
+    Args:
+        rollout (TensorDictBase): the finished batch, batch dims ``[..., T]``.
+        state_keys (list of NestedKey): recurrent-state keys as the policy reads them (e.g.
+            ``["recurrent_state_h", "recurrent_state_c"]``); their final values are read under
+            ``"next"``.
+        done_key (NestedKey, optional): the done flag. Defaults to ``("next", "done")``.
+        is_init_key (NestedKey, optional): where to write the reset flag. Defaults to
+            ``"is_init"``.
+        time_dim (int, optional): the time batch dim. Defaults to the last one.
+
+    Returns:
+        A TensorDict with the batch dims of ``rollout`` minus time, holding the carried states
+        under ``state_keys`` and ``is_init``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.objectives import carry_recurrent_state
+        >>> done = torch.zeros(2, 3, 1, dtype=torch.bool)
+        >>> done[1, -1] = True
+        >>> rollout = TensorDict(
+        ...     {"next": {"done": done, "h": torch.ones(2, 3, 1, 4)}}, batch_size=[2, 3]
+        ... )
+        >>> start = carry_recurrent_state(rollout, ["h"])
+        >>> start["is_init"][:, 0].tolist(), start["h"].sum(dim=(-1, -2)).tolist()
+        ([False, True], [4.0, 0.0])
+    """
+    if rollout.batch_dims < 1:
+        raise ValueError("rollout needs a time batch dim, got batch_size=().")
+    tdim = (rollout.batch_dims - 1) if time_dim is None else time_dim
+    if not -rollout.batch_dims <= tdim < rollout.batch_dims:
+        raise ValueError(
+            f"time_dim={time_dim} is out of range for batch_size={tuple(rollout.batch_size)}."
+        )
+    done = _get(rollout, done_key, "done")
+    _check_flag(done_key, done)
+    last = rollout[(slice(None),) * (tdim % rollout.batch_dims) + (-1,)]
+    done_last = done.select(tdim % rollout.batch_dims, -1)
+    states = {key: _get(last, next_key(key), "recurrent state") for key in state_keys}
+    out = last.empty()
+    for key, state in states.items():
+        reset = done_last.reshape(
+            *done_last.shape[: last.batch_dims], *([1] * (state.ndim - last.batch_dims))
+        )
+        out.set(key, torch.where(reset, torch.zeros_like(state), state))
+    out.set(is_init_key, done_last.clone())
+    return out
+
+
+class RecurrentGAETransform(Transform):
+    """Replay-buffer transform that runs a :class:`RecurrentGAE` when data is written.
+
+    ``ReplayBuffer.extend`` calls the transform's inverse on the incoming ``[N_env, T]``
+    batch, so advantages are computed on whole rows before they are split into samples;
+    sampling returns the stored entries unchanged.
+
+    Args:
+        gae (RecurrentGAE): the estimator to run.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> from torchrl_ext.objectives import RecurrentGAE
+        >>> g = torch.Generator().manual_seed(0)
+        >>> flags = torch.zeros(2, 4, 1, dtype=torch.bool)
+        >>> batch = TensorDict(
+        ...     {
+        ...         "state_value": torch.randn(2, 4, 1, generator=g),
+        ...         "next": {
+        ...             "reward": torch.randn(2, 4, 1, generator=g),
+        ...             "done": flags,
+        ...             "terminated": flags.clone(),
+        ...             "state_value": torch.randn(2, 4, 1, generator=g),
+        ...         },
+        ...     },
+        ...     batch_size=[2, 4],
+        ... )
+        >>> rb = ReplayBuffer(
+        ...     storage=LazyTensorStorage(16, ndim=2),
+        ...     transform=RecurrentGAE(gamma=0.9, lmbda=0.9).as_transform(),
+        ... )
+        >>> _ = rb.extend(batch)
+        >>> "advantage" in rb[:].keys(), rb[:]["advantage"].shape
+        (True, torch.Size([2, 4, 1]))
+    """
+
+    def __init__(self, gae: RecurrentGAE):
+        if not isinstance(gae, RecurrentGAE):
+            raise TypeError(f"gae must be a RecurrentGAE, got {type(gae).__name__}.")
+        super().__init__()
+        self.gae = gae
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self.gae(tensordict)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Returns sampled data unchanged (advantages were computed on write)."""
+        return tensordict
