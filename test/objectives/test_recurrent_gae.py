@@ -31,6 +31,11 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+# torchrl.collectors defines deprecated weight-updater classes at import time
+pytestmark = pytest.mark.filterwarnings("ignore:Creating .*WeightUpdater:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def _restore_rng():
@@ -121,12 +126,14 @@ class TestRecurrentGAEScan:
     @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
     @pytest.mark.parametrize("steps", [9, 12])
-    def test_env_major_matches_reference(self, mode, dtype, steps):
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_env_major_matches_reference(self, mode, dtype, steps, device):
         """``steps=12`` in float32 takes the four-step contiguous kernel; others are strided."""
         td = make_rollout(mode=mode, dtype=dtype, seed=3, t=steps)
-        RecurrentGAE(gamma=0.97, lmbda=0.9)(td)
+        out = RecurrentGAE(gamma=0.97, lmbda=0.9)(td.to(device))
+        assert out["advantage"].device.type == device and out["advantage"].dtype == dtype
+        td.update(out.cpu())
         adv, target = reference_on(td, 0.97, 0.9)
-        assert td["advantage"].dtype == dtype
         tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
         np.testing.assert_allclose(td["advantage"][..., 0].double(), adv, **tol)
         np.testing.assert_allclose(td["value_target"][..., 0].double(), target, **tol)
@@ -153,6 +160,19 @@ class TestRecurrentGAEScan:
         named.names = ["time", "env"]
         RecurrentGAE(gamma=0.9, lmbda=0.8)(named)
         np.testing.assert_allclose(named["advantage"][..., 0].T, expected, atol=1e-10)
+
+    def test_unaligned_contiguous_inputs(self):
+        """Contiguous float32 data starting at an odd offset takes the strided kernel."""
+        td = make_rollout(t=8, seed=10)
+        expected, _ = reference_on(td, 0.9, 0.8)
+        for key in ("state_value", ("next", "reward"), ("next", "done")):
+            x = td[key]
+            buffer = torch.zeros(x.numel() + 1, dtype=x.dtype)
+            buffer[1:] = x.reshape(-1)
+            td[key] = buffer[1:].view(x.shape)
+        assert td["state_value"].storage_offset() == 1
+        RecurrentGAE(gamma=0.9, lmbda=0.8)(td)
+        np.testing.assert_allclose(td["advantage"][..., 0], expected, atol=1e-5)
 
     def test_extra_leading_batch_dims(self):
         td = make_rollout(n=6, seed=6, dtype=torch.float64)
@@ -369,8 +389,9 @@ class TestBadInput:
     @pytest.mark.parametrize("key", ["state_value", ("next", "state_value"), ("next", "reward")])
     @pytest.mark.parametrize("steps", [9, 12])
     @pytest.mark.parametrize("lmbda", [0.0, 0.9])
-    def test_nan_values(self, key, steps, lmbda):
-        td = make_rollout(t=steps)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_nan_values(self, key, steps, lmbda, device):
+        td = make_rollout(t=steps).to(device)
         td["next", "terminated"][2, 3] = True
         td["next", "done"][2, 3] = True
         td[key][2, 3, 0] = float("nan")
@@ -382,12 +403,14 @@ class TestBadInput:
             gae(td)
         self._assert_untouched(td, gae)
 
-    def test_cancelling_infinities(self):
-        td = make_rollout(t=8)
+    @pytest.mark.parametrize("steps", [8, 9])
+    def test_infinite_values(self, steps):
+        td = make_rollout(t=steps)
         td["state_value"][1, 2, 0] = float("inf")
-        td["next", "reward"][1, 2, 0] = float("inf")
-        with pytest.raises(ValueError, match="infinite"):
-            RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(ValueError, match="infinite values in \\['state_value'\\]"):
+            gae(td)
+        self._assert_untouched(td, gae)
 
     def test_no_time_dim(self):
         td = TensorDict({}, batch_size=[])
@@ -395,6 +418,8 @@ class TestBadInput:
             RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
         with pytest.raises(ValueError, match="time_dim=2"):
             RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=2)(make_rollout())
+        with pytest.raises(ValueError, match=r"empty rollout, batch_size=\(0, 9\)"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(make_rollout()[:0])
 
     @pytest.mark.parametrize(
         ("kwargs", "match"),
@@ -625,12 +650,14 @@ class TestRecurrentCritic:
 
     @pytest.mark.parametrize("kind", ["lstm", "gru"])
     @pytest.mark.parametrize("mode", ["neither", "terminated", "truncated", "both"])
-    def test_values_match_step_loop(self, kind, mode):
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_values_match_step_loop(self, kind, mode, device):
         critic, rnn, head = make_critic(kind)
         td = make_obs_rollout(mode=mode, seed=31)
         with torch.no_grad():
             value, next_value = reference_values(rnn, head, td)
-        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        out = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic.to(device))(td.to(device))
+        td.update(out.cpu())
         torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
         adv, _ = reference_gae(
@@ -656,6 +683,15 @@ class TestRecurrentCritic:
         gae(td)
         torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_time_major_input(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=37)
+        time_major = td.transpose(0, 1).contiguous()
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, time_dim=0)(time_major)
+        for key in ("state_value", ("next", "state_value"), "advantage"):
+            torch.testing.assert_close(time_major[key].transpose(0, 1), td[key])
 
     def test_zeros_with_chunk_len(self):
         critic, rnn, head = make_critic("lstm")
@@ -899,3 +935,101 @@ class TestTorchRLIntegration:
         target = gae.value_estimate(td)
         assert "value_target" not in td.keys() and gae._carry is None
         torch.testing.assert_close(target, gae(td)["value_target"])
+
+
+class TwoAgentCritic(nn.Module):
+    """Per-agent values from per-agent observations of different sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.scout = nn.Linear(2, 1)
+        self.carrier = nn.Linear(5, 1)
+
+    def forward(self, scout_obs, carrier_obs):
+        return torch.stack([self.scout(scout_obs), self.carrier(carrier_obs)], dim=-2)
+
+
+class TestMultiAgentCritic:
+    """A feed-forward multi-agent critic: each agent's advantage from its own value stream."""
+
+    def test_matches_per_agent_single_runs(self):
+        torch.manual_seed(61)
+        gen = torch.Generator().manual_seed(62)
+        n, t = 3, 10
+        terminated, truncated = make_flags(n, t, "both", gen)
+        done = terminated | truncated
+        sizes = {"scout": 2, "carrier": 5}
+        obs = {k: torch.randn(n, t, d, generator=gen) for k, d in sizes.items()}
+        next_obs = {k: torch.randn(n, t, d, generator=gen) for k, d in sizes.items()}
+        for k in sizes:
+            next_obs[k][:, :-1] = torch.where(done[:, :-1], next_obs[k][:, :-1], obs[k][:, 1:])
+        td = TensorDict(
+            {
+                "agents": {f"{k}_obs": v for k, v in obs.items()},
+                "next": {
+                    "agents": {
+                        **{f"{k}_obs": v for k, v in next_obs.items()},
+                        "reward": torch.randn(n, t, 2, 1, generator=gen),
+                    },
+                    "done": done,
+                    "terminated": terminated,
+                },
+            },
+            batch_size=[n, t],
+        )
+        module = TwoAgentCritic()
+        critic = TensorDictModule(
+            module,
+            in_keys=[("agents", "scout_obs"), ("agents", "carrier_obs")],
+            out_keys=[("agents", "state_value")],
+        )
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.8, value_network=critic).set_keys(
+            reward=("agents", "reward"),
+            value=("agents", "state_value"),
+            advantage=("agents", "advantage"),
+            value_target=("agents", "value_target"),
+        )
+        gae(td)
+        assert td["agents", "advantage"].shape == (n, t, 2, 1)
+        for agent, (name, layer) in enumerate(
+            (("scout", module.scout), ("carrier", module.carrier))
+        ):
+            with torch.no_grad():
+                value = layer(obs[name])
+                next_value = layer(next_obs[name])
+            adv, _ = reference_gae(
+                td["next", "agents", "reward"][:, :, agent, 0],
+                value[..., 0],
+                next_value[..., 0],
+                terminated[..., 0],
+                done[..., 0],
+                0.9,
+                0.8,
+            )
+            np.testing.assert_allclose(td["agents", "advantage"][:, :, agent, 0], adv, atol=1e-5)
+
+
+class TestCarryRecurrentState:
+    """For hand-collected rollouts: final states carry over unless the last step was done."""
+
+    def test_time_dim_and_reset(self):
+        done = torch.zeros(6, 3, 1, dtype=torch.bool)
+        done[-1, 1] = True
+        rollout = TensorDict(
+            {"next": {"done": done, "h": torch.randn(6, 3, 2, 4)}}, batch_size=[6, 3]
+        )
+        start = carry_recurrent_state(rollout, ["h"], time_dim=0)
+        assert start.batch_size == (3,)
+        assert start["is_init"][:, 0].tolist() == [False, True, False]
+        torch.testing.assert_close(start["h"][0], rollout["next", "h"][-1, 0])
+        assert not start["h"][1].any()
+
+    def test_bad_input(self):
+        rollout = TensorDict({"next": {"done": torch.zeros(2, 3, 1)}}, batch_size=[2, 3])
+        with pytest.raises(TypeError, match=r"done.*dtype=torch\.float32"):
+            carry_recurrent_state(rollout, ["h"])
+        rollout["next", "done"] = rollout["next", "done"].bool()
+        with pytest.raises(ValueError, match="'next', 'h'"):
+            carry_recurrent_state(rollout, ["h"])
+        with pytest.raises(ValueError, match="time_dim=5"):
+            carry_recurrent_state(rollout, ["h"], time_dim=5)

@@ -4,15 +4,14 @@ Two kernels, one job each:
 
 * ``_gae_scan_rows4``: float32, one channel, contiguous env-major ``[N, T]`` rows with
   ``T % 4 == 0`` (what torchrl collectors produce). One thread per row; it loads four steps
-  at a time as ``vec4`` values and four flags as one 32-bit word, because Warp's CPU backend
-  pays per array access far more than per flop.
+  at a time as ``vec4`` values and four flags as one 32-bit word, and selects rather than
+  multiplies by flags: on Warp's CPU backend both cut its time by about 2x each.
 * ``_gae_scan_strided``: any float32/float64 ``[N, T, K]`` views with arbitrary strides
   (time-major data, broadcast flags, several agents). One thread per (row, channel).
 
-Both write each thread's final running advantage to ``last``. NaN is sticky through the
-recursion (``0 * NaN`` is NaN, so a cut trace still carries it), so ``last`` is NaN exactly
-when some input of that row was NaN (or infinities cancelled); the caller checks ``last``
-instead of scanning every input for NaN.
+Both write one number per thread to ``last`` that is NaN exactly when some input of that row
+was NaN or infinite: each keeps a check sum of ``0 * x`` over its inputs, which stays 0 for
+finite ``x``. The caller checks ``last`` instead of scanning every input.
 
 The Python side only picks a kernel, allocates the outputs and launches.
 """
@@ -32,28 +31,14 @@ _NATIVE_DTYPES = {torch.float32: wp.float32, torch.float64: wp.float64}
 
 
 @wp.func
-def _flag(word: wp.uint32, j: int) -> float:
-    """Byte ``j`` of a word holding four consecutive bool flags, as 0.0 or 1.0."""
-    return float((word >> wp.uint32(8 * j)) & wp.uint32(1))
+def _set(word: wp.uint32, j: int) -> bool:
+    """Whether byte ``j`` of a word holding four consecutive bool flags is set."""
+    return (word & (wp.uint32(1) << wp.uint32(8 * j))) != wp.uint32(0)
 
 
 @wp.func
-def _step(
-    r: float,
-    v: float,
-    nv: float,
-    terminated: float,
-    done: float,
-    gamma: float,
-    gamma_lmbda: float,
-    acc: float,
-) -> float:
-    """One GAE step: bootstrap unless terminated, cut the trace where done.
-
-    ``acc`` enters last, in one multiply-add, so the loop-carried chain stays short.
-    """
-    delta = r + gamma * (1.0 - terminated) * nv - v
-    return delta + (gamma_lmbda * (1.0 - done)) * acc
+def _sum4(x: wp.vec4f) -> float:
+    return (x[0] + x[1]) + (x[2] + x[3])
 
 
 @wp.kernel(enable_backward=False)
@@ -63,6 +48,7 @@ def _gae_scan_rows4(
     next_value: wp.array(dtype=wp.vec4f),
     terminated: wp.array(dtype=wp.uint32),
     done: wp.array(dtype=wp.uint32),
+    n_rows: int,
     blocks: int,
     gamma: float,
     gamma_lmbda: float,
@@ -70,9 +56,17 @@ def _gae_scan_rows4(
     value_target: wp.array(dtype=wp.vec4f),
     last: wp.array(dtype=float),
 ):
-    """Contiguous float32 rows of ``4 * blocks`` steps, four steps per iteration."""
-    n = wp.tid()
+    """Contiguous float32 rows of ``4 * blocks`` steps, four steps per iteration.
+
+    Flags select terms instead of multiplying them, which drops NaN at cut traces; the
+    separate ``check`` sum (``0 * x`` stays 0 unless ``x`` is NaN or infinite) keeps every
+    input's NaN in ``last``.
+    """
+    # the CPU runs threads in order: last row first, so memory is walked in one descending
+    # stream (about 2.5x faster than ascending rows walked backwards)
+    n = n_rows - 1 - wp.tid()
     acc = float(0.0)  # noqa: UP018 (Warp needs the constructor for a loop variable)
+    check = float(0.0)  # noqa: UP018
     b = (n + 1) * blocks - 1
     for _i in range(blocks):
         r = reward[b]
@@ -80,16 +74,35 @@ def _gae_scan_rows4(
         nv = next_value[b]
         tw = terminated[b]
         dw = done[b]
-        a3 = _step(r[3], v[3], nv[3], _flag(tw, 3), _flag(dw, 3), gamma, gamma_lmbda, acc)
-        a2 = _step(r[2], v[2], nv[2], _flag(tw, 2), _flag(dw, 2), gamma, gamma_lmbda, a3)
-        a1 = _step(r[1], v[1], nv[1], _flag(tw, 1), _flag(dw, 1), gamma, gamma_lmbda, a2)
-        a0 = _step(r[0], v[0], nv[0], _flag(tw, 0), _flag(dw, 0), gamma, gamma_lmbda, a1)
+        check = check + 0.0 * (_sum4(r) + _sum4(v) + _sum4(nv))
+        boot = gamma * nv
+        d = r - v
+        a3 = (
+            d[3]
+            + wp.where(_set(tw, 3), 0.0, boot[3])
+            + wp.where(_set(dw, 3), 0.0, gamma_lmbda * acc)
+        )
+        a2 = (
+            d[2]
+            + wp.where(_set(tw, 2), 0.0, boot[2])
+            + wp.where(_set(dw, 2), 0.0, gamma_lmbda * a3)
+        )
+        a1 = (
+            d[1]
+            + wp.where(_set(tw, 1), 0.0, boot[1])
+            + wp.where(_set(dw, 1), 0.0, gamma_lmbda * a2)
+        )
+        a0 = (
+            d[0]
+            + wp.where(_set(tw, 0), 0.0, boot[0])
+            + wp.where(_set(dw, 0), 0.0, gamma_lmbda * a1)
+        )
         adv = wp.vec4f(a0, a1, a2, a3)
         advantage[b] = adv
         value_target[b] = adv + v
         acc = a0
         b -= 1
-    last[n] = acc
+    last[n] = acc + check
 
 
 @wp.kernel(enable_backward=False)
@@ -105,21 +118,28 @@ def _gae_scan_strided(
     value_target: wp.array3d(dtype=Any),
     last: wp.array2d(dtype=Any),
 ):
-    """Any-strided ``[N, T, K]`` views; one thread per (row, channel)."""
-    n, k = wp.tid()
+    """Any-strided ``[N, T, K]`` views; one thread per (row, channel), last one first."""
+    i, j = wp.tid()
+    n = reward.shape[0] - 1 - i
+    k = reward.shape[2] - 1 - j
     steps = reward.shape[1]
+    zero = reward.dtype(0.0)
     one = reward.dtype(1.0)
     acc = reward.dtype(0.0)
+    check = reward.dtype(0.0)
     for i in range(steps):
         t = steps - 1 - i
+        r = reward[n, t, k]
         v = value[n, t, k]
+        nv = next_value[n, t, k]
+        check = check + zero * (r + v + nv)
         alive = one - reward.dtype(terminated[n, t, k])
         keep = one - reward.dtype(done[n, t, k])
-        delta = reward[n, t, k] + gamma * alive * next_value[n, t, k] - v
+        delta = r + gamma * alive * nv - v
         acc = delta + (gamma_lmbda * keep) * acc
         advantage[n, t, k] = acc
         value_target[n, t, k] = acc + v
-    last[n, k] = acc
+    last[n, k] = acc + check
 
 
 for _scalar in _NATIVE_DTYPES.values():
@@ -161,11 +181,17 @@ def _stream(device: torch.device):
 
 
 def _rows4_ok(reward, value, next_value, terminated, done) -> bool:
-    """Whether the contiguous float32 four-step kernel applies."""
+    """Whether the contiguous float32 four-step kernel applies.
+
+    It reads four floats (and four flag bytes, as one 32-bit word) at a time, so every input
+    must be contiguous and start at a multiple of four elements.
+    """
     if reward.dtype != torch.float32 or reward.shape[2] != 1 or reward.shape[1] % 4:
         return False
-    same = value.dtype == next_value.dtype == torch.float32
-    return same and all(x.is_contiguous() for x in (reward, value, next_value, terminated, done))
+    if not value.dtype == next_value.dtype == torch.float32:
+        return False
+    inputs = (reward, value, next_value, terminated, done)
+    return all(x.is_contiguous() and x.storage_offset() % 4 == 0 for x in inputs)
 
 
 def _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_device):
@@ -189,6 +215,7 @@ def _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_
             vec(next_value),
             words(terminated),
             words(done),
+            n_rows,
             steps // 4,
             float(gamma),
             float(gamma * lmbda),

@@ -67,7 +67,7 @@ def segment_rows(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | Non
 
 
 #: A segment joins a group if it is at least this fraction of the group's longest segment...
-GROUP_RELATIVE_LENGTH = 0.7
+GROUP_RELATIVE_LENGTH = 0.8
 #: ...or at most this many steps shorter.
 GROUP_SLACK_STEPS = 4
 
@@ -133,7 +133,7 @@ def leaf_modules(network: TensorDictModuleBase) -> list[TensorDictModuleBase]:
 
 
 def check_recurrent_leaf(module: TensorDictModuleBase) -> None:
-    """Raises if a recurrent leaf cannot run on packed sequences."""
+    """Raises if a recurrent leaf cannot run as a dense, causal ``torch.nn`` layer."""
     layer = module.lstm if isinstance(module, LSTMModule) else module.gru
     if type(layer) not in (nn.LSTM, nn.GRU):
         raise TypeError(

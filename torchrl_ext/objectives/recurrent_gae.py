@@ -88,10 +88,11 @@ def _check_chunk_len(chunk_len: int | None) -> int | None:
 def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
     value = td.get(key, None)
     if value is None:
+        configurable = role in {f.name for f in dataclasses.fields(_AcceptedKeys)}
+        hint = f" Add it, or name another key with set_keys({role}=...)." if configurable else ""
         raise ValueError(
             f"RecurrentGAE needs the {role} entry {key!r}, which is missing from the input "
-            f"tensordict (batch_size={tuple(td.batch_size)}). Add it, or point the module at "
-            f"another key with set_keys({role}=...)."
+            f"tensordict (batch_size={tuple(td.batch_size)}).{hint}"
         )
     return value
 
@@ -120,6 +121,12 @@ def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, re
         )
 
 
+def _per_step(flag: torch.Tensor) -> torch.Tensor:
+    """``[N, T, *f]`` bool -> ``[N, T]``: whether any entry of the step is set (a view if one)."""
+    flat = flag.reshape(*flag.shape[:2], -1)
+    return flat[..., 0] if flat.shape[-1] == 1 else flat.any(-1)
+
+
 def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
     """``[N, T, *f]`` -> ``[N, T, K]`` (broadcasting ``f`` to ``feature`` without copying)."""
     n_rows, steps = x.shape[:2]
@@ -128,16 +135,14 @@ def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
 
 
 def _raise_on_nan(last: torch.Tensor, inputs: dict[NestedKey, torch.Tensor]) -> None:
-    """Raises if the scan met a NaN (``last`` is NaN for every row that held one)."""
+    """Raises if the scan met a NaN or infinite input (``last`` is NaN for those rows)."""
     if not bool(torch.isnan(last).any()):
         return
     found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
     if found:
         raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
-    raise ValueError(
-        f"RecurrentGAE got infinite values in {list(inputs)} that produced NaN advantages; "
-        "nothing was written."
-    )
+    found = [key for key, x in inputs.items() if bool(torch.isinf(x).any())]
+    raise ValueError(f"RecurrentGAE got infinite values in {found}; nothing was written.")
 
 
 class RecurrentGAE(ValueEstimatorBase):
@@ -183,6 +188,9 @@ class RecurrentGAE(ValueEstimatorBase):
             chunks of that length. Defaults to ``None`` (no re-anchoring).
         time_dim (int, optional): the time dimension of the input's batch dims. Defaults to
             ``None``: the dim named ``"time"`` if any, else the last one.
+
+    Outputs are computed without gradients (under ``torch.no_grad``), as advantages and
+    targets are constants for the policy and value losses.
 
     Examples:
         >>> import torch
@@ -375,6 +383,10 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 f"time_dim={time_dim} is out of range for batch_size={tuple(td.batch_size)}."
             )
+        if td.batch_size.numel() == 0:
+            raise ValueError(
+                f"RecurrentGAE got an empty rollout, batch_size={tuple(td.batch_size)}."
+            )
         return time_dim % td.batch_dims
 
     def _read(self, td: TensorDictBase, time_dim: int | None) -> _Rollout:
@@ -393,7 +405,7 @@ class RecurrentGAE(ValueEstimatorBase):
             flag = flat_rows(flag, *layout)
             _check_broadcast(key, flag, reward.shape[2:], reward_key)
             flags[name] = flag
-        done_rows = flags["done"].reshape(*flags["done"].shape[:2], -1).any(-1)
+        done_rows = _per_step(flags["done"])
         is_init, derived = self._is_init(td, layout, done_rows)
         return _Rollout(
             batch_shape=td.batch_size,
@@ -414,7 +426,7 @@ class RecurrentGAE(ValueEstimatorBase):
         if given is not None:
             _check_flag(key, given)
             given = flat_rows(given, *layout)
-            return given.reshape(*given.shape[:2], -1).any(-1), False
+            return _per_step(given), False
         n_rows = done_rows.shape[0]
         carry = self._carry
         if carry is None:
@@ -560,7 +572,7 @@ def carry_recurrent_state(
         raise ValueError(
             f"time_dim={time_dim} is out of range for batch_size={tuple(rollout.batch_size)}."
         )
-    done = _get(rollout, done_key, "done")
+    done = _get(rollout, done_key, "done flag (done_key)")
     _check_flag(done_key, done)
     last = rollout[(slice(None),) * (tdim % rollout.batch_dims) + (-1,)]
     done_last = done.select(tdim % rollout.batch_dims, -1)
