@@ -76,21 +76,28 @@ def median_line(results: list[Result]) -> str:
     Examples:
         >>> from torchrl_ext.examples.ppo_cartpole import Config, Result
         >>> runs = [
-        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, {}, 1.0, 1.0, [])
+        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, {}, 1.0, 1.0, [(512, 1.0, 60.0)])
         ...     for s, f, t in [(0, 30000, 20.0), (1, None, None), (2, 20000, 10.0)]
         ... ]
         >>> median_line(runs)
-        'lstm median over 3 seeds: 30000 frames, 20.0 s to the target; min final eval 500.0'
-    """
+        'lstm, median of 3 seeds: 30000 frames and 20.0 s to the target; lowest final eval 500.0; highest mean return 60.0'
+        >>> median_line(runs[1:2])
+        'lstm, 1 seed: target not reached; lowest final eval 500.0; highest mean return 60.0'
+    """  # noqa: E501
     inf = float("inf")
     frames = statistics.median([r.frames_to_target or inf for r in results])
     seconds = statistics.median([r.seconds_to_target or inf for r in results])
-    shown_frames = "not reached" if frames == inf else f"{frames:.0f}"
-    shown_seconds = "not reached" if seconds == inf else f"{seconds:.1f} s"
+    reached = (
+        "target not reached"
+        if frames == inf or seconds == inf
+        else f"{frames:.0f} frames and {seconds:.1f} s to the target"
+    )
     worst = min(r.final_eval for r in results)
+    best = max(r.best_return for r in results)
+    runs = "1 seed" if len(results) == 1 else f"median of {len(results)} seeds"
     return (
-        f"{results[0].config.policy} median over {len(results)} seeds: {shown_frames} frames, "
-        f"{shown_seconds} to the target; min final eval {worst:.1f}"
+        f"{results[0].config.policy}, {runs}: {reached}; lowest final eval {worst:.1f}; "
+        f"highest mean return {best:.1f}"
     )
 
 
