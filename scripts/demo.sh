@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job. Until the end-to-end demo lands, it runs every tutorial script in turn.
+# The main job: recurrent PPO on CartPole without velocities, end to end. Trains the LSTM agent on
+# 3 seeds and the feed-forward baseline on 1 (1 torch thread each), then prints the results table
+# (frames and seconds to a mean return of 475, final deterministic evaluation) and where the
+# learning curves are. Extra arguments go to the results script (e.g. --seeds 0).
 set -euo pipefail
 source "$(dirname "$0")/venv.sh" all
-for t in tutorials/*.py; do
-  printf '\n=== %s\n' "$t"
-  python "$t"
-done
+out=runs/ppo_cartpole
+python -m torchrl_ext.examples.ppo_cartpole_results --out "$out" --table "$out/results.md" "$@"

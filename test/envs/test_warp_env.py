@@ -1,0 +1,541 @@
+import pytest
+import torch
+import warp as wp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torchrl.collectors import Collector
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import (
+    Compose,
+    EnvBase,
+    InitTracker,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
+from torchrl.envs.utils import check_env_specs
+from torchrl.modules import LSTMModule
+
+from torchrl_ext.envs import CartPoleEnv, PendulumEnv, WarpEnv
+from torchrl_ext.envs.warp_env import begin_episode, count_step, stream_key, uniform_range
+
+N = 12
+
+
+@wp.kernel
+def _countdown_reset(
+    left: wp.array(dtype=wp.int32),
+    mask: wp.array(dtype=wp.int32),
+    seed: wp.array(dtype=wp.uint32),
+    steps: wp.array(dtype=wp.int32),
+    episode: wp.array(dtype=wp.int32),
+    obs: wp.array(dtype=float),
+    valid: wp.array(dtype=wp.bool),
+):
+    i = wp.tid()
+    if mask[i] != 0:
+        key = stream_key(seed, i, begin_episode(steps, episode, i))
+        left[i] = 1 + wp.int32(uniform_range(key, 0, wp.float64(0.0), wp.float64(6.0)))
+    obs[i] = float(left[i])
+    valid[i] = left[i] % 2 == 0
+
+
+@wp.kernel
+def _countdown_step(
+    left: wp.array(dtype=wp.int32),
+    action: wp.array(dtype=float),
+    seed: wp.array(dtype=wp.uint32),
+    steps: wp.array(dtype=wp.int32),
+    episode: wp.array(dtype=wp.int32),
+    max_steps: int,
+    autoreset: int,
+    obs_next: wp.array(dtype=float),
+    valid_next: wp.array(dtype=wp.bool),
+    obs_root: wp.array(dtype=float),
+    valid_root: wp.array(dtype=wp.bool),
+    reward: wp.array(dtype=float),
+    terminated: wp.array(dtype=wp.bool),
+    truncated: wp.array(dtype=wp.bool),
+    done: wp.array(dtype=wp.bool),
+):
+    i = wp.tid()
+    n = left[i] - 1
+    term = n <= 0
+    trunc = count_step(steps, i, max_steps)
+    obs_next[i] = float(n)
+    valid_next[i] = n % 2 == 0
+    reward[i] = action[i]
+    terminated[i] = term
+    truncated[i] = trunc
+    done[i] = term or trunc
+    if autoreset != 0:
+        if term or trunc:
+            key = stream_key(seed, i, begin_episode(steps, episode, i))
+            n = 1 + wp.int32(uniform_range(key, 0, wp.float64(0.0), wp.float64(6.0)))
+        obs_root[i] = float(n)
+        valid_root[i] = n % 2 == 0
+    left[i] = n
+
+
+class _CountdownEnv(WarpEnv):
+    """Counts down from a random start; two observation keys (one bool), no rollout kernel."""
+
+    def _make_specs(self):
+        n = self.num_envs
+        self.observation_spec = Composite(
+            observation=Unbounded((n, 1)),
+            valid=Categorical(2, shape=(n, 1), dtype=torch.bool),
+            shape=(n,),
+        )
+        self.action_spec = Bounded(0.0, 1.0, shape=(n, 1))
+        self.reward_spec = Unbounded((n, 1))
+
+    def _allocate_state(self):
+        self.left = wp.zeros(self.num_envs, dtype=wp.int32)
+
+    def _counters(self):
+        b = self.buffers
+        return [b["seed"], b["steps"], b["episode"]]
+
+    def _reset_launches(self):
+        b = self.buffers
+        root = [b["root"]["observation"], b["root"]["valid"]]
+        return [(_countdown_reset, [self.left, b["mask"], *self._counters(), *root])]
+
+    def _step_launches(self, autoreset):
+        b = self.buffers
+        nxt = [b["next"]["observation"], b["next"]["valid"]]
+        root = [b["root"]["observation"], b["root"]["valid"]]
+        flags = [b["reward"], b["terminated"], b["truncated"], b["done"]]
+        head = [self.left, b["action"], *self._counters(), self.step_limit, int(autoreset)]
+        return [(_countdown_step, head + nxt + root + flags)]
+
+
+class _StockCountdownEnv(_CountdownEnv):
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
+
+
+class _StockCartPole(CartPoleEnv):
+    """Same kernels, TorchRL's generic step-then-maybe_reset and rollout (the oracle path)."""
+
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
+    rollout = EnvBase.rollout
+
+
+class _StockPendulum(PendulumEnv):
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
+    rollout = EnvBase.rollout
+
+
+def _assert_td_equal(a, b):
+    keys_a = set(a.keys(True, True))
+    assert keys_a == set(b.keys(True, True))
+    for key in keys_a:
+        assert torch.equal(a.get(key), b.get(key)), key
+
+
+def _snapshot(env):
+    t = env._t
+    return [env.state.clone(), t["steps"].clone(), t["episode"].clone()]
+
+
+def _random_actions(env, steps, seed):
+    gen = torch.Generator().manual_seed(seed)
+    if isinstance(env, CartPoleEnv):
+        return [torch.randint(0, 2, (env.num_envs,), generator=gen) for _ in range(steps)]
+    return [
+        (torch.rand(env.num_envs, 1, generator=gen) * 4 - 2).to(env.dtype) for _ in range(steps)
+    ]
+
+
+def _drive(env, actions):
+    root = env.reset()
+    out = []
+    for a in actions:
+        root["action"] = a.to(env.device).clone()  # no action tensor shared between two envs
+        td, root = env.step_and_maybe_reset(root)
+        out.append((td, root))
+    return out
+
+
+class TestWarpEnv:
+    """The TorchRL contract of the WarpEnv base, exercised through CartPoleEnv and PendulumEnv.
+
+    Specs pass ``check_env_specs``; masked resets touch exactly the masked envs (all-False is a
+    no-op, bad masks raise before any launch); the fused auto-reset and the ``[N, T]`` rollout fast
+    path equal TorchRL's generic path bit for bit; ``is_init`` marks every episode start under
+    rollouts and Collector, with transforms and an LSTM policy; seeds are 64-bit, per-env and
+    reproducible; captured graphs replay bitwise equal to eager launches; outputs never alias.
+    """
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda d: CartPoleEnv(4, d, seed=0),
+            lambda d: CartPoleEnv(4, d, seed=0, observe_velocity=False, dtype=torch.float64),
+            lambda d: CartPoleEnv(4, d, seed=0, capture=True),
+            lambda d: PendulumEnv(4, d, seed=0),
+            lambda d: PendulumEnv(4, d, seed=0, dtype=torch.float64, capture=True),
+        ],
+    )
+    def test_check_env_specs(self, make, device):
+        env = make(device)
+        check_env_specs(env)
+        check_env_specs(TransformedEnv(env, Compose(InitTracker(), StepCounter(), RewardSum())))
+
+    def test_a_minimal_subclass_with_a_bool_output_and_no_rollout_kernel(self):
+        check_env_specs(_CountdownEnv(N, seed=29))
+        env = _CountdownEnv(N, seed=30, max_steps=4)
+        stock = _StockCountdownEnv(N, seed=30, max_steps=4)
+        actions = [torch.rand(N, 1, generator=torch.Generator().manual_seed(t)) for t in range(30)]
+        for (a, ra), (b, rb) in zip(_drive(env, actions), _drive(stock, actions), strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+            assert torch.equal(a["next", "valid"], a["next", "observation"].remainder(2).eq(0))
+            assert torch.equal(ra["valid"], ra["observation"].remainder(2).eq(0))
+            assert bool((ra["observation"] >= 1).all())
+        data = env.rollout(20, break_when_any_done=False)
+        assert data.shape == (N, 20) and data["next", "valid"].dtype == torch.bool
+        assert bool(data["next", "done"].any())
+
+    def test_to_its_own_device_only(self):
+        env = CartPoleEnv(2, seed=0)
+        assert env.to("cpu") is env
+        with pytest.raises(ValueError, match="device='meta'"):
+            env.to("meta")
+
+    def test_construction_inside_a_capture_is_refused(self):
+        with wp.ScopedCapture(device="cpu"):
+            with pytest.raises(RuntimeError, match="outside the capture"):
+                CartPoleEnv(2, seed=0)
+
+    def test_base_without_hooks_says_what_is_missing(self):
+        with pytest.raises(NotImplementedError, match="_make_specs"):
+            WarpEnv(2)
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        mask=st.lists(st.booleans(), min_size=N, max_size=N),
+        warmup=st.integers(0, 30),
+        pendulum=st.booleans(),
+    )
+    def test_masked_reset_touches_exactly_the_masked_envs(self, mask, warmup, pendulum):
+        env = PendulumEnv(N, seed=1) if pendulum else CartPoleEnv(N, seed=1, max_steps=None)
+        for td_, _ in _drive(env, _random_actions(env, warmup, seed=warmup)):
+            assert td_ is not None
+        state, steps, episode = _snapshot(env)
+        m = torch.tensor(mask)
+        out = env.reset(TensorDict({"_reset": m.view(N, 1)}, [N]))
+        new_state, new_steps, new_episode = _snapshot(env)
+        keep = ~m
+        assert torch.equal(new_state[keep], state[keep])
+        assert torch.equal(new_steps[keep], steps[keep])
+        assert torch.equal(new_episode[keep], episode[keep])
+        assert torch.equal(new_episode[m], episode[m] + 1)
+        assert bool((new_steps[m] == 0).all())
+        assert bool((new_state[m] != state[m]).any(dim=-1).all())
+        assert not bool(out["done"].any())
+        # a fresh env whose episode counters match draws the same reset states
+        twin = PendulumEnv(N, seed=1) if pendulum else CartPoleEnv(N, seed=1, max_steps=None)
+        twin._t["episode"].copy_(episode)
+        twin.reset()
+        assert torch.equal(twin.state[m], new_state[m])
+
+    @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
+    def test_all_false_mask_is_an_exact_no_op(self, env_cls, device):
+        env = env_cls(N, device, seed=2)
+        _drive(env, _random_actions(env, 9, seed=0))
+        before = _snapshot(env)
+        mask = torch.zeros(N, 1, dtype=torch.bool, device=device)
+        env.reset(TensorDict({"_reset": mask}, [N], device=device))
+        for a, b in zip(before, _snapshot(env), strict=True):
+            assert torch.equal(a, b)
+
+    @pytest.mark.parametrize(
+        ("mask", "err", "match"),
+        [
+            (torch.ones(N, 2, dtype=torch.bool), ValueError, r"_reset.shape=\(12, 2\)"),
+            (torch.ones(N, 1, dtype=torch.int64), TypeError, r"_reset.dtype=torch.int64"),
+            (torch.ones(N, 1, dtype=torch.bool, device="meta"), ValueError, "_reset.device=meta"),
+        ],
+    )
+    def test_bad_masks_rejected_before_any_launch(self, mask, err, match):
+        env = CartPoleEnv(N, seed=0)
+        _drive(env, _random_actions(env, 5, seed=1))
+        before = _snapshot(env)
+        with pytest.raises(err, match=match):
+            env.reset(TensorDict({"_reset": mask}, [N]))
+        for a, b in zip(before, _snapshot(env), strict=True):
+            assert torch.equal(a, b)
+
+    @pytest.mark.parametrize(
+        ("fast_cls", "stock_cls"), [(CartPoleEnv, _StockCartPole), (PendulumEnv, _StockPendulum)]
+    )
+    def test_fused_auto_reset_equals_torchrl_generic_path(self, fast_cls, stock_cls, device):
+        kwargs = {"max_steps": 15}
+        fast, stock = fast_cls(N, device, seed=3, **kwargs), stock_cls(N, device, seed=3, **kwargs)
+        actions = _random_actions(fast, 60, seed=4)
+        dones = 0
+        for (a, ra), (b, rb) in zip(_drive(fast, actions), _drive(stock, actions), strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+            dones += int(a["next", "done"].sum())
+        assert dones > N
+
+    def test_carried_root_entries_are_zeroed_for_reset_envs_as_torchrl_does(self):
+        fast, stock = (
+            CartPoleEnv(N, seed=31, max_steps=None),
+            _StockCartPole(N, seed=31, max_steps=None),
+        )
+        rf, rs = fast.reset(), stock.reset()
+        partial = 0
+        for t, a in enumerate(_random_actions(fast, 80, seed=32)):
+            memory = torch.arange(N * 3, dtype=torch.float32).view(N, 3) + t + 1
+            for r in (rf, rs):
+                r["action"], r["memory"] = a.clone(), memory.clone()
+            tf, rf = fast.step_and_maybe_reset(rf)
+            ts, rs = stock.step_and_maybe_reset(rs)
+            _assert_td_equal(tf, ts)
+            _assert_td_equal(rf, rs)
+            done = tf["next", "done"][:, 0]
+            if 0 < int(done.sum()) < N:
+                partial += 1
+                assert bool((rf["memory"][done] == 0).all())
+                assert torch.equal(rf["memory"][~done], memory[~done])
+        assert partial > 5
+
+    def test_final_observation_is_true_and_root_is_the_reset_state(self):
+        env = CartPoleEnv(64, seed=5, max_steps=None)
+        finals = 0
+        for td, root in _drive(env, _random_actions(env, 80, seed=5)):
+            done = td["next", "done"][:, 0]
+            nxt = td["next", "observation"]
+            assert not bool(torch.isnan(nxt).any())
+            fell = (nxt[:, 0].abs() > 2.4) | (nxt[:, 2].abs() > 12 * 2 * torch.pi / 360)
+            assert torch.equal(fell, done)
+            assert bool((root["observation"][done].abs() < 0.05).all())
+            assert torch.equal(root["observation"][~done], nxt[~done])
+            finals += int(done.sum())
+        assert finals > 64
+
+    @pytest.mark.parametrize(
+        ("fast_cls", "stock_cls"), [(CartPoleEnv, _StockCartPole), (PendulumEnv, _StockPendulum)]
+    )
+    def test_rollout_fast_path_equals_generic_rollout(self, fast_cls, stock_cls, device):
+        fast, stock = (
+            fast_cls(N, device, seed=6, max_steps=20),
+            stock_cls(N, device, seed=6, max_steps=20),
+        )
+        data = fast.rollout(70, break_when_any_done=False)
+        assert data.names[-1] == "time"
+        ref = stock.rollout(70, actions=list(data["action"].unbind(1)), break_when_any_done=False)
+        _assert_td_equal(data, ref)
+        assert torch.equal(fast.state, stock.state)
+        assert int(data["next", "done"].sum()) >= N * 3
+
+    @pytest.mark.parametrize("fast_cls", [CartPoleEnv, PendulumEnv])
+    def test_rollout_with_policy_uses_fused_steps(self, fast_cls):
+        env = fast_cls(N, seed=7, max_steps=10)
+        stock = (_StockCartPole if fast_cls is CartPoleEnv else _StockPendulum)(
+            N, seed=7, max_steps=10
+        )
+        actions = _random_actions(env, 25, seed=8)
+        it = iter(actions)
+
+        def policy(td):
+            return td.set("action", next(it))
+
+        data = env.rollout(25, policy, break_when_any_done=False)
+        ref = stock.rollout(25, actions=actions, break_when_any_done=False)
+        _assert_td_equal(data, ref)
+
+    @settings(max_examples=15, deadline=None)
+    @given(max_steps=st.integers(1, 25), seed=st.integers(0, 2**64 - 1), steps=st.integers(2, 60))
+    def test_auto_reset_invariants_over_random_limits_and_seeds(self, max_steps, seed, steps):
+        env = TransformedEnv(CartPoleEnv(N, seed=seed, max_steps=max_steps), InitTracker())
+        data = env.rollout(steps, break_when_any_done=False)
+        is_init, done = data["is_init"][..., 0], data["next", "done"][..., 0]
+        trunc = data["next", "truncated"][..., 0]
+        obs, nxt = data["observation"], data["next", "observation"]
+        assert bool(is_init[:, 0].all())
+        assert torch.equal(is_init[:, 1:], done[:, :-1])
+        cont = ~done[:, :-1]
+        assert torch.equal(obs[:, 1:][cont], nxt[:, :-1][cont])
+        assert bool((obs[is_init].abs() < 0.05).all())
+        # episode length = steps since the last is_init, inclusive; truncation exactly at the limit
+        length = torch.zeros(N, dtype=torch.long)
+        for t in range(steps):
+            length = torch.where(is_init[:, t], 1, length + 1)
+            assert torch.equal(trunc[:, t], length == max_steps)
+
+    def test_is_init_marks_every_episode_start_in_rollout(self):
+        env = TransformedEnv(CartPoleEnv(N, seed=8, max_steps=12), InitTracker())
+        data = env.rollout(80, break_when_any_done=False)
+        is_init = data["is_init"][..., 0]
+        done = data["next", "done"][..., 0]
+        assert bool(is_init[:, 0].all())
+        assert torch.equal(is_init[:, 1:], done[:, :-1])
+        assert bool(data["next", "truncated"].any()) and bool(data["next", "terminated"].any())
+
+    @pytest.mark.parametrize("wrapped", [False, True])
+    def test_collector_auto_reset_and_is_init(self, wrapped):
+        base = CartPoleEnv(N, seed=9, max_steps=16)
+        env = TransformedEnv(base, InitTracker()) if wrapped else base
+        collector = Collector(env, None, frames_per_batch=N * 40, total_frames=N * 80)
+        batches = list(collector)
+        collector.shutdown()
+        data = torch.cat(batches, dim=1)
+        done = data["next", "done"][..., 0]
+        obs, nxt = data["observation"], data["next", "observation"]
+        assert data.shape == (N, 80)
+        cont = ~done[:, :-1]
+        assert torch.equal(obs[:, 1:][cont], nxt[:, :-1][cont])
+        assert bool((obs[:, 1:][done[:, :-1]].abs() < 0.05).all())
+        if wrapped:
+            is_init = data["is_init"][..., 0]
+            assert bool(is_init[:, 0].all())
+            assert torch.equal(is_init[:, 1:], done[:, :-1])
+
+    def test_transforms_and_lstm_policy_in_collector(self):
+        torch.manual_seed(0)
+        lstm = LSTMModule(input_size=2, hidden_size=8, in_key="observation", out_key="features")
+        head = TensorDictModule(torch.nn.Linear(8, 2), in_keys=["features"], out_keys=["logits"])
+        pick = TensorDictModule(lambda x: x.argmax(-1), in_keys=["logits"], out_keys=["action"])
+        policy = TensorDictSequential(lstm, head, pick)
+        env = TransformedEnv(
+            CartPoleEnv(N, seed=10, observe_velocity=False, max_steps=25),
+            Compose(InitTracker(), StepCounter(), RewardSum(), lstm.make_tensordict_primer()),
+        )
+        check_env_specs(env)
+        collector = Collector(env, policy, frames_per_batch=N * 60, total_frames=N * 60)
+        data = next(iter(collector))
+        collector.shutdown()
+        is_init = data["is_init"][..., 0]
+        done = data["next", "done"][..., 0]
+        assert bool(done.any())
+        assert torch.equal(is_init[:, 1:], done[:, :-1])
+        h, h_next = data["recurrent_state_h"], data["next", "recurrent_state_h"]
+        assert bool((h[is_init] == 0).all())
+        assert bool((h[~is_init] != 0).any(dim=-1).all())
+        cont = ~is_init[:, 1:]
+        assert torch.equal(h[:, 1:][cont], h_next[:, :-1][cont])
+        steps = data["step_count"][..., 0]
+        assert bool((steps[is_init] == 0).all())
+        assert torch.equal(steps[:, 1:][cont], steps[:, :-1][cont] + 1)
+        ep_reward = data["next", "episode_reward"][..., 0]
+        assert torch.equal(ep_reward, data["next", "step_count"][..., 0].to(ep_reward.dtype))
+
+    def test_same_seed_same_trajectories_and_set_seed_replays(self):
+        a, b = CartPoleEnv(N, seed=2**40 + 3), CartPoleEnv(N, seed=2**40 + 3)
+        ra = a.rollout(60, break_when_any_done=False)
+        rb = b.rollout(60, actions=list(ra["action"].unbind(1)), break_when_any_done=False)
+        _assert_td_equal(ra, rb)
+        assert a.set_seed(2**40 + 3) != 2**40 + 3
+        again = a.rollout(60, actions=list(ra["action"].unbind(1)), break_when_any_done=False)
+        _assert_td_equal(ra, again)
+
+    def test_large_seeds_do_not_alias(self):
+        low = CartPoleEnv(N, seed=1).reset()["observation"]
+        high = CartPoleEnv(N, seed=2**32 + 1).reset()["observation"]
+        top = CartPoleEnv(N, seed=2**64 - 1).reset()["observation"]
+        assert bool((low != high).any(dim=-1).all())
+        assert bool((low != top).any(dim=-1).all())
+
+    def test_streams_are_uncorrelated_across_envs_episodes_and_seeds(self):
+        env = CartPoleEnv(2048, seed=21)
+        first = env.reset()["observation"].double()
+        second = env.reset()["observation"].double()
+        other_seed = CartPoleEnv(2048, seed=22).reset()["observation"].double()
+        pairs = [
+            (first[:-1, 0], first[1:, 0]),  # neighbouring envs
+            (first[:, 0], second[:, 0]),  # consecutive episodes of one env
+            (first[:, 0], other_seed[:, 0]),  # neighbouring seeds
+        ]
+        for a, b in pairs:
+            assert stats.pearsonr(a.numpy(), b.numpy()).pvalue > 0.01
+        counts = torch.histc(torch.cat([first, second]).flatten(), bins=16, min=-0.05, max=0.05)
+        assert stats.chisquare(counts.numpy()).pvalue > 0.01
+
+    def test_rollout_that_stops_early_uses_torchrl_loop(self):
+        env = CartPoleEnv(N, seed=23, max_steps=None)
+        data = env.rollout(500)
+        done = data["next", "done"][..., 0]
+        assert bool(done[:, -1].any())
+        assert not bool(done[:, :-1].any())
+
+    def test_streams_depend_only_on_seed_and_env_index(self):
+        small, big = CartPoleEnv(4, seed=77), CartPoleEnv(16, seed=77)
+        assert torch.equal(small.reset()["observation"], big.reset()["observation"][:4])
+        states = [small.reset()["observation"] for _ in range(3)]
+        assert not torch.equal(states[0], states[1])
+        other = CartPoleEnv(4, seed=78).reset()["observation"]
+        assert bool((other != states[0]).any(dim=-1).all())
+
+    @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
+    def test_captured_graph_replays_bitwise_equal_to_eager(self, env_cls, device):
+        eager = env_cls(N, device, seed=11, max_steps=9)
+        graph = env_cls(N, device, seed=11, max_steps=9, capture=True)
+        actions = _random_actions(eager, 40, seed=12)
+        for (a, ra), (b, rb) in zip(_drive(eager, actions), _drive(graph, actions), strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+        assert set(graph._graphs) == {"reset", "step_autoreset"}
+        mask = torch.arange(N, device=device).remainder(3).eq(0).view(N, 1)
+        for env in (eager, graph):
+            env.reset(TensorDict({"_reset": mask}, [N], device=device))
+            env.step(env.reset().set("action", actions[0].to(device)))
+        assert torch.equal(eager.state, graph.state)
+
+    def test_forgotten_launches_are_recorded_again_on_the_new_arrays(self):
+        env = CartPoleEnv(N, seed=24, capture=True)
+        twin = CartPoleEnv(N, seed=24)
+        actions = _random_actions(env, 6, seed=25)
+        _drive(env, actions[:3])
+        fresh = env.state.clone()
+        env._state = fresh
+        env._wp_state = wp.from_torch(fresh)
+        env._forget_launches()
+        assert env._graphs == {} and env._commands == {}
+        env.set_seed(24)  # restart the episode counts so both envs draw the same episodes
+        runs = _drive(env, actions), _drive(twin, actions)
+        for (a, ra), (b, rb) in zip(*runs, strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+        assert torch.equal(fresh, twin.state)
+
+    def test_scoped_capture_of_the_fused_step_by_hand(self):
+        env = CartPoleEnv(N, seed=13, max_steps=6)
+        twin = CartPoleEnv(N, seed=13, max_steps=6)
+        root, root_twin = env.reset(), twin.reset()
+        cmds = env._launch_list("step_autoreset")
+        with wp.ScopedCapture(device="cpu") as cap:
+            for cmd in cmds:
+                cmd.launch()
+        for a in _random_actions(env, 20, seed=14):
+            env._t["action"].copy_(a)
+            wp.capture_launch(cap.graph)
+            root_twin["action"] = a
+            td, root_twin = twin.step_and_maybe_reset(root_twin)
+            assert torch.equal(env._t["next"]["observation"], td["next", "observation"])
+            assert torch.equal(env._t["root"]["observation"], root_twin["observation"])
+        assert torch.equal(env.state, twin.state)
+        assert root is not None
+
+    def test_outputs_never_alias_later_steps(self):
+        env = CartPoleEnv(N, seed=15, max_steps=4)
+        runs = _drive(env, _random_actions(env, 12, seed=16))
+        frozen = [(td.clone(), root.clone()) for td, root in runs]
+        _drive(env, _random_actions(env, 12, seed=17))
+        for (td, root), (ftd, froot) in zip(runs, frozen, strict=True):
+            _assert_td_equal(td, ftd)
+            _assert_td_equal(root, froot)
+        buffers = {t.data_ptr() for t in env._t["next"].values()} | {
+            t.data_ptr() for t in env._t["root"].values()
+        }
+        td, root = runs[-1]
+        assert td["next", "observation"].data_ptr() not in buffers
+        assert root["observation"].data_ptr() not in buffers
+        assert td["next", "observation"].data_ptr() != root["observation"].data_ptr()

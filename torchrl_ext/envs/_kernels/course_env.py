@@ -1,0 +1,436 @@
+"""Warp kernels of the course env: car kinematics, progress, episode ends, respawn, observations.
+
+Every kernel runs one thread per env. The car's state lives in three arrays:
+
+- ``pose`` ``[N, 4]`` float32: ``x``, ``y``, heading (radians), speed;
+- ``track`` ``[N, 3]`` float32: arc position ``s`` of the car's projection on the centerline,
+  signed distance travelled along the course this episode, and its change in the last step;
+- ``counts`` ``[N, 5]`` int32: checkpoints passed this episode, passed in the last step,
+  out-of-bounds flag, index of the nearest centerline segment, and why the episode ended
+  (``END_NONE``, ``END_RESPAWN`` or ``END_REGENERATE``).
+
+The course arrays come from :class:`~torchrl_ext.envs.course.CourseGenerator`. Constants arrive
+by value in one :data:`CarParams` vector indexed by the ``P_*`` constants.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from torchrl_ext.envs._kernels.common import count_step
+
+P_DT = 0
+P_ACCEL = 1
+P_DRAG = 2
+P_MAX_SPEED = 3
+P_MAX_STEER = 4
+P_WHEELBASE = 5
+P_MAX_RANGE = 6
+P_RAY_SPREAD = 7
+P_PROGRESS_COEF = 8
+P_CRASH_PENALTY = 9
+NUM_PARAMS = 10
+
+CarParams = wp.types.vector(length=NUM_PARAMS, dtype=wp.float32)
+
+# pose columns
+X, Y, HEADING, SPEED = 0, 1, 2, 3
+# track columns
+ARC, TRAVEL, DELTA = 0, 1, 2
+# counts columns
+PASSED, STEP_PASSES, OUT, SEGMENT, ENDED = 0, 1, 2, 3, 4
+NUM_COUNTS = 5
+
+END_NONE = wp.constant(0)
+END_RESPAWN = wp.constant(1)
+END_REGENERATE = wp.constant(2)
+
+_WINDOW = wp.constant(3)
+"""Centerline segments searched on each side of the previous nearest one when casting rays."""
+_MARCH_STEPS = wp.constant(24)
+_MIN_STEP = wp.constant(1.0 / 64.0)
+"""Smallest march step, as a fraction of the range: grazing rays advance instead of stalling."""
+_MAX_PASSES = wp.constant(4)
+_HIT = wp.constant(1.0e-3)
+_PI = wp.constant(3.14159265358979)
+_TWO_PI = wp.constant(6.28318530717959)
+
+
+@wp.func
+def wrap_angle(a: wp.float32) -> wp.float32:
+    """Wrap an angle into ``[-pi, pi)``."""
+    y = wp.mod(a + _PI, _TWO_PI)
+    if y < 0.0:
+        y = y + _TWO_PI
+    return y - _PI
+
+
+@wp.func
+def segment_param(a: wp.vec2f, b: wp.vec2f, p: wp.vec2f) -> wp.float32:
+    """Parameter in ``[0, 1]`` of the point of segment ``ab`` nearest to ``p``."""
+    ab = b - a
+    len2 = wp.dot(ab, ab)
+    t = wp.float32(0.0)
+    if len2 > 0.0:
+        t = wp.clamp(wp.dot(p - a, ab) / len2, 0.0, 1.0)
+    return t
+
+
+@wp.func
+def nearest_segment(
+    centerline: wp.array2d(dtype=wp.vec2f), env: int, p: wp.vec2f, center: int, radius: int
+):
+    """Nearest of the segments ``center - radius .. center + radius`` (cyclic) to ``p``.
+
+    Returns ``(segment, distance, t)``; pass ``radius >= P`` to search every segment.
+    """
+    num_points = centerline.shape[1]
+    count = wp.min(2 * radius + 1, num_points)
+    first = center - radius
+    if count == num_points:
+        first = 0
+    best = wp.int32(0)
+    best_d2 = wp.float32(3.0e38)
+    best_t = wp.float32(0.0)
+    for k in range(count):
+        i = ((first + k) % num_points + num_points) % num_points
+        a = centerline[env, i]
+        b = centerline[env, (i + 1) % num_points]
+        t = segment_param(a, b, p)
+        gap = p - (a + t * (b - a))
+        d2 = wp.dot(gap, gap)
+        if d2 < best_d2:
+            best = i
+            best_d2 = d2
+            best_t = t
+    return best, wp.sqrt(best_d2), best_t
+
+
+@wp.func
+def cast_ray(
+    centerline: wp.array2d(dtype=wp.vec2f),
+    env: int,
+    origin: wp.vec2f,
+    direction: wp.vec2f,
+    segment: int,
+    half_width: wp.float32,
+    max_range: wp.float32,
+) -> wp.float32:
+    """Distance from ``origin`` along ``direction`` to the track edge, at most ``max_range``.
+
+    The nearest segment is searched near the previous one as the ray advances (a local search:
+    parts of the course farther along never shorten a reading wrongly, they are just not seen).
+    Sphere tracing on the track's distance field ``half_width - d(p, centerline)`` with steps of
+    at least ``max_range / 64``: exact to ``1e-3`` where the ray meets the edge head-on, to
+    ``max_range / 64`` at grazing incidence; 0 when the origin is off the track.
+    """
+    t = wp.float32(0.0)
+    center = segment
+    for _ in range(_MARCH_STEPS):
+        q = origin + t * direction
+        center, d, _t = nearest_segment(centerline, env, q, center, _WINDOW)
+        gap = half_width - d
+        if gap < _HIT or t >= max_range:
+            return wp.clamp(t, 0.0, max_range)
+        t = t + wp.max(gap, _MIN_STEP * max_range)
+    return wp.min(t, max_range)
+
+
+@wp.func
+def arc_position(
+    arc_length: wp.array2d(dtype=wp.float32), env: int, segment: int, t: wp.float32
+) -> wp.float32:
+    """Arc length of the point at parameter ``t`` of centerline segment ``segment``."""
+    start = arc_length[env, segment]
+    return start + t * (arc_length[env, segment + 1] - start)
+
+
+@wp.func
+def checkpoint_arc(
+    passed: int, count: int, spacing: wp.float32, lap_length: wp.float32
+) -> wp.float32:
+    """Distance travelled at which the ``passed + 1``-th checkpoint of the episode is passed.
+
+    Checkpoint ``j`` of a lap sits at arc length ``j * spacing``; the lap ends at the start line
+    (checkpoint 0 of the next lap, at ``lap_length``).
+    """
+    lap = passed // count
+    j = passed % count + 1
+    offset = lap_length
+    if j < count:
+        offset = wp.float32(j) * spacing
+    return wp.float32(lap) * lap_length + offset
+
+
+@wp.kernel
+def drive_cars(
+    pose: wp.array2d(dtype=wp.float32),
+    action: wp.array2d(dtype=wp.float32),
+    valid: wp.array(dtype=wp.int32),
+    params: CarParams,
+):
+    """Kinematic bicycle step: clip ``(steer, throttle)`` to ``[-1, 1]``, move the car.
+
+    Speed follows ``v += (accel * throttle - drag * v) dt`` clipped to ``[0, max_speed]``; the
+    heading turns by ``v tan(steer * max_steer) / wheelbase * dt``; the car moves ``v dt`` along
+    its new heading. Cars on invalid courses do not move.
+    """
+    i = wp.tid()
+    if valid[i] == 0:
+        return
+    dt = params[P_DT]
+    steer = wp.clamp(action[i, 0], -1.0, 1.0) * params[P_MAX_STEER]
+    throttle = wp.clamp(action[i, 1], -1.0, 1.0)
+    v = pose[i, SPEED] + (params[P_ACCEL] * throttle - params[P_DRAG] * pose[i, SPEED]) * dt
+    v = wp.clamp(v, 0.0, params[P_MAX_SPEED])
+    heading = wrap_angle(pose[i, HEADING] + v * wp.tan(steer) / params[P_WHEELBASE] * dt)
+    pose[i, X] = pose[i, X] + v * wp.cos(heading) * dt
+    pose[i, Y] = pose[i, Y] + v * wp.sin(heading) * dt
+    pose[i, HEADING] = heading
+    pose[i, SPEED] = v
+
+
+@wp.kernel
+def track_progress(
+    pose: wp.array2d(dtype=wp.float32),
+    centerline: wp.array2d(dtype=wp.vec2f),
+    arc_length: wp.array2d(dtype=wp.float32),
+    width: wp.array(dtype=wp.float32),
+    spacing: wp.array(dtype=wp.float32),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    valid: wp.array(dtype=wp.int32),
+    track: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+):
+    """Project the car on the centerline; count checkpoints passed and out-of-bounds contact.
+
+    The projection searches the segments near the previous one first, so a car on the track
+    follows it continuously even where two parts of the course come close; a car that left the
+    track is projected on the nearest segment of all.
+
+    The signed travel grows by the change of arc position (wrapped across the start line); the
+    next checkpoint is passed when the travel reaches its :func:`checkpoint_arc`. Driving back
+    never un-passes a checkpoint.
+    """
+    i = wp.tid()
+    if valid[i] == 0:
+        track[i, DELTA] = 0.0
+        counts[i, STEP_PASSES] = 0
+        counts[i, OUT] = 0
+        return
+    num_points = centerline.shape[1]
+    p = wp.vec2f(pose[i, X], pose[i, Y])
+    seg, d, t = nearest_segment(centerline, i, p, counts[i, SEGMENT], _WINDOW)
+    if d > 0.5 * width[i]:
+        seg, d, t = nearest_segment(centerline, i, p, 0, num_points)
+    lap_length = arc_length[i, num_points]
+    s = arc_position(arc_length, i, seg, t)
+    delta = s - track[i, ARC]
+    if delta > 0.5 * lap_length:
+        delta = delta - lap_length
+    if delta < -0.5 * lap_length:
+        delta = delta + lap_length
+    travel = track[i, TRAVEL] + delta
+    passed = counts[i, PASSED]
+    count = checkpoint_count[i]
+    passes = wp.int32(0)
+    for _ in range(_MAX_PASSES):
+        if travel >= checkpoint_arc(passed, count, spacing[i], lap_length):
+            passed = passed + 1
+            passes = passes + 1
+    track[i, ARC] = s
+    track[i, TRAVEL] = travel
+    track[i, DELTA] = delta
+    counts[i, PASSED] = passed
+    counts[i, STEP_PASSES] = passes
+    counts[i, OUT] = wp.where(d > 0.5 * width[i], 1, 0)
+    counts[i, SEGMENT] = seg
+
+
+@wp.kernel
+def end_episodes(
+    track: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    valid: wp.array(dtype=wp.int32),
+    steps: wp.array(dtype=wp.int32),
+    params: CarParams,
+    laps: int,
+    max_steps: int,
+    crash_regenerates: int,
+    autoreset: int,
+    reward: wp.array(dtype=wp.float32),
+    terminated: wp.array(dtype=wp.bool),
+    truncated: wp.array(dtype=wp.bool),
+    done: wp.array(dtype=wp.bool),
+    regenerate_mask: wp.array(dtype=wp.int32),
+    respawn_mask: wp.array(dtype=wp.int32),
+):
+    """Reward, done flags and the auto-reset masks of every env (each entry written every step).
+
+    Reward: checkpoints passed + ``progress_coef * travel change`` - ``crash_penalty`` if out of
+    bounds, selected to 0 on an invalid course. Terminated: laps reached, out of bounds or an
+    invalid course; truncated: the step limit. A finished, truncated or invalid episode (and a
+    crash if ``crash_regenerates``) ends with a new course, a crash with a respawn.
+    """
+    i = wp.tid()
+    ok = valid[i] != 0
+    out = counts[i, OUT] != 0
+    finished = counts[i, PASSED] >= laps * checkpoint_count[i]
+    r = wp.float32(counts[i, STEP_PASSES]) + params[P_PROGRESS_COEF] * track[i, DELTA]
+    if out:
+        r = r - params[P_CRASH_PENALTY]
+    reward[i] = wp.where(ok, r, 0.0)
+    term = (not ok) or finished or out
+    trunc = count_step(steps, i, max_steps)
+    terminated[i] = term
+    truncated[i] = trunc
+    done[i] = term or trunc
+    regen = (not ok) or finished or trunc or (out and crash_regenerates != 0)
+    ended = END_NONE
+    if term or trunc:
+        ended = wp.where(regen, END_REGENERATE, END_RESPAWN)
+    counts[i, ENDED] = ended
+    go = autoreset != 0 and ended != END_NONE
+    regenerate_mask[i] = wp.where(go and regen, 1, 0)
+    respawn_mask[i] = wp.where(go and not regen, 1, 0)
+
+
+@wp.kernel
+def plan_reset(
+    mask: wp.array(dtype=wp.int32),
+    counts: wp.array2d(dtype=wp.int32),
+    valid: wp.array(dtype=wp.int32),
+    regenerate_mask: wp.array(dtype=wp.int32),
+    respawn_mask: wp.array(dtype=wp.int32),
+):
+    """Split a reset mask: envs whose episode asked for a new course (or invalid) regenerate."""
+    i = wp.tid()
+    regen = mask[i] != 0 and (counts[i, ENDED] == END_REGENERATE or valid[i] == 0)
+    regenerate_mask[i] = wp.where(regen, 1, 0)
+    respawn_mask[i] = wp.where(mask[i] != 0 and not regen, 1, 0)
+
+
+@wp.kernel
+def respawn_cars(
+    first: wp.array(dtype=wp.int32),
+    second: wp.array(dtype=wp.int32),
+    centerline: wp.array2d(dtype=wp.vec2f),
+    steps: wp.array(dtype=wp.int32),
+    episode: wp.array(dtype=wp.int32),
+    pose: wp.array2d(dtype=wp.float32),
+    track: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+):
+    """Start a new episode for envs set in either mask: at rest on the start line, facing along.
+
+    The car sits at centerline point 0 facing point 1; progress, counts and the step counter are
+    zeroed and the episode counter advances. Other envs are untouched.
+    """
+    i = wp.tid()
+    if first[i] == 0 and second[i] == 0:
+        return
+    steps[i] = 0
+    episode[i] = episode[i] + 1
+    a = centerline[i, 0]
+    b = centerline[i, 1]
+    pose[i, X] = a[0]
+    pose[i, Y] = a[1]
+    pose[i, HEADING] = wp.atan2(b[1] - a[1], b[0] - a[0])
+    pose[i, SPEED] = 0.0
+    for k in range(3):
+        track[i, k] = 0.0
+    for k in range(NUM_COUNTS):
+        counts[i, k] = 0
+
+
+@wp.kernel
+def carry_observation(
+    first: wp.array(dtype=wp.int32),
+    second: wp.array(dtype=wp.int32),
+    observation: wp.array2d(dtype=wp.float32),
+    distance: wp.array(dtype=wp.float32),
+    passes: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    out_of_bounds: wp.array(dtype=wp.bool),
+    valid: wp.array(dtype=wp.bool),
+    root_observation: wp.array2d(dtype=wp.float32),
+    root_distance: wp.array(dtype=wp.float32),
+    root_passes: wp.array(dtype=wp.int32),
+    root_laps: wp.array(dtype=wp.int32),
+    root_out_of_bounds: wp.array(dtype=wp.bool),
+    root_valid: wp.array(dtype=wp.bool),
+):
+    """Copy the step's observation into the root buffers of the envs set in neither mask."""
+    i = wp.tid()
+    if first[i] != 0 or second[i] != 0:
+        return
+    for k in range(observation.shape[1]):
+        root_observation[i, k] = observation[i, k]
+    root_distance[i] = distance[i]
+    root_passes[i] = passes[i]
+    root_laps[i] = laps[i]
+    root_out_of_bounds[i] = out_of_bounds[i]
+    root_valid[i] = valid[i]
+
+
+@wp.kernel
+def observe(
+    first: wp.array(dtype=wp.int32),
+    second: wp.array(dtype=wp.int32),
+    masked_only: int,
+    pose: wp.array2d(dtype=wp.float32),
+    track: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+    centerline: wp.array2d(dtype=wp.vec2f),
+    checkpoints: wp.array2d(dtype=wp.vec2f),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    width: wp.array(dtype=wp.float32),
+    valid: wp.array(dtype=wp.int32),
+    params: CarParams,
+    observation: wp.array2d(dtype=wp.float32),
+    distance: wp.array(dtype=wp.float32),
+    passes: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    out_of_bounds: wp.array(dtype=wp.bool),
+    valid_out: wp.array(dtype=wp.bool),
+):
+    """Write every env's observation, selected to finite zeros on an invalid course.
+
+    ``observation`` holds the range readings (rays spread evenly over ``[-spread, spread]``
+    around the heading), the speed, the heading error against the segment under the car and the
+    distance to the next checkpoint. With ``masked_only``, only envs set in either mask.
+    """
+    i = wp.tid()
+    if masked_only != 0 and first[i] == 0 and second[i] == 0:
+        return
+    ok = valid[i] != 0
+    num_points = centerline.shape[1]
+    num_rays = observation.shape[1] - 3
+    p = wp.vec2f(pose[i, X], pose[i, Y])
+    heading = pose[i, HEADING]
+    seg = counts[i, SEGMENT]
+    half_width = 0.5 * width[i]
+    for r in range(num_rays):
+        angle = heading
+        if num_rays > 1:
+            frac = wp.float32(r) / wp.float32(num_rays - 1)
+            angle = heading + params[P_RAY_SPREAD] * (2.0 * frac - 1.0)
+        direction = wp.vec2f(wp.cos(angle), wp.sin(angle))
+        reading = wp.float32(0.0)
+        if ok:
+            reading = cast_ray(centerline, i, p, direction, seg, half_width, params[P_MAX_RANGE])
+        observation[i, r] = reading
+    tangent = centerline[i, (seg + 1) % num_points] - centerline[i, seg]
+    error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
+    count = wp.max(checkpoint_count[i], 1)
+    target = checkpoints[i, (counts[i, PASSED] + 1) % count]
+    gap = wp.length(target - p)
+    observation[i, num_rays] = wp.where(ok, pose[i, SPEED], 0.0)
+    observation[i, num_rays + 1] = wp.where(ok, error, 0.0)
+    observation[i, num_rays + 2] = wp.where(ok, gap, 0.0)
+    distance[i] = wp.where(ok, gap, 0.0)
+    passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
+    laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)
+    out_of_bounds[i] = ok and counts[i, OUT] != 0
+    valid_out[i] = ok

@@ -1,0 +1,601 @@
+"""Procedural closed courses, one per env, regenerated under a mask in Warp kernels.
+
+A :class:`CourseGenerator` owns, on its Warp device, one closed track per env: a centerline of fixed
+size, its arc-length table, a track width and checkpoints along the arc length. A course is a pure
+function of the env's effective seed (:func:`effective_seed` of its ``(seed, epoch)``) and of the
+parameters it was built with; an env-owning class (``CourseEnv``) calls
+:meth:`CourseGenerator.regenerate` with its stable mask, inside its step graph if it captures one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+import warp as wp
+
+from torchrl_ext.envs.course import _kernels as K
+
+__all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
+
+MIN_POINTS = 16
+"""Fewest centerline points accepted: two per period of the highest harmonic."""
+
+_U64 = (1 << 64) - 1
+_MIX_1 = 0xBF58476D1CE4E5B9
+_MIX_2 = 0x94D049BB133111EB
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+class CourseDefect(enum.IntFlag):
+    """Why a course is unusable; the bits of :attr:`CourseGenerator.defects`.
+
+    Examples:
+        >>> from torchrl_ext.envs.course import CourseDefect
+        >>> bits = CourseDefect(3)
+        >>> print(CourseDefect.TIGHT_TURN in bits, CourseDefect.BAD_PARAMS in bits)
+        True False
+    """
+
+    SELF_INTERSECTING = 1
+    """Two non-adjacent edges of the centerline polygon cross."""
+    TIGHT_TURN = 2
+    """A radius of curvature of the centerline is below half the track width."""
+    TOO_FEW_CHECKPOINTS = 4
+    """The course is too short for two checkpoints at the spacing."""
+    TOO_MANY_CHECKPOINTS = 8
+    """The course needs more checkpoints than ``max_checkpoints`` slots."""
+    BAD_PARAMS = 16
+    """A parameter is out of range or not finite (written directly into a parameter view)."""
+
+
+@dataclass(frozen=True)
+class CourseParams:
+    """Generator parameters of one course (a curriculum changes them per env between episodes).
+
+    The centerline point at angle ``t`` has radius ``scale * (1 + roughness * sum_k a_k cos(k t +
+    phi_k))`` over harmonics ``k = 1..harmonics``, with random ``a_k`` in ``[-1/k, 1/k]``.
+
+    Args:
+        scale (float, optional): mean radius of the course. Defaults to 10.0.
+        roughness (float, optional): relative amplitude of the radius wave; below
+            ``1 / sum_k 1/k`` (0.438 at 5 harmonics) no course crosses itself. Defaults to 0.3.
+        harmonics (int, optional): highest harmonic, 1 to 8; more harmonics, sharper turns.
+            Defaults to 5.
+        width (float, optional): track width. Defaults to 2.0.
+        checkpoint_spacing (float, optional): arc length between checkpoints. Defaults to 5.0.
+
+    Examples:
+        >>> from torchrl_ext.envs.course import CourseParams
+        >>> params = CourseParams(width=3.0)
+        >>> print(params.width, params.harmonics)
+        3.0 5
+    """
+
+    scale: float = 10.0
+    roughness: float = 0.3
+    harmonics: int = 5
+    width: float = 2.0
+    checkpoint_spacing: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("scale", "width", "checkpoint_spacing"):
+            _check_positive(name, getattr(self, name))
+        _check_roughness(self.roughness)
+        _check_harmonics(self.harmonics)
+
+
+def _check_positive(name: str, value: float | torch.Tensor) -> None:
+    values = torch.as_tensor(value, dtype=torch.float64)
+    if not bool(torch.all(torch.isfinite(values) & (values > 0))):
+        raise ValueError(f"{name} must be finite and > 0, got {name}={value!r}.")
+
+
+def _check_roughness(value: float | torch.Tensor) -> None:
+    values = torch.as_tensor(value, dtype=torch.float64)
+    if not bool(torch.all(torch.isfinite(values) & (values >= 0))):
+        raise ValueError(f"roughness must be finite and >= 0, got roughness={value!r}.")
+
+
+def _check_harmonics(value: int | torch.Tensor) -> None:
+    values = torch.as_tensor(value)
+    if values.is_floating_point() or values.dtype == torch.bool:
+        raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
+    if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
+        raise ValueError(f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}.")
+
+
+_PARAM_CHECKS = {
+    "scale": lambda v: _check_positive("scale", v),
+    "roughness": _check_roughness,
+    "harmonics": _check_harmonics,
+    "width": lambda v: _check_positive("width", v),
+    "checkpoint_spacing": lambda v: _check_positive("checkpoint_spacing", v),
+}
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX_1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX_2)
+    return z ^ (z >> np.uint64(31))
+
+
+def _as_int64(name: str, value: int | torch.Tensor) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got {name}.dtype={value.dtype}.")
+        return value.detach().to("cpu", torch.int64)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or an integer tensor, got {name}={value!r}.")
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{name} must fit in int64, got {name}={value!r}.")
+    return torch.tensor(value, dtype=torch.int64)
+
+
+def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int | torch.Tensor:
+    """The seed that rebuilds the course of ``(seed, epoch)`` at epoch 0 in a fresh generator.
+
+    Epoch 0 is the seed itself; a later epoch is a 64-bit counter-based hash of the pair (SplitMix64
+    mixing), the same one the kernels use, so no two seeds alias however large they are.
+
+    Args:
+        seed (int or torch.Tensor): int64 seed(s).
+        epoch (int or torch.Tensor): epoch(s) ``>= 0``, broadcast against ``seed``.
+
+    Returns:
+        An int for int inputs, else a CPU int64 tensor of the broadcast shape.
+
+    Raises:
+        TypeError: for a non-integer seed or epoch.
+        ValueError: for a negative epoch or an int outside int64.
+
+    Examples:
+        >>> from torchrl_ext.envs.course import effective_seed
+        >>> print(effective_seed(7, 0) == 7, effective_seed(7, 1) == effective_seed(7, 2))
+        True False
+    """
+    seeds, epochs = torch.broadcast_tensors(_as_int64("seed", seed), _as_int64("epoch", epoch))
+    if bool((epochs < 0).any()):
+        raise ValueError(f"epoch must be >= 0, got epoch={epoch!r}.")
+    bits = seeds.numpy().astype(np.uint64).reshape(-1)
+    steps = epochs.numpy().astype(np.uint64).reshape(-1)
+    hashed = _mix64(_mix64(bits) ^ (steps * np.uint64(_GOLDEN)))
+    result = np.where(steps == 0, bits, hashed).astype(np.int64).reshape(seeds.shape)
+    if isinstance(seed, int) and isinstance(epoch, int):
+        return int(result)
+    return torch.from_numpy(result)
+
+
+_STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
+_COURSE_ARRAYS = (
+    "centerline",
+    "arc_length",
+    "checkpoints",
+    "checkpoint_count",
+    "scale",
+    "roughness",
+    "harmonics",
+    "width",
+    "checkpoint_spacing",
+    "coefficients",
+)
+_PARAM_ARRAYS = tuple(f"param_{f.name}" for f in fields(CourseParams))
+
+
+class CourseGenerator:
+    """One procedural closed course per env, rebuilt for masked envs by Warp kernels.
+
+    Every array lives on ``device`` with a fixed shape, so :meth:`regenerate` can be recorded into a
+    graph (:meth:`capture_regenerate`, or inside an env's own ``wp.ScopedCapture``). Per env:
+
+    - state: ``seed`` (int64), ``epoch`` (int64), ``generation`` (int64, the epoch the current
+      course was built with), ``valid`` (int32, 1 if usable), ``defects`` (int32,
+      :class:`CourseDefect` bits);
+    - course: ``centerline`` ``[N, P]`` vec2f (counter-clockwise, closed: point ``P-1`` joins point
+      0), ``arc_length`` ``[N, P+1]`` (``arc_length[:, P]`` is the lap length), ``checkpoints``
+      ``[N, M]`` vec2f (checkpoint ``j`` at arc length ``j * checkpoint_spacing``, unused slots 0),
+      ``checkpoint_count``, and the parameters it was built with: ``scale``, ``roughness``,
+      ``harmonics``, ``width``, ``checkpoint_spacing``, plus its random draws ``coefficients``;
+    - next-course parameters ``param_<name>`` for each :class:`CourseParams` field, written with
+      :meth:`set_params` (or into :attr:`views`) and read only when an env's course is rebuilt.
+
+    Args:
+        num_envs (int): number of envs (courses).
+        seed (int or torch.Tensor, optional): an int64 ``seed`` gives env ``i`` the seed
+            ``seed + i`` (wrapping around int64); an int64 tensor of shape ``[num_envs]`` gives
+            each env its seed. Defaults to 0.
+        params (CourseParams, optional): parameters of every env's first course. Defaults to
+            ``CourseParams()``.
+        num_points (int, optional): centerline points per course, at least 16. Defaults to 64.
+        max_checkpoints (int, optional): checkpoint slots per course, at least 2. Defaults to 32.
+        device (str, optional): Warp device. Defaults to ``"cpu"``.
+
+    Raises:
+        TypeError: for a size, seed or params of the wrong type, naming it.
+        ValueError: for a bad size or seed, naming it.
+        RuntimeError: when constructed while a graph capture is active on ``device``.
+
+    Examples:
+        >>> import torch
+        >>> import warp as wp
+        >>> wp.config.log_level = wp.LOG_WARNING  # keep Warp's start-up log out of the doctest
+        >>> from torchrl_ext.envs.course import CourseGenerator
+        >>> gen = CourseGenerator(4, seed=3)
+        >>> views = gen.views
+        >>> print(tuple(views["centerline"].shape), tuple(views["checkpoints"].shape))
+        (4, 64, 2) (4, 32, 2)
+        >>> mask = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
+        >>> gen.regenerate(mask)
+        >>> print(views["generation"].tolist(), bool(views["valid"].all()))
+        [0, 1, 0, 0] True
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        seed: int | torch.Tensor = 0,
+        params: CourseParams | None = None,
+        num_points: int = 64,
+        max_checkpoints: int = 32,
+        device: str = "cpu",
+    ) -> None:
+        self.device = wp.get_device(device)
+        self._check_sizes(num_envs, num_points, max_checkpoints)
+        if self.device.is_capturing:
+            raise RuntimeError(
+                f"CourseGenerator cannot be constructed while a graph capture is active on "
+                f"device={str(self.device)!r}: it allocates and launches. Build it outside the "
+                "capture, then record regenerate() inside it."
+            )
+        params = CourseParams() if params is None else params
+        if not isinstance(params, CourseParams):
+            raise TypeError(f"params must be a CourseParams, got params={params!r}.")
+        self.num_envs = num_envs
+        self.num_points = num_points
+        self.max_checkpoints = max_checkpoints
+        self._allocate(self._seeds(seed), params)
+        self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
+        self.regenerate(advance=False)
+
+    @staticmethod
+    def _check_sizes(num_envs: int, num_points: int, max_checkpoints: int) -> None:
+        for name, value, low in (
+            ("num_envs", num_envs, 1),
+            ("num_points", num_points, MIN_POINTS),
+            ("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {name}={value!r}.")
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {name}={value!r}.")
+
+    def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            base = _as_int64("seed", seed).numpy()
+            return np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
+        if not isinstance(seed, torch.Tensor) or seed.dtype != torch.int64:
+            raise TypeError(f"seed must be an int or an int64 tensor, got seed={seed!r}.")
+        if tuple(seed.shape) != (self.num_envs,):
+            raise ValueError(
+                f"seed must have shape ({self.num_envs},), got seed.shape={tuple(seed.shape)}."
+            )
+        return seed.detach().cpu().numpy().copy()
+
+    def _allocate(self, seeds: np.ndarray, params: CourseParams) -> None:
+        n, p, m, dev = self.num_envs, self.num_points, self.max_checkpoints, self.device
+        self.seed = wp.array(seeds, dtype=wp.int64, device=dev)
+        for name in ("epoch", "generation"):
+            setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
+        for name in ("valid", "defects", "checkpoint_count", "harmonics", "param_harmonics"):
+            setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
+        for name in ("scale", "roughness", "width", "checkpoint_spacing"):
+            setattr(self, name, wp.zeros(n, dtype=wp.float32, device=dev))
+            setattr(self, f"param_{name}", wp.zeros(n, dtype=wp.float32, device=dev))
+        self.centerline = wp.zeros((n, p), dtype=wp.vec2f, device=dev)
+        self.arc_length = wp.zeros((n, p + 1), dtype=wp.float32, device=dev)
+        self.checkpoints = wp.zeros((n, m), dtype=wp.vec2f, device=dev)
+        self.coefficients = wp.zeros((n, K.NUM_DRAWS), dtype=wp.float32, device=dev)
+        for f in fields(CourseParams):
+            getattr(self, f"param_{f.name}").fill_(getattr(params, f.name))
+        self._all_envs = wp.ones(n, dtype=wp.int32, device=dev)
+        self._any = wp.zeros(1, dtype=wp.int32, device=dev)
+
+    @staticmethod
+    def array_names() -> tuple[str, ...]:
+        """Names of the per-env Warp arrays (attributes and keys of :attr:`views`).
+
+        Returns:
+            State names, then course names, then next-course parameter names.
+
+        Examples:
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> names = CourseGenerator.array_names()
+            >>> print("centerline" in names, "param_width" in names, len(names))
+            True True 20
+        """
+        return _STATE_ARRAYS + _COURSE_ARRAYS + _PARAM_ARRAYS
+
+    def course(self, env: int) -> dict[str, torch.Tensor]:
+        """A copy of env ``env``'s course and state (every array but the next-course parameters).
+
+        Args:
+            env (int): env index.
+
+        Returns:
+            Name to cloned tensor (on the generator's device).
+
+        Examples:
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> course = CourseGenerator(2, seed=5).course(1)
+            >>> print(tuple(course["centerline"].shape), int(course["seed"]))
+            (64, 2) 6
+        """
+        if isinstance(env, bool) or not isinstance(env, int) or not 0 <= env < self.num_envs:
+            raise ValueError(f"env must be an int in [0, {self.num_envs}), got env={env!r}.")
+        names = _STATE_ARRAYS + _COURSE_ARRAYS
+        return {name: self.views[name][env].clone() for name in names}
+
+    def set_params(
+        self, env_ids: torch.Tensor | Sequence[int] | None = None, **values: float | torch.Tensor
+    ) -> None:
+        """Write next-course parameters; they take effect when those envs are regenerated.
+
+        Args:
+            env_ids (torch.Tensor or sequence of int, optional): envs to write. Defaults to all.
+            **values: :class:`CourseParams` field names to a scalar or a per-selected-env tensor.
+
+        Raises:
+            TypeError: for an unknown parameter name or non-integer ``harmonics``.
+            ValueError: for an out-of-range value, naming it.
+
+        Examples:
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(3, seed=0)
+            >>> gen.set_params([2], width=3.0)
+            >>> print(gen.views["param_width"].tolist(), gen.views["width"].tolist())
+            [2.0, 2.0, 3.0] [2.0, 2.0, 2.0]
+        """
+        for name, value in values.items():
+            if name not in _PARAM_CHECKS:
+                raise TypeError(
+                    f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_CHECKS)}."
+                )
+            _PARAM_CHECKS[name](value)
+        index = slice(None) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
+        for name, value in values.items():
+            self.views[f"param_{name}"][index] = torch.as_tensor(value).to(
+                self.views[f"param_{name}"]
+            )
+
+    def check_mask(self, mask: wp.array | torch.Tensor) -> wp.array:
+        """Validate a regeneration mask and return it as a Warp array sharing its memory.
+
+        Args:
+            mask (wp.array or torch.Tensor): contiguous int32 ``[num_envs]`` on the generator's
+                device.
+
+        Returns:
+            The mask as a ``wp.array`` (the same memory: later writes to ``mask`` are seen).
+
+        Raises:
+            TypeError: if ``mask`` is not a Warp array or tensor, or not int32.
+            ValueError: for a wrong shape, device or layout.
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(2)
+            >>> print(gen.check_mask(torch.zeros(2, dtype=torch.int32)).shape)
+            (2,)
+        """
+        if isinstance(mask, torch.Tensor):
+            return self._check_torch_mask(mask)
+        if not isinstance(mask, wp.array):
+            raise TypeError(
+                "mask must be a wp.array or a torch.Tensor, "
+                f"got mask of type {type(mask).__name__}."
+            )
+        if mask.dtype != wp.int32:
+            raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
+        self._check_mask_layout(tuple(mask.shape), str(mask.device), mask.is_contiguous)
+        return mask
+
+    def _check_torch_mask(self, mask: torch.Tensor) -> wp.array:
+        if mask.dtype != torch.int32:
+            raise TypeError(f"mask must have dtype torch.int32, got mask.dtype={mask.dtype}.")
+        if mask.device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"mask must be on device {str(self.device)!r}, got mask.device={mask.device}."
+            )
+        device = str(wp.device_from_torch(mask.device))
+        self._check_mask_layout(tuple(mask.shape), device, mask.is_contiguous())
+        return wp.from_torch(mask, dtype=wp.int32)
+
+    def _check_mask_layout(self, shape: tuple[int, ...], device: str, contiguous: bool) -> None:
+        if shape != (self.num_envs,):
+            raise ValueError(f"mask must have shape ({self.num_envs},), got mask.shape={shape}.")
+        if device != str(self.device):
+            raise ValueError(f"mask must be on device {str(self.device)!r}, got {device!r}.")
+        if not contiguous:
+            raise ValueError("mask must be contiguous, got a strided mask.")
+
+    def regenerate(
+        self,
+        mask: wp.array | torch.Tensor | None = None,
+        advance: bool = True,
+        *,
+        skip_empty: bool = True,
+    ) -> None:
+        """Rebuild the masked envs' courses; every other env keeps every array bitwise.
+
+        Masked envs advance their epoch (if ``advance``), copy their next-course parameters in,
+        and get the course of ``(seed, epoch)``; ``generation`` becomes ``epoch``. ``mask`` is read,
+        never cleared: whoever owns it writes every entry before each call or replay. Everything
+        runs in kernels, so the call can be recorded inside ``wp.ScopedCapture`` and replayed with
+        a mask rewritten in place.
+
+        With ``skip_empty``, the mask is first reduced to an any-flag and the rebuild runs under
+        ``wp.capture_if``: on the CPU (eager: one host read; captured: a conditional op) and,
+        while capturing on CUDA with conditional graph nodes, an all-zero mask skips the rebuild.
+        Elsewhere the rebuild is launched unconditionally and its kernels return early for
+        unmasked envs. On CUDA the kernels run on Warp's current stream of the device: order
+        torch writes to the mask or the views with it (e.g. run torch on
+        ``wp.stream_to_torch(wp.get_stream(device))``).
+
+        Args:
+            mask (wp.array or torch.Tensor, optional): int32 ``[num_envs]`` on the generator's
+                device; nonzero entries are rebuilt. Defaults to every env.
+            advance (bool, optional): advance the masked envs' epoch first; ``False`` rebuilds the
+                current ``(seed, epoch)``, e.g. after writing new seeds. Defaults to True.
+            skip_empty (bool, optional): skip the rebuild for an all-zero mask where the device
+                allows it. Defaults to True.
+
+        Raises:
+            TypeError: for a bad mask type or dtype, or a non-bool ``advance``.
+            ValueError: for a bad mask shape, device or layout.
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(3, seed=1)
+            >>> before = gen.views["centerline"].clone()
+            >>> gen.regenerate(torch.tensor([1, 0, 1], dtype=torch.int32))
+            >>> same = (gen.views["centerline"] == before).flatten(1).all(1)
+            >>> print(same.tolist(), gen.views["epoch"].tolist())
+            [False, True, False] [1, 0, 1]
+        """
+        if not isinstance(advance, bool):
+            raise TypeError(f"advance must be a bool, got advance={advance!r}.")
+        if mask is None:
+            self._rebuild(self._all_envs, advance)
+            return
+        mask = self.check_mask(mask)
+        if not (skip_empty and self._can_skip()):
+            self._rebuild(mask, advance)
+            return
+        wp.launch(K.clear_flag, dim=1, inputs=[self._any], device=self.device)
+        wp.launch(K.any_masked, dim=self.num_envs, inputs=[mask, self._any], device=self.device)
+        wp.capture_if(self._any, on_true=self._rebuild, mask=mask, advance=advance)
+
+    def _can_skip(self) -> bool:
+        if self.device.is_cpu:
+            return True
+        return self.device.is_capturing and wp.is_conditional_graph_supported()
+
+    def _rebuild(self, mask: wp.array, advance: bool) -> None:
+        n, dev = self.num_envs, self.device
+        if advance:
+            wp.launch(K.advance_epoch, dim=n, inputs=[mask, self.epoch], device=dev)
+        wp.launch(K.commit_params, dim=n, inputs=self._commit_inputs(mask), device=dev)
+        wp.launch(
+            K.draw_coefficients,
+            dim=n,
+            inputs=[mask, self.seed, self.epoch, self.coefficients],
+            device=dev,
+        )
+        self._launch_geometry(mask)
+        wp.launch(K.check_validity, dim=n, inputs=self._validity_inputs(mask), device=dev)
+
+    def _commit_inputs(self, mask: wp.array) -> list[wp.array]:
+        names = [f.name for f in fields(CourseParams)]
+        params = [getattr(self, f"param_{name}") for name in names]
+        course = [getattr(self, name) for name in names]
+        return [mask, self.epoch, *params, self.generation, *course]
+
+    def _launch_geometry(self, mask: wp.array) -> None:
+        n, m, dev = self.num_envs, self.max_checkpoints, self.device
+        shape = [self.scale, self.roughness, self.harmonics]
+        wp.launch(
+            K.build_centerline,
+            dim=n,
+            inputs=[mask, self.coefficients, *shape, self.centerline],
+            device=dev,
+        )
+        wp.launch(
+            K.measure_arc_length, dim=n, inputs=[mask, self.centerline, self.arc_length], device=dev
+        )
+        wp.launch(
+            K.count_checkpoints,
+            dim=n,
+            inputs=[mask, self.arc_length, self.checkpoint_spacing, m, self.checkpoint_count],
+            device=dev,
+        )
+        wp.launch(
+            K.place_checkpoints,
+            dim=n,
+            inputs=[
+                mask,
+                self.centerline,
+                self.arc_length,
+                self.checkpoint_spacing,
+                self.checkpoint_count,
+                self.checkpoints,
+            ],
+            device=dev,
+        )
+
+    def _validity_inputs(self, mask: wp.array) -> list:
+        params = [self.scale, self.roughness, self.harmonics, self.width, self.checkpoint_spacing]
+        return [
+            mask,
+            self.centerline,
+            self.arc_length,
+            *params,
+            self.max_checkpoints,
+            self.defects,
+            self.valid,
+        ]
+
+    def capture_regenerate(
+        self,
+        mask: wp.array | torch.Tensor | None = None,
+        advance: bool = True,
+        *,
+        skip_empty: bool = True,
+    ) -> wp.Graph:
+        """Record :meth:`regenerate` into a graph; replay it with ``wp.capture_launch(graph)``.
+
+        The graph reads ``mask`` at replay time: rewrite it in place between replays and keep it
+        alive as long as the graph.
+
+        Args:
+            mask (wp.array or torch.Tensor, optional): as in :meth:`regenerate`. Defaults to every
+                env.
+            advance (bool, optional): as in :meth:`regenerate`. Defaults to True.
+            skip_empty (bool, optional): as in :meth:`regenerate`. Defaults to True.
+
+        Returns:
+            The recorded ``wp.Graph`` (nothing runs while recording).
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(3, seed=1)
+            >>> mask = torch.zeros(3, dtype=torch.int32)
+            >>> graph = gen.capture_regenerate(mask)
+            >>> mask[2] = 1
+            >>> wp.capture_launch(graph)
+            >>> print(gen.views["generation"].tolist())
+            [0, 0, 1]
+        """
+        if mask is not None:
+            mask = self.check_mask(mask)
+        if not isinstance(advance, bool):
+            raise TypeError(f"advance must be a bool, got advance={advance!r}.")
+        with wp.ScopedCapture(device=self.device) as capture:
+            self.regenerate(mask, advance, skip_empty=skip_empty)
+        return capture.graph

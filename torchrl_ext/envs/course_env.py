@@ -1,0 +1,487 @@
+"""CourseEnv: a kinematic car on procedurally generated closed courses, one course per env.
+
+Each env owns a course from :class:`~torchrl_ext.envs.course.CourseGenerator`. Envs that finish get
+a new course (the next ``(seed, epoch)``), envs that crash respawn on the same one, and the whole
+RL step, masked regeneration included, is a fixed sequence of kernel launches that
+:class:`~torchrl_ext.envs.WarpEnv` can record into one graph.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import warp as wp
+from tensordict import TensorDict
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+
+from torchrl_ext.envs._kernels import course_env as _k
+from torchrl_ext.envs.course import CourseGenerator, CourseParams
+from torchrl_ext.envs.course.generator import MIN_POINTS
+from torchrl_ext.envs.warp_env import Launch, WarpEnv
+
+__all__ = ["CarConfig", "CourseEnv"]
+
+_CRASH_MODES = ("respawn", "regenerate")
+_STEP_RESULTS = ("checkpoint_distance", "checkpoints_passed", "laps", "out_of_bounds", "valid")
+
+
+@dataclass(frozen=True)
+class CarConfig:
+    """Constants of the kinematic car and of the reward.
+
+    Args:
+        dt (float, optional): time step in seconds. Defaults to 0.1.
+        accel (float, optional): acceleration at full throttle. Defaults to 4.0.
+        drag (float, optional): linear drag coefficient. Defaults to 0.5.
+        max_speed (float, optional): speed limit. Defaults to 5.0.
+        max_steer (float, optional): steering angle at ``steer = 1``, radians. Defaults to 0.5.
+        wheelbase (float, optional): distance between the axles. Defaults to 1.0.
+        max_range (float, optional): range readings are clipped to this. Defaults to 5.0.
+        ray_spread (float, optional): the rays cover ``[-ray_spread, ray_spread]`` around the
+            heading, radians. Defaults to 1.2.
+        progress_coef (float, optional): reward per unit of arc length driven. Defaults to 0.1.
+        crash_penalty (float, optional): reward subtracted on leaving the track. Defaults to 1.0.
+
+    Raises:
+        TypeError: for a value that is not a real number, naming it.
+        ValueError: for a value that is not finite, negative, or zero where it must be > 0.
+
+    Examples:
+        >>> from torchrl_ext.envs import CarConfig
+        >>> config = CarConfig(max_speed=3.0)
+        >>> print(config.max_speed, len(config.as_list()))
+        3.0 10
+    """
+
+    dt: float = 0.1
+    accel: float = 4.0
+    drag: float = 0.5
+    max_speed: float = 5.0
+    max_steer: float = 0.5
+    wheelbase: float = 1.0
+    max_range: float = 5.0
+    ray_spread: float = 1.2
+    progress_coef: float = 0.1
+    crash_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_constant(f.name, getattr(self, f.name), f.name not in _MAY_BE_ZERO)
+
+    def as_list(self) -> list[float]:
+        """The constants as floats, in the kernels' ``P_*`` order."""
+        return [float(getattr(self, f.name)) for f in fields(self)]
+
+
+_MAY_BE_ZERO = ("drag", "ray_spread", "progress_coef", "crash_penalty")
+
+
+def _check_constant(name: str, value: Any, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {name}={value!r}.")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {name}={value!r}.")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}.")
+    return int(value)
+
+
+class _RegenerateCommand:
+    """A launchable that regenerates the courses of a stable mask (recordable in a capture)."""
+
+    def __init__(self, generator: CourseGenerator, mask: wp.array) -> None:
+        self.generator = generator
+        self.mask = mask
+
+    def launch(self) -> None:
+        self.generator.regenerate(self.mask, advance=True)
+
+
+class CourseEnv(WarpEnv):
+    """A kinematic car drives procedurally generated closed courses; finished courses regenerate.
+
+    Each env has its own course (:class:`~torchrl_ext.envs.course.CourseGenerator`; env ``i``'s
+    course seed is ``seed + i`` wrapped to int64, its first course epoch 0). The car starts at rest
+    on checkpoint 0 facing along the course.
+
+    **Actions** ``[num_envs, 2]`` float32: ``(steer, throttle)``. Values outside ``[-1, 1]``
+    (infinities included) are clipped, as the spec's bounds say; NaN raises ``ValueError`` before
+    anything is stepped. Throttle below 0 brakes; the car never reverses.
+
+    **Observations**: ``"observation"`` ``[num_envs, num_rays + 3]``: ``num_rays`` range readings
+    to the track edges (at most ``max_range``), speed, heading error against the course and
+    distance to the next checkpoint. Step results, also in the observation spec:
+    ``"checkpoints_passed"`` (this step), ``"checkpoint_distance"``, ``"laps"``,
+    ``"out_of_bounds"`` and ``"valid"`` (the course is usable). Every value of an env whose course
+    is invalid is *selected* to zero (never multiplied), so no NaN of a broken course reaches the
+    policy; its reward is 0.
+
+    **Reward**: checkpoints passed this step + ``progress_coef * arc length driven`` (negative
+    when driving back) - ``crash_penalty`` on leaving the track.
+
+    **Episode ends** (``terminated``): ``laps`` laps done, out of bounds (a crash), or an invalid
+    course; ``truncated`` at ``max_steps``. Auto-reset policy: finished, truncated and invalid
+    episodes get a **new course** (masked regeneration, epoch + 1); a crash **respawns** on the
+    same course, or regenerates with ``crash="regenerate"``. TorchRL's ``reset(td)`` with a
+    ``"_reset"`` mask follows the same policy (an env whose episode has not ended respawns).
+
+    **Masks**: :meth:`regenerate` and :meth:`respawn` take stable int32 ``[num_envs]`` masks that
+    the env reads and never clears; write every entry before every call or graph replay.
+
+    Args:
+        num_envs (int): number of envs.
+        device (torch.device or str, optional): device of state and outputs. Defaults to ``"cpu"``.
+        seed (int, optional): 64-bit seed. Defaults to ``None`` (drawn from torch's generator).
+
+    Keyword Args:
+        params (CourseParams, optional): every env's course parameters. Defaults to
+            ``CourseParams()``.
+        num_points (int, optional): centerline points per course, at least 16. Defaults to 64.
+        max_checkpoints (int, optional): checkpoint slots per course. Defaults to 32.
+        num_rays (int, optional): range readings. Defaults to 5.
+        laps (int, optional): laps that finish an episode. Defaults to 1.
+        crash (str, optional): ``"respawn"`` or ``"regenerate"`` after leaving the track.
+            Defaults to ``"respawn"``.
+        car (CarConfig, optional): car and reward constants. Defaults to ``CarConfig()``.
+        max_steps (int, optional): time limit; ``None`` disables it. Defaults to 1000.
+        capture (bool, optional): replay one recorded Warp graph per step. Defaults to ``False``.
+
+    Examples:
+        >>> import torch
+        >>> import warp as wp
+        >>> wp.config.log_level = wp.LOG_WARNING
+        >>> from torchrl_ext.envs import CourseEnv
+        >>> env = CourseEnv(4, seed=0, max_steps=20)
+        >>> td = env.reset()
+        >>> td["observation"].shape, td["valid"].shape
+        (torch.Size([4, 8]), torch.Size([4, 1]))
+        >>> data = env.rollout(30, break_when_any_done=False)
+        >>> data["next", "reward"].shape, bool(data["next", "truncated"].any())
+        (torch.Size([4, 30, 1]), True)
+        >>> env.generation.tolist()
+        [1, 1, 1, 1]
+        >>> mask = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
+        >>> env.regenerate(mask)
+        >>> env.generation.tolist()
+        [1, 2, 1, 1]
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        *,
+        params: CourseParams | None = None,
+        num_points: int = 64,
+        max_checkpoints: int = 32,
+        num_rays: int = 5,
+        laps: int = 1,
+        crash: Literal["respawn", "regenerate"] = "respawn",
+        car: CarConfig | None = None,
+        max_steps: int | None = 1000,
+        capture: bool = False,
+    ) -> None:
+        params = CourseParams() if params is None else params
+        if not isinstance(params, CourseParams):
+            raise TypeError(f"params must be a CourseParams, got params={params!r}.")
+        car = CarConfig() if car is None else car
+        if not isinstance(car, CarConfig):
+            raise TypeError(f"car must be a CarConfig, got car={car!r}.")
+        if crash not in _CRASH_MODES:
+            raise ValueError(f"crash must be one of {_CRASH_MODES}, got crash={crash!r}.")
+        self.num_points = _check_int("num_points", num_points, MIN_POINTS)
+        self.max_checkpoints = _check_int("max_checkpoints", max_checkpoints, 2)
+        self.num_rays = _check_int("num_rays", num_rays, 1)
+        self.laps = _check_int("laps", laps, 1)
+        self.crash = crash
+        self.car = car
+        self._params = params
+        super().__init__(
+            num_envs, device, seed, max_steps=max_steps, dtype=torch.float32, capture=capture
+        )
+
+    # ------------------------------------------------------------------ specs and state
+    def _make_specs(self) -> None:
+        n, dev = self.num_envs, self.device
+
+        def flag() -> Categorical:
+            return Categorical(2, shape=(n, 1), dtype=torch.bool, device=dev)
+
+        def count() -> Unbounded:
+            return Unbounded(shape=(n, 1), dtype=torch.int32, device=dev)
+
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(n, self.num_rays + 3), dtype=torch.float32, device=dev),
+            checkpoint_distance=Unbounded(shape=(n, 1), dtype=torch.float32, device=dev),
+            checkpoints_passed=count(),
+            laps=count(),
+            out_of_bounds=flag(),
+            valid=flag(),
+            shape=(n,),
+            device=dev,
+        )
+        self.action_spec = Bounded(-1.0, 1.0, shape=(n, 2), dtype=torch.float32, device=dev)
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
+
+    def _allocate_state(self) -> None:
+        n, dev = self.num_envs, self.device
+        self._generator = CourseGenerator(
+            n,
+            seed=0,
+            params=self._params,
+            num_points=self.num_points,
+            max_checkpoints=self.max_checkpoints,
+            device=str(self._wp_device),
+        )
+        self._pose = torch.zeros(n, 4, dtype=torch.float32, device=dev)
+        self._track = torch.zeros(n, 3, dtype=torch.float32, device=dev)
+        self._counts = torch.zeros(n, _k.NUM_COUNTS, dtype=torch.int32, device=dev)
+        self._regen_mask = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._respawn_mask = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._zero_mask = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._all_mask = torch.ones(n, dtype=torch.int32, device=dev)
+        self._w = {
+            name: wp.from_torch(getattr(self, f"_{name}"))
+            for name in ("pose", "track", "counts", "regen_mask", "respawn_mask")
+        }
+        self._w["zero_mask"] = wp.from_torch(self._zero_mask)
+        self._w["all_mask"] = wp.from_torch(self._all_mask)
+        self._car_params = _k.CarParams(*self.car.as_list())
+        # load the generator's mask-reduction kernels before any capture records them
+        self._generator.regenerate(self._w["zero_mask"])
+
+    def _set_seed(self, seed: int | None) -> None:
+        super()._set_seed(seed)
+        base = np.array(self.seed, dtype=np.uint64).astype(np.int64)
+        seeds = np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
+        views = self._generator.views
+        views["seed"].copy_(torch.from_numpy(seeds))
+        views["epoch"].zero_()
+        with self._on_torch_stream():
+            self._generator.regenerate(advance=False)
+        self._launch_now(self._respawn_recipes(self._w["all_mask"], self._w["zero_mask"]))
+        self._t["episode"].zero_()
+
+    # ------------------------------------------------------------------ public views
+    @property
+    def generator(self) -> CourseGenerator:
+        """The env's course generator (a curriculum calls its ``set_params``)."""
+        return self._generator
+
+    @property
+    def generation(self) -> torch.Tensor:
+        """Per-env epoch the current course was built with (int64 ``[num_envs]``, live view)."""
+        return self._generator.views["generation"]
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """Per-env course validity (int32 ``[num_envs]``, 1 if usable; live view)."""
+        return self._generator.views["valid"]
+
+    @property
+    def pose(self) -> torch.Tensor:
+        """Per-env car pose ``(x, y, heading, speed)`` (float32 ``[num_envs, 4]``, live view)."""
+        return self._pose
+
+    @property
+    def progress(self) -> torch.Tensor:
+        """Per-env ``(arc position, travel, last change)`` (float32 ``[num_envs, 3]``, live)."""
+        return self._track
+
+    @property
+    def counters(self) -> torch.Tensor:
+        """Per-env progress counters (int32 ``[num_envs, 5]``, live view).
+
+        Columns: checkpoints passed this episode, passed in the last step, out of bounds, nearest
+        centerline segment, how the last episode ended (0 not ended, 1 respawn, 2 regenerate).
+        """
+        return self._counts
+
+    # ------------------------------------------------------------------ kernel recipes
+    def _course(self, *names: str) -> list[wp.array]:
+        return [getattr(self._generator, name) for name in names]
+
+    def _step_launches(self, autoreset: bool) -> list[Launch]:
+        b, w, p = self.buffers, self._w, self._car_params
+        valid = self._generator.valid
+        progress = [
+            w["pose"],
+            *self._course("centerline", "arc_length", "width", "checkpoint_spacing"),
+            *self._course("checkpoint_count", "valid"),
+            w["track"],
+            w["counts"],
+        ]
+        ends = [
+            w["track"],
+            w["counts"],
+            *self._course("checkpoint_count", "valid"),
+            b["steps"],
+            p,
+            self.laps,
+            self.step_limit,
+            int(self.crash == "regenerate"),
+            int(autoreset),
+            b["reward"],
+            b["terminated"],
+            b["truncated"],
+            b["done"],
+            w["regen_mask"],
+            w["respawn_mask"],
+        ]
+        return [
+            (_k.drive_cars, [w["pose"], b["action"], valid, p]),
+            (_k.track_progress, progress),
+            (_k.end_episodes, ends),
+            (_k.observe, self._observe_inputs("next", w["zero_mask"], w["zero_mask"], False)),
+        ]
+
+    def _reset_launches(self) -> list[Launch]:
+        w = self._w
+        inputs = [self.buffers["mask"], w["counts"], self._generator.valid]
+        return [(_k.plan_reset, [*inputs, w["regen_mask"], w["respawn_mask"]])]
+
+    def _respawn_recipes(
+        self, first: wp.array, second: wp.array, carry: bool = False
+    ) -> list[Launch]:
+        """Respawn the envs set in either mask, then write every env's root observation.
+
+        With ``carry`` (right after a step wrote ``buffers["next"]``), only the respawned envs are
+        observed; the others' root observation is a copy of their step observation.
+        """
+        b, w = self.buffers, self._w
+        inputs = [first, second, self._generator.centerline, b["steps"], b["episode"]]
+        recipes = [(_k.respawn_cars, [*inputs, w["pose"], w["track"], w["counts"]])]
+        if carry:
+            copy = [first, second, *self._outputs("next"), *self._outputs("root")]
+            recipes.append((_k.carry_observation, copy))
+        recipes.append((_k.observe, self._observe_inputs("root", first, second, carry)))
+        return recipes
+
+    def _outputs(self, which: str) -> list[wp.array]:
+        return [self.buffers[which][key] for key in ("observation", *_STEP_RESULTS)]
+
+    def _observe_inputs(
+        self, which: str, first: wp.array, second: wp.array, masked_only: bool
+    ) -> list:
+        out, w = self.buffers[which], self._w
+        return [
+            first,
+            second,
+            int(masked_only),
+            w["pose"],
+            w["track"],
+            w["counts"],
+            *self._course("centerline", "checkpoints", "checkpoint_count", "width", "valid"),
+            self._car_params,
+            out["observation"],
+            out["checkpoint_distance"],
+            out["checkpoints_passed"],
+            out["laps"],
+            out["out_of_bounds"],
+            out["valid"],
+        ]
+
+    def _record(self, recipes: list[Launch]) -> list:
+        return [
+            wp.launch(k, dim=self.num_envs, inputs=inputs, device=self._wp_device, record_cmd=True)
+            for k, inputs in recipes
+        ]
+
+    def _launch_now(self, recipes: list[Launch]) -> None:
+        with self._on_torch_stream():
+            for kernel, inputs in recipes:
+                wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
+
+    def _launch_list(self, mode: str) -> list:
+        """Commands of ``mode``: the base's kernels, plus masked regeneration and respawn.
+
+        ``"step"``: drive, progress, episode ends, next observation. ``"step_autoreset"`` and
+        ``"reset"`` then regenerate the envs of the internal regeneration mask, respawn those of
+        either mask and write the root observation. All of it records into one graph.
+        """
+        cmds = self._commands.get(mode)
+        if cmds is None:
+            if mode == "reset":
+                recipes = self._reset_launches()
+            else:
+                recipes = self._step_launches(autoreset=mode == "step_autoreset")
+            cmds = self._record(recipes)
+            if mode != "step":
+                w = self._w
+                cmds.append(_RegenerateCommand(self._generator, w["regen_mask"]))
+                carry = mode == "step_autoreset"
+                masks = (w["regen_mask"], w["respawn_mask"])
+                cmds += self._record(self._respawn_recipes(*masks, carry=carry))
+            self._commands[mode] = cmds
+        return cmds
+
+    # ------------------------------------------------------------------ the two masks
+    def regenerate(self, mask: torch.Tensor | wp.array | None = None, advance: bool = True) -> None:
+        """Give the masked envs a new course and restart their episode on it.
+
+        Masked envs advance their epoch (if ``advance``), get the course of their ``(seed,
+        epoch)`` with their next-course parameters, and respawn on it (pose, progress and laps
+        reset, step counter zeroed). Every other env keeps its course and state bitwise; an
+        all-zero mask is a no-op. The root observation buffers are rewritten; read them with
+        :meth:`observe`. Only kernels are launched, so the call can be recorded inside a
+        ``wp.ScopedCapture`` and replayed with the mask rewritten in place.
+
+        Args:
+            mask (torch.Tensor or wp.array, optional): stable int32 ``[num_envs]`` mask on the
+                env's device, read and never cleared. Defaults to every env.
+            advance (bool, optional): advance the epoch; ``False`` rebuilds the current
+                ``(seed, epoch)``, e.g. after writing ``generator.views["seed"]``. Defaults to True.
+
+        Raises:
+            TypeError: for a mask that is not int32, or a non-bool ``advance``.
+            ValueError: for a mask of the wrong shape, device or layout.
+        """
+        mask = self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
+        with self._on_torch_stream():
+            self._generator.regenerate(mask, advance)
+        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+
+    def respawn(self, mask: torch.Tensor | wp.array) -> None:
+        """Respawn the masked envs on the course they have (the issue's ``reset(mask)``).
+
+        Nothing else changes: courses, generation and unmasked envs stay bitwise. The root
+        observation buffers are rewritten; read them with :meth:`observe`.
+
+        Args:
+            mask (torch.Tensor or wp.array): stable int32 ``[num_envs]`` mask on the env's
+                device, read and never cleared.
+
+        Raises:
+            TypeError: for a mask that is not int32.
+            ValueError: for a mask of the wrong shape, device or layout.
+        """
+        mask = self._generator.check_mask(mask)
+        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+
+    def observe(self) -> TensorDict:
+        """A fresh TensorDict of every env's current (root) observation, done flags False.
+
+        Returns:
+            The same keys as :meth:`reset` returns.
+        """
+        source = self._obs("root")
+        source.update(self._flags(None))
+        return self._make_td(source)
+
+    def _check_action_values(self, action: torch.Tensor) -> None:
+        nan = torch.isnan(action)
+        if bool(nan.any()):
+            index = tuple(int(i) for i in nan.nonzero()[0])
+            raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")

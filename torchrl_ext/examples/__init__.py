@@ -1,0 +1,7 @@
+"""End-to-end pipelines behind the README's main command.
+
+* :mod:`torchrl_ext.examples.ppo_cartpole`: recurrent PPO on partially observable CartPole
+  (``python -m torchrl_ext.examples.ppo_cartpole``).
+* :mod:`torchrl_ext.examples.ppo_cartpole_results`: the per-seed results table and curves
+  (``python -m torchrl_ext.examples.ppo_cartpole_results``).
+"""

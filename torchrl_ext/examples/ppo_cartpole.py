@@ -1,0 +1,644 @@
+"""Recurrent PPO on partially observable CartPole, from stock TorchRL parts and ours.
+
+Run it with::
+
+    python -m torchrl_ext.examples.ppo_cartpole [--seed N] [--frames N] [--policy lstm|mlp]
+                                                [--quick] [--out DIR]
+
+The pipeline, top to bottom:
+
+1. :class:`~torchrl_ext.envs.CartPoleEnv` with ``observe_velocity=False`` (the agent sees the
+   cart position and the pole angle only, so it must infer velocities from memory), in a
+   :class:`~torchrl.envs.TransformedEnv` with ``InitTracker`` (``is_init``), ``StepCounter``,
+   ``RewardSum`` (episode returns), a fixed ``ObservationNorm`` and the LSTMs' state primers.
+2. An actor-critic with *separate* LSTMs (as sb3-contrib's ``RecurrentPPO``): the critic's value
+   error never shapes the actor's memory, and the actor's state carried across batches is the
+   one it acted with.
+3. :class:`~torchrl.collectors.Collector` gathers ``[num_envs, steps]`` batches and carries both
+   LSTMs' states across batches.
+4. :class:`~torchrl_ext.objectives.RecurrentGAE` recomputes the critic over whole rows in one
+   pass, starting each row from the critic state stored at collection time
+   (``initial_state="stored"``), and writes ``advantage``, ``value_target``.
+5. :class:`~torchrl_ext.data.minibatches.EnvMajorMinibatches` hands out whole env rows, so the
+   LSTMs replay each row from its stored state (resetting at ``is_init``), and torchrl's
+   :class:`~torchrl.objectives.ClipPPOLoss` takes the gradient steps.
+
+Learning rate and clip range decay linearly to zero over the frame budget. A run logs to
+``DIR/progress.csv``, draws ``DIR/learning_curve.png``, evaluates the policy's mode
+(deterministic actions) on fresh episodes and prints where the time went.
+
+Randomness: the envs take ``seed`` directly; the network initialization and the actions drawn
+by the collector use torch's global generator, which :func:`train` seeds inside
+:func:`torch.random.fork_rng`, so the caller's global RNG state is left as it was; minibatch
+permutations come from their own :class:`torch.Generator`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import dataclasses
+import math
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.envs import (
+    Compose,
+    ExplorationType,
+    InitTracker,
+    ObservationNorm,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+    set_exploration_type,
+)
+from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
+from torchrl.objectives import ClipPPOLoss
+
+from torchrl_ext.data.minibatches import EnvMajorMinibatches
+from torchrl_ext.envs import CartPoleEnv
+from torchrl_ext.objectives import RecurrentGAE
+
+PolicyKind = Literal["lstm", "mlp"]
+
+ACTOR_STATE = ("rs_actor_h", "rs_actor_c")
+CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
+
+
+@dataclasses.dataclass
+class Config:
+    """Hyperparameters of one run (defaults: the tuned recurrent PPO).
+
+    Args:
+        seed (int): seed of the envs, the initialization and the minibatch order.
+        frames (int): total frames collected; the learning rate and clip range reach zero here.
+        policy (str): ``"lstm"`` (recurrent actor and critic) or ``"mlp"`` (feed-forward).
+        num_envs (int): parallel envs.
+        steps (int): steps per env per batch (the row length).
+        epochs (int): passes over each batch.
+        envs_per_minibatch (int): env rows per minibatch.
+        hidden (int): LSTM (or first MLP layer) width.
+        head (int): width of the hidden layer of the actor and critic heads.
+        lr (float): initial Adam learning rate.
+        clip (float): initial PPO clip range.
+        gamma (float): discount.
+        lmbda (float): GAE lambda.
+        entropy_coeff (float): entropy bonus weight.
+        critic_coeff (float): value-loss weight.
+        max_grad_norm (float): gradient-norm clip.
+        target (float): mean episode return that counts as solved.
+        return_window (int): completed episodes averaged into the mean return.
+        eval_episodes (int): episodes of the final deterministic evaluation.
+        obs_scale (tuple of float): factors applied to cart position and pole angle. Constant
+            factors play the role of sb3's VecNormalize without running statistics that
+            training and evaluation would have to share; the defaults bring the small per-step
+            changes the LSTM must difference to order 0.1.
+        reward_scale (float): factor applied to the reward the learner sees (episode returns
+            are logged unscaled), so value targets stay of order 1 (VecNormalize's reward
+            normalization, as a constant).
+    """
+
+    seed: int = 0
+    frames: int = 80_000
+    policy: PolicyKind = "lstm"
+    num_envs: int = 16
+    steps: int = 32
+    epochs: int = 5
+    envs_per_minibatch: int = 8
+    hidden: int = 64
+    head: int = 64
+    lr: float = 2e-3
+    clip: float = 0.2
+    gamma: float = 0.98
+    lmbda: float = 0.8
+    entropy_coeff: float = 0.0
+    critic_coeff: float = 0.5
+    max_grad_norm: float = 0.5
+    target: float = 475.0
+    return_window: int = 20
+    eval_episodes: int = 16
+    obs_scale: tuple[float, float] = (2.0, 20.0)
+    reward_scale: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("lstm", "mlp"):
+            raise ValueError(f"policy must be 'lstm' or 'mlp', got policy={self.policy!r}.")
+        for name in ("frames", "num_envs", "steps", "epochs", "envs_per_minibatch", "hidden"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+        if self.frames < self.frames_per_batch:
+            raise ValueError(
+                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
+                f" got frames={self.frames!r}."
+            )
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames in one collected batch."""
+        return self.num_envs * self.steps
+
+
+@dataclasses.dataclass
+class Result:
+    """Outcome of one run.
+
+    Args:
+        config (Config): the run's hyperparameters.
+        frames_to_target (int or None): frames collected when the mean return first reached
+            ``config.target`` (``None`` if it never did).
+        seconds_to_target (float or None): training wall time at that point.
+        final_eval (float): mean return of the deterministic evaluation.
+        frames (int): frames collected in total.
+        seconds (float): training wall time in total (collection, GAE and updates).
+        timings (dict): seconds spent per section.
+        env_steps_per_s (float): env steps per second of collection (policy included).
+        raw_env_steps_per_s (float): env steps per second of the env alone, random actions.
+        curve (list): ``(frames, seconds, mean_return)`` after each batch.
+        csv_path (Path or None): the progress log.
+        plot_path (Path or None): the learning-curve PNG.
+    """
+
+    config: Config
+    frames_to_target: int | None
+    seconds_to_target: float | None
+    final_eval: float
+    frames: int
+    seconds: float
+    timings: dict[str, float]
+    env_steps_per_s: float
+    raw_env_steps_per_s: float
+    curve: list[tuple[int, float, float]]
+    csv_path: Path | None = None
+    plot_path: Path | None = None
+
+
+# ---------------------------------------------------------------------------- timing
+class Stopwatch:
+    """Accumulates wall time per named section.
+
+    Examples:
+        >>> watch = Stopwatch()
+        >>> with watch("gae"):
+        ...     pass
+        >>> list(watch.totals), watch.totals["gae"] >= 0.0
+        (['gae'], True)
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        """Times the body of a ``with`` block under ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
+
+
+class TimedPolicy(TensorDictModuleBase):
+    """Wraps a policy so that the time spent in its forward calls is recorded.
+
+    Args:
+        policy (TensorDictModuleBase): the wrapped policy.
+        watch (Stopwatch): where the time goes, under ``"policy"``.
+    """
+
+    def __init__(self, policy: TensorDictModuleBase, watch: Stopwatch) -> None:
+        super().__init__()
+        self.policy = policy
+        self.watch = watch
+        self.in_keys = policy.in_keys
+        self.out_keys = policy.out_keys
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Runs the policy, timed."""
+        with self.watch("policy"):
+            return self.policy(tensordict)
+
+
+# ---------------------------------------------------------------------------- model
+def make_memory(cfg: Config, obs_dim: int, out_key: str, state: tuple[str, str]) -> Any:
+    """The recurrent (or feed-forward) trunk that reads ``observation`` into ``out_key``."""
+    if cfg.policy == "lstm":
+        return LSTMModule(
+            input_size=obs_dim,
+            hidden_size=cfg.hidden,
+            in_keys=["observation", *state],
+            out_keys=[out_key, *(("next", k) for k in state)],
+        )
+    mlp = nn.Sequential(nn.Linear(obs_dim, cfg.hidden), nn.ReLU())
+    return TensorDictModule(mlp, in_keys=["observation"], out_keys=[out_key])
+
+
+def make_head(cfg: Config, out_features: int, in_key: str, out_key: str) -> TensorDictModule:
+    """One hidden ReLU layer of width ``cfg.head``, then a linear output."""
+    net = nn.Sequential(
+        nn.Linear(cfg.hidden, cfg.head), nn.ReLU(), nn.Linear(cfg.head, out_features)
+    )
+    return TensorDictModule(net, in_keys=[in_key], out_keys=[out_key])
+
+
+def make_agent(cfg: Config, obs_dim: int) -> tuple[ProbabilisticActor, TensorDictSequential]:
+    """Actor (categorical over the two pushes) and critic, each with its own memory."""
+    actor_memory = make_memory(cfg, obs_dim, "actor_embed", ACTOR_STATE)
+    actor = ProbabilisticActor(
+        TensorDictSequential(actor_memory, make_head(cfg, 2, "actor_embed", "logits")),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+    critic_memory = make_memory(cfg, obs_dim, "critic_embed", CRITIC_STATE)
+    critic = TensorDictSequential(critic_memory, make_head(cfg, 1, "critic_embed", "state_value"))
+    return actor, critic
+
+
+def memories(actor: ProbabilisticActor, critic: TensorDictSequential) -> list[Any]:
+    """The trunks of actor and critic (the first module of each)."""
+    return [actor.module[0][0], critic[0]]
+
+
+def collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential) -> Any:
+    """What the collector runs: the actor, plus the critic's LSTM so its state is stored."""
+    critic_memory = critic[0]
+    if isinstance(critic_memory, LSTMModule):
+        return TensorDictSequential(actor, critic_memory)
+    return actor
+
+
+# ---------------------------------------------------------------------------- env
+def make_env(cfg: Config, num_envs: int, seed: int, primers: list[Any]) -> TransformedEnv:
+    """Partially observable CartPole with episode tracking, fixed scaling and state primers."""
+    base = CartPoleEnv(num_envs, seed=seed, observe_velocity=False)
+    transforms = [
+        InitTracker(),
+        StepCounter(),
+        RewardSum(),  # before the scaling: episode returns stay in CartPole's units
+        RewardScaling(loc=0.0, scale=cfg.reward_scale),
+        ObservationNorm(
+            loc=torch.zeros(2), scale=torch.tensor(cfg.obs_scale), in_keys=["observation"]
+        ),
+    ]
+    transforms += [m.make_tensordict_primer() for m in primers if isinstance(m, LSTMModule)]
+    return TransformedEnv(base, Compose(*transforms))
+
+
+def completed_returns(batch: TensorDictBase) -> torch.Tensor:
+    """Returns of the episodes that ended inside ``batch`` (1-D, in time order per env).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> done = torch.tensor([[False, True, False], [False, False, True]]).unsqueeze(-1)
+        >>> ret = torch.arange(6.0).view(2, 3, 1)
+        >>> batch = TensorDict({"next": {"done": done, "episode_reward": ret}}, [2, 3])
+        >>> completed_returns(batch).tolist()
+        [1.0, 5.0]
+    """
+    done = batch["next", "done"].squeeze(-1)
+    return batch["next", "episode_reward"].squeeze(-1)[done]
+
+
+def evaluate(cfg: Config, actor: ProbabilisticActor, primers: list[Any]) -> float:
+    """Mean return of ``cfg.eval_episodes`` fresh episodes with deterministic (mode) actions.
+
+    Runs one episode per env on a new env (seed ``cfg.seed + 1_000_003``) and stops when every
+    env has finished its first episode (at most the env's 500-step limit).
+    """
+    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, primers)
+    returns = torch.full((cfg.eval_episodes,), float("nan"))
+    td = env.reset()
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        while bool(returns.isnan().any()):
+            td, next_root = env.step_and_maybe_reset(actor(td))
+            ended = td["next", "done"].squeeze(-1) & returns.isnan()
+            returns[ended] = td["next", "episode_reward"].squeeze(-1)[ended]
+            td = next_root
+    env.close()
+    return float(returns.mean())
+
+
+def env_rate(cfg: Config, steps: int = 256) -> float:
+    """Env steps per second of the transformed env alone (random actions, fused auto-reset)."""
+    env = make_env(cfg, cfg.num_envs, cfg.seed, [])
+    td = env.reset()
+    actions = torch.randint(0, 2, (steps, cfg.num_envs))
+    start = time.perf_counter()
+    for t in range(steps):
+        td["action"] = actions[t]
+        _, td = env.step_and_maybe_reset(td)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return steps * cfg.num_envs / elapsed
+
+
+# ---------------------------------------------------------------------------- learning
+def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictSequential) -> Any:
+    """ClipPPOLoss with RecurrentGAE as its value estimator."""
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip,
+        entropy_bonus=cfg.entropy_coeff > 0,
+        entropy_coeff=cfg.entropy_coeff if cfg.entropy_coeff > 0 else None,
+        critic_coeff=cfg.critic_coeff,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
+    gae = RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic, initial_state="stored")
+    loss.make_value_estimator(gae)
+    return loss
+
+
+def make_optimizer(cfg: Config, loss: Any) -> torch.optim.Optimizer:
+    """Adam with one parameter group per network, so gradients are clipped per network.
+
+    Clipping the two networks' gradients together (as sb3 does) lets the critic's large early
+    value errors shrink the actor's step; sb3 avoids that with reward normalization.
+    """
+    groups = [
+        {"params": list(loss.actor_network_params.values(True, True))},
+        {"params": list(loss.critic_network_params.values(True, True))},
+    ]
+    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
+
+
+def anneal(cfg: Config, loss: Any, optim: torch.optim.Optimizer, frames: int) -> float:
+    """Sets learning rate and clip range to their linear schedules; returns the fraction left."""
+    left = max(0.0, 1.0 - frames / cfg.frames)
+    for group in optim.param_groups:
+        group["lr"] = cfg.lr * left
+    loss.clip_epsilon.fill_(cfg.clip * left)
+    return left
+
+
+def update(
+    cfg: Config,
+    batch: TensorDictBase,
+    loss: Any,
+    optim: torch.optim.Optimizer,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """PPO epochs over env-major minibatches of whole rows.
+
+    Returns the last minibatch's losses, plus ``first_max_ratio``: the largest probability
+    ratio on the first minibatch, before any step. It is 1 when the actor, replaying each row
+    from its stored state and resetting at ``is_init``, reproduces the collection-time
+    log-probabilities.
+    """
+    minibatches = EnvMajorMinibatches(
+        batch, cfg.envs_per_minibatch, epochs=cfg.epochs, generator=generator
+    )
+    first_max_ratio = None
+    for minibatch in minibatches:
+        with set_recurrent_mode(True):
+            out = loss(minibatch)
+        if first_max_ratio is None:
+            first_max_ratio = float(out["max_ratio"])
+        total = out["loss_objective"] + out["loss_critic"]
+        if "loss_entropy" in out.keys():
+            total = total + out["loss_entropy"]
+        optim.zero_grad(set_to_none=True)
+        total.backward()
+        for group in optim.param_groups:
+            nn.utils.clip_grad_norm_(group["params"], cfg.max_grad_norm)
+        optim.step()
+    stats = {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+    return {**stats, "first_max_ratio": first_max_ratio}
+
+
+def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
+    """Asserts the shapes and masks a recurrent PPO update relies on (used by ``--quick``)."""
+    n, t = cfg.num_envs, cfg.steps
+    assert batch.batch_size == (n, t), batch.batch_size
+    for key in ("advantage", "value_target", "state_value"):
+        assert batch[key].shape == (n, t, 1), (key, batch[key].shape)
+        assert bool(torch.isfinite(batch[key]).all()), key
+    is_init = batch["is_init"].squeeze(-1)
+    done = batch["next", "done"].squeeze(-1)
+    starts = batch["step_count"].squeeze(-1) == 0
+    assert torch.equal(is_init, starts), "is_init must mark exactly the episode starts"
+    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
+    if first:
+        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+    if cfg.policy == "lstm":
+        for key in (*ACTOR_STATE, *CRITIC_STATE):
+            assert batch[key].shape == (n, t, 1, cfg.hidden), (key, batch[key].shape)
+            assert bool((batch[key][is_init] == 0).all()), f"{key} must be zero at is_init"
+
+
+# ---------------------------------------------------------------------------- logging
+def write_csv(path: Path, rows: list[dict[str, float]]) -> Path:
+    """Writes one row per batch to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def plot_curves(path: Path, curves: dict[str, list[tuple[int, float, float]]], target: float):
+    """Draws mean return against frames for each labelled curve into ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, curve in curves.items():
+        ax.plot([c[0] for c in curve], [c[2] for c in curve], label=label)
+    ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.set_xlabel("frames")
+    ax.set_ylabel("mean episode return")
+    ax.set_title("PPO on CartPole without velocities")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def time_report(result: Result) -> str:
+    """Where the time went, as printable lines."""
+    t = result.timings
+    total = result.seconds
+    lines = [f"time: {total:.1f} s of training over {result.frames} frames"]
+    policy = t.get("policy", 0.0)
+    rows = [
+        ("collection: env stepping + collector", t.get("collect", 0.0) - policy),
+        ("collection: policy forward", policy),
+        ("RecurrentGAE (critic recompute + scan)", t.get("gae", 0.0)),
+        ("PPO forward/backward/step", t.get("update", 0.0)),
+    ]
+    for name, seconds in rows:
+        lines.append(f"  {name:<40} {seconds:7.2f} s  {100 * seconds / max(total, 1e-9):5.1f} %")
+    lines.append(
+        f"collection: {result.env_steps_per_s:,.0f} env steps/s (policy included); "
+        f"env alone: {result.raw_env_steps_per_s:,.0f} env steps/s"
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- main loop
+def train(
+    cfg: Config, out: Path | None = None, *, quick: bool = False, progress: bool = True
+) -> Result:
+    """Trains, evaluates and logs one run.
+
+    Args:
+        cfg (Config): hyperparameters.
+        out (Path, optional): directory for ``progress.csv`` and ``learning_curve.png``.
+            Defaults to ``None`` (nothing written).
+        quick (bool, optional): check shapes, masks and finite losses on every batch (meant
+            for a few batches). Defaults to ``False``.
+        progress (bool, optional): show a tqdm progress bar. Defaults to ``True``.
+
+    Returns:
+        The run's :class:`Result`.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return _train(cfg, out, quick=quick, progress=progress)
+
+
+def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Result:
+    from tqdm import tqdm
+
+    watch = Stopwatch()
+    actor, critic = make_agent(cfg, obs_dim=2)
+    primers = memories(actor, critic)
+    env = make_env(cfg, cfg.num_envs, cfg.seed, primers)
+    loss = make_loss(cfg, actor, critic)
+    optim = make_optimizer(cfg, loss)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    collector = Collector(
+        env,
+        TimedPolicy(collection_policy(actor, critic), watch),
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.frames,
+    )
+    recent: deque[float] = deque(maxlen=cfg.return_window)
+    rows, curve = [], []
+    frames, seconds, hit = 0, 0.0, None
+    bar = tqdm(total=cfg.frames, unit="frames", disable=not progress, dynamic_ncols=True)
+    start = time.perf_counter()
+    batches = iter(collector)
+    while frames < cfg.frames:
+        with watch("collect"):
+            batch = next(batches)
+        with watch("gae"):
+            loss.value_estimator(batch)
+        if quick:
+            check_batch(cfg, batch, first=frames == 0)
+        frames += batch.numel()
+        recent.extend(completed_returns(batch).tolist())
+        left = anneal(cfg, loss, optim, frames - batch.numel())
+        with watch("update"):
+            losses = update(cfg, batch, loss, optim, generator)
+        if quick:
+            assert all(math.isfinite(v) for v in losses.values()), losses
+            assert abs(losses["first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
+        seconds = time.perf_counter() - start
+        mean_return = sum(recent) / len(recent) if recent else float("nan")
+        full = len(recent) == cfg.return_window
+        if hit is None and full and mean_return >= cfg.target:
+            hit = (frames, seconds)
+        curve.append((frames, seconds, mean_return))
+        rows.append(
+            {"frames": frames, "seconds": round(seconds, 3), "mean_return": mean_return,
+             "episodes_in_window": len(recent), "lr": cfg.lr * left, "clip": cfg.clip * left,
+             **losses}
+        )  # fmt: skip
+        bar.update(batch.numel())
+        bar.set_postfix(ret=f"{mean_return:.1f}", fps=f"{frames / seconds:.0f}")
+    bar.close()
+    collector.shutdown()
+    final_eval = evaluate(cfg, actor, primers)
+    collect_steps = frames / max(watch.totals.get("collect", 0.0), 1e-9)
+    result = Result(
+        config=cfg,
+        frames_to_target=hit[0] if hit else None,
+        seconds_to_target=hit[1] if hit else None,
+        final_eval=final_eval,
+        frames=frames,
+        seconds=seconds,
+        timings=dict(watch.totals),
+        env_steps_per_s=collect_steps,
+        raw_env_steps_per_s=env_rate(cfg),
+        curve=curve,
+    )
+    if out is not None:
+        result.csv_path = write_csv(Path(out) / "progress.csv", rows)
+        label = f"{cfg.policy} seed {cfg.seed}"
+        result.plot_path = plot_curves(Path(out) / "learning_curve.png", {label: curve}, cfg.target)
+    return result
+
+
+def summary(result: Result) -> str:
+    """One-paragraph summary of a run."""
+    cfg = result.config
+    if result.frames_to_target is None:
+        reached = f"mean return never reached {cfg.target:g}"
+    else:
+        reached = (
+            f"mean return reached {cfg.target:g} after {result.frames_to_target} frames, "
+            f"{result.seconds_to_target:.1f} s"
+        )
+    lines = [
+        f"{cfg.policy} seed {cfg.seed}: {reached}; final deterministic evaluation "
+        f"{result.final_eval:.1f} over {cfg.eval_episodes} episodes",
+        time_report(result),
+    ]
+    if result.csv_path is not None:
+        lines.append(f"log: {result.csv_path}  plot: {result.plot_path}")
+    return "\n".join(lines)
+
+
+QUICK_BATCHES = 3
+QUICK = {"epochs": 2, "eval_episodes": 4}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--frames", type=int, default=None, help="frame budget")
+    parser.add_argument("--policy", choices=["lstm", "mlp"], default="lstm")
+    parser.add_argument("--quick", action="store_true", help="3 batches with checks")
+    parser.add_argument("--out", type=Path, default=None, help="log/plot dir")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Result:
+    """Runs the command line (see the module docstring)."""
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
+    if args.quick:
+        overrides["frames"] = QUICK_BATCHES * Config().frames_per_batch
+    if args.frames is not None:
+        overrides["frames"] = args.frames
+    cfg = Config(seed=args.seed, policy=args.policy, **overrides)
+    out = args.out or Path("runs") / f"ppo_cartpole_{cfg.policy}_seed{cfg.seed}"
+    result = train(cfg, out, quick=args.quick, progress=not args.no_progress)
+    print(summary(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

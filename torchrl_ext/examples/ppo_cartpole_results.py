@@ -1,0 +1,142 @@
+"""Per-seed results of the recurrent PPO example: a markdown table and the learning curves.
+
+Run it with::
+
+    python -m torchrl_ext.examples.ppo_cartpole_results [--seeds 0 1 2] [--mlp-seed 0]
+                                                        [--out DIR] [--table PATH]
+
+It trains the LSTM pipeline once per seed and the feed-forward (``--policy mlp``) pipeline once,
+each with 1 torch thread, then writes the table (frames and seconds to a mean return of 475,
+final deterministic evaluation, per seed) to ``--table`` and all curves to
+``DIR/learning_curves.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+from pathlib import Path
+
+import torch
+
+from torchrl_ext.examples.ppo_cartpole import Config, Result, plot_curves, train
+
+DEFAULT_TABLE = Path("docs") / "benchmarks" / "ppo_cartpole.md"
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "not reached" if value is None else format(value, spec)
+
+
+def result_rows(results: list[Result]) -> list[str]:
+    """Markdown rows, one per run.
+
+    Examples:
+        >>> from torchrl_ext.examples.ppo_cartpole import Config, Result
+        >>> r = Result(Config(), 40960, 21.5, 500.0, 80000, 40.0, {}, 1.0, 1.0, [])
+        >>> result_rows([r])[0]
+        '| lstm | 0 | 40960 | 21.5 | 500.0 | 80000 | 40.0 |'
+    """
+    return [
+        f"| {r.config.policy} | {r.config.seed} | {_fmt(r.frames_to_target, 'd')} | "
+        f"{_fmt(r.seconds_to_target, '.1f')} | {r.final_eval:.1f} | {r.frames} | "
+        f"{r.seconds:.1f} |"
+        for r in results
+    ]
+
+
+def median_line(results: list[Result]) -> str:
+    """Median frames and seconds to the target over runs (unreached runs count as infinite).
+
+    Examples:
+        >>> from torchrl_ext.examples.ppo_cartpole import Config, Result
+        >>> runs = [
+        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, {}, 1.0, 1.0, [])
+        ...     for s, f, t in [(0, 30000, 20.0), (1, None, None), (2, 20000, 10.0)]
+        ... ]
+        >>> median_line(runs)
+        'lstm median over 3 seeds: 30000 frames, 20.0 s to the target; min final eval 500.0'
+    """
+    inf = float("inf")
+    frames = statistics.median([r.frames_to_target or inf for r in results])
+    seconds = statistics.median([r.seconds_to_target or inf for r in results])
+    shown_frames = "not reached" if frames == inf else f"{frames:.0f}"
+    shown_seconds = "not reached" if seconds == inf else f"{seconds:.1f} s"
+    worst = min(r.final_eval for r in results)
+    return (
+        f"{results[0].config.policy} median over {len(results)} seeds: {shown_frames} frames, "
+        f"{shown_seconds} to the target; min final eval {worst:.1f}"
+    )
+
+
+def markdown(lstm: list[Result], mlp: list[Result], plot: Path, command: str) -> str:
+    """The results page: settings, table, medians, timing breakdown and the plot's path."""
+    cfg = lstm[0].config
+    header = [
+        "# Recurrent PPO on CartPole without velocities",
+        "",
+        f"Command: `{command}` ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} torch thread). Target: mean return of the last "
+        f"{cfg.return_window} completed episodes >= {cfg.target:g}; seconds are training wall "
+        "time (collection, GAE, updates) from the first batch, excluding imports and setup. "
+        f"Final evaluation: mean return of {cfg.eval_episodes} fresh episodes with the "
+        "policy's mode.",
+        "",
+        f"Settings: {cfg.num_envs} envs x {cfg.steps} steps per batch, {cfg.epochs} epochs, "
+        f"{cfg.envs_per_minibatch} env rows per minibatch, LSTM {cfg.hidden} (separate for "
+        f"actor and critic) with heads of {cfg.head}, lr {cfg.lr:g} and clip {cfg.clip:g} "
+        f"linear to 0 over {cfg.frames} frames, gamma {cfg.gamma:g}, lambda {cfg.lmbda:g}.",
+        "",
+        "| policy | seed | frames to target | seconds to target | final eval | frames | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines = [*header, *result_rows(lstm + mlp), "", f"- {median_line(lstm)}"]
+    if mlp:
+        lines.append(f"- {median_line(mlp)}")
+    from torchrl_ext.examples.ppo_cartpole import time_report
+
+    lines += ["", "Where the time goes (first LSTM seed):", "", "```", time_report(lstm[0])]
+    lines += ["```", "", f"Learning curves: `{plot}`", ""]
+    return "\n".join(lines)
+
+
+def run_all(seeds: list[int], mlp_seeds: list[int], out: Path, frames: int | None) -> tuple:
+    """Trains every run; returns ``(lstm_results, mlp_results, plot_path)``."""
+    extra = {} if frames is None else {"frames": frames}
+    lstm, mlp = [], []
+    for policy, seed_list, results in (("lstm", seeds, lstm), ("mlp", mlp_seeds, mlp)):
+        for seed in seed_list:
+            cfg = Config(seed=seed, policy=policy, **extra)
+            result = train(cfg, out / f"{policy}_seed{seed}")
+            print(result_rows([result])[0], flush=True)
+            results.append(result)
+    curves = {f"{r.config.policy} seed {r.config.seed}": r.curve for r in lstm + mlp}
+    plot = plot_curves(out / "learning_curves.png", curves, lstm[0].config.target)
+    return lstm, mlp, plot
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Runs the seeds, writes and prints the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--mlp-seeds", type=int, nargs="*", default=[0])
+    parser.add_argument("--frames", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path("runs") / "ppo_cartpole")
+    parser.add_argument("--table", type=Path, default=DEFAULT_TABLE)
+    args = parser.parse_args(argv)
+    if not args.seeds:
+        raise ValueError(f"seeds must name at least one seed, got seeds={args.seeds!r}.")
+    torch.set_num_threads(1)
+    lstm, mlp, plot = run_all(args.seeds, args.mlp_seeds, args.out, args.frames)
+    command = "python -m torchrl_ext.examples.ppo_cartpole_results " + " ".join(argv or [])
+    text = markdown(lstm, mlp, plot, command.strip())
+    args.table.parent.mkdir(parents=True, exist_ok=True)
+    args.table.write_text(text)
+    print(text)
+    print(f"table: {args.table}\nplot: {plot}")
+    return text
+
+
+if __name__ == "__main__":
+    main()
