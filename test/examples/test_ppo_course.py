@@ -148,15 +148,24 @@ class TestEpisodeTracker:
         assert episode["fresh"] is fresh_next
         assert episode["return"] == 2.0
 
+    def test_finished_needs_all_laps(self):
+        tracker = ppo.EpisodeTracker(1, laps=2)
+        one_lap = _batch([[1.0]], [[True]], [[False]], [[True]], [[0]], [[1]], [[True]])
+        (episode,) = tracker.update(one_lap)
+        assert episode["finished"] == 0.0
+        assert tracker.fresh.tolist() == [False]  # a crash after one of two laps: respawn
+
     def test_rejects_wrong_batch(self):
         tracker = ppo.EpisodeTracker(2)
         batch = _batch([[1.0]], [[True]], [[False]], [[False]], [[0]], [[0]], [[True]])
         with pytest.raises(ValueError, match="num_envs=2"):
             tracker.update(batch)
 
-    def test_rejects_bad_num_envs(self):
+    def test_rejects_bad_sizes(self):
         with pytest.raises(ValueError, match="num_envs"):
             ppo.EpisodeTracker(0)
+        with pytest.raises(ValueError, match="laps=0"):
+            ppo.EpisodeTracker(2, laps=0)
 
 
 class TestConfig:

@@ -176,6 +176,7 @@ class EpisodeTracker:
 
     Args:
         num_envs (int): number of envs (rows of each batch).
+        laps (int, optional): laps that finish an episode (the env's ``laps``). Defaults to 1.
 
     Examples:
         >>> import torch
@@ -199,9 +200,11 @@ class EpisodeTracker:
         [False, True]
     """
 
-    def __init__(self, num_envs: int) -> None:
+    def __init__(self, num_envs: int, laps: int = 1) -> None:
         _check_positive_int("num_envs", num_envs)
+        _check_positive_int("laps", laps)
         self.num_envs = num_envs
+        self.laps = laps
         self.returns = torch.zeros(num_envs, dtype=torch.float64)
         self.checkpoints = torch.zeros(num_envs, dtype=torch.float64)
         self.lengths = torch.zeros(num_envs, dtype=torch.float64)
@@ -234,7 +237,7 @@ class EpisodeTracker:
         self.checkpoints += step["checkpoints_passed"].double()
         self.lengths += 1.0
         done = step["done"]
-        finished = step["laps"] > 0
+        finished = step["laps"] >= self.laps
         episodes = [
             {
                 "return": float(self.returns[i]),
@@ -427,11 +430,12 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
 def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
     """The mode of the policy drives one episode on each of ``eval_episodes`` unseen courses.
 
-    The eval envs use seed ``cfg.seed + 1_000_003`` (courses the training envs do not start
-    on) and run until every env has ended its first episode (at most ``max_steps`` steps).
+    The eval envs start on course seeds ``EVAL_SEED + cfg.seed * n`` to ``+ n - 1`` (courses
+    the training envs do not start on, disjoint between runs of different seeds) and run until
+    every env has ended its first episode (at most ``max_steps`` steps).
     """
     n = cfg.eval_episodes
-    env = make_env(cfg, n, cfg.seed + 1_000_003)
+    env = make_env(cfg, n, EVAL_SEED + cfg.seed * n)
     tracker = EpisodeTracker(n)
     results: dict[int, dict[str, float]] = {}
     td = env.reset()
@@ -449,6 +453,9 @@ def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
             td = next_root
     env.close()
     return window_means(list(results.values()))
+
+
+EVAL_SEED = 1 << 40
 
 
 # ---------------------------------------------------------------------------- logging
