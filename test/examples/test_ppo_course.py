@@ -17,7 +17,7 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ppo_course")
     threads = torch.get_num_threads()
     try:
-        result = ppo.main(["--quick", "--seed", "3", "--out", str(out), "--no-progress"])
+        (result,) = ppo.main(["--quick", "--seed", "3", "--out", str(out), "--no-progress"])
     finally:
         torch.set_num_threads(threads)
     return result, out
@@ -70,6 +70,22 @@ def batch():
             batch = env.rollout(cfg.steps, actor, break_when_any_done=False)
             loss.value_estimator(batch)
     return cfg, batch
+
+
+def test_several_seeds_write_one_folder_each(tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        argv = ["--quick", "--seed", "1", "2", "--frames", "512", "--out", str(tmp_path)]
+        results = ppo.main([*argv, "--no-progress"])
+    finally:
+        torch.set_num_threads(threads)
+    assert [r.config.seed for r in results] == [1, 2]
+    assert [r.csv_path for r in results] == [
+        tmp_path / "seed1" / "progress.csv",
+        tmp_path / "seed2" / "progress.csv",
+    ]
+    assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert results[0].evaluation != results[1].evaluation or results[0].curve != results[1].curve
 
 
 class TestCheckBatch:

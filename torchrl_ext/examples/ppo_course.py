@@ -2,7 +2,8 @@
 
 Run it with::
 
-    python -m torchrl_ext.examples.ppo_course [--seed N] [--frames N] [--quick] [--out DIR]
+    python -m torchrl_ext.examples.ppo_course [--seed N [N ...]] [--frames N] [--quick]
+                                               [--out DIR]
 
 The pipeline, top to bottom:
 
@@ -456,27 +457,41 @@ def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
 
 
 EVAL_SEED = 1 << 40
+PLOT_TITLE = "PPO on CourseEnv: episodes on freshly generated courses (last 100)"
 
 
 # ---------------------------------------------------------------------------- logging
-def plot_curve(path: Path, curve: list[dict[str, float]], title: str) -> Path:
-    """Draws the fresh-course mean return and checkpoints against frames into ``path``."""
+def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: str) -> Path:
+    """Draws fresh-course mean return and lap-finish rate against frames, one line per label.
+
+    Args:
+        path (Path): the PNG to write.
+        curves (dict): label to a run's ``Result.curve``.
+        title (str): figure title.
+
+    Returns:
+        ``path``.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frames = [row["frames"] for row in curve]
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.plot(frames, [row["return"] for row in curve], label="return per episode")
-    ax.plot(frames, [row["checkpoints"] for row in curve], label="checkpoints per episode")
-    ax.set_xlabel("frames")
-    ax.set_ylabel("mean over fresh-course episodes")
-    ax.set_title(title, fontsize=10)
-    ax.legend(loc="upper left", fontsize=8)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
+    for label, curve in curves.items():
+        frames = [row["frames"] for row in curve]
+        left.plot(frames, [row["return"] for row in curve], label=label)
+        right.plot(frames, [100 * row["finished"] for row in curve], label=label)
+    left.set_ylabel("mean return per episode")
+    right.set_ylabel("laps finished (%)")
+    for ax in (left, right):
+        ax.set_xlabel("frames")
+        ax.grid(alpha=0.3)
+    left.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=72)
     plt.close(fig)
     return path
 
@@ -561,8 +576,8 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
     )
     if out is not None:
         result.csv_path = write_csv(Path(out) / "progress.csv", rows)
-        title = f"PPO on fresh CourseEnv courses, seed {cfg.seed}"
-        result.plot_path = plot_curve(Path(out) / "learning_curve.png", curve, title)
+        curves = {f"seed {cfg.seed}": curve}
+        result.plot_path = plot_curves(Path(out) / "learning_curve.png", curves, PLOT_TITLE)
     return result
 
 
@@ -605,7 +620,7 @@ QUICK = {"num_envs": 16, "steps": 32, "epochs": 2, "minibatch_size": 256, "eval_
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds")
     parser.add_argument("--frames", type=int, default=None, help="frame budget")
     parser.add_argument("--quick", action="store_true", help="3 small batches with checks")
     parser.add_argument("--out", type=Path, default=None, help="log/plot dir")
@@ -613,8 +628,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> Result:
-    """Runs the command line (see the module docstring)."""
+def main(argv: list[str] | None = None) -> list[Result]:
+    """Runs the command line (see the module docstring); returns one result per seed.
+
+    With one seed, ``DIR`` receives ``progress.csv`` and ``learning_curve.png``; with several,
+    each seed's files go to ``DIR/seed<N>/`` and ``DIR/learning_curve.png`` overlays the seeds.
+    """
     args = parse_args(argv)
     torch.set_num_threads(1)
     overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
@@ -622,11 +641,18 @@ def main(argv: list[str] | None = None) -> Result:
         overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
     if args.frames is not None:
         overrides["frames"] = args.frames
-    cfg = Config(seed=args.seed, **overrides)
-    out = args.out or Path("runs") / f"ppo_course_seed{cfg.seed}"
-    result = train(cfg, out, quick=args.quick, progress=not args.no_progress)
-    print(summary(result))
-    return result
+    seeds = list(dict.fromkeys(args.seed))
+    out = args.out or Path("runs") / ("ppo_course_seed" + "_".join(map(str, seeds)))
+    results = []
+    for seed in seeds:
+        cfg = Config(seed=seed, **overrides)
+        run_out = out if len(seeds) == 1 else out / f"seed{seed}"
+        results.append(train(cfg, run_out, quick=args.quick, progress=not args.no_progress))
+        print(summary(results[-1]))
+    if len(seeds) > 1:
+        curves = {f"seed {r.config.seed}": r.curve for r in results}
+        print(f"all seeds: {plot_curves(out / 'learning_curve.png', curves, PLOT_TITLE)}")
+    return results
 
 
 if __name__ == "__main__":
