@@ -33,11 +33,13 @@ class TestQuickRun:
         assert result.frames == ppo.QUICK_BATCHES * cfg.frames_per_batch
         assert [row["frames"] for row in result.curve] == [512, 1024, 1536]
 
-    def test_evaluation_is_in_range(self, quick_run):
+    @pytest.mark.parametrize("which", ["evaluation", "initial_evaluation"])
+    def test_evaluation_is_in_range(self, quick_run, which):
         result, _ = quick_run
-        ev = result.evaluation
+        ev = getattr(result, which)
         assert 0.0 <= ev["finished"] <= 1.0
         assert ev["checkpoints"] >= 0.0
+        assert 1.0 <= ev["length"] <= result.config.max_steps
         assert math.isfinite(ev["return"])
 
     def test_writes_csv_and_png(self, quick_run):

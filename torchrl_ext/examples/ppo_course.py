@@ -24,8 +24,8 @@ What is measured: every episode that starts right after a regeneration drives a 
 has seen before. :class:`EpisodeTracker` follows each env through the batches and records, for
 each completed episode, its return, the checkpoints it passed, whether it finished the lap, its
 length and whether it was on a fresh course. The learning curve is the mean over the last
-``return_window`` fresh-course episodes; at the end the policy's mode drives one episode on each
-of ``eval_episodes`` courses of an unseen seed.
+``return_window`` fresh-course episodes; before and after training the policy's mode drives one
+episode on each of ``eval_episodes`` courses of an unseen seed.
 
 Randomness: the envs take ``seed`` directly; the network initialization and the actions drawn
 by the collector use torch's global generator, which :func:`train` seeds inside
@@ -150,6 +150,7 @@ class Result:
         episodes (int): completed episodes on fresh courses.
         evaluation (dict): the same means for the deterministic policy, one episode on each
             of ``eval_episodes`` unseen courses.
+        initial_evaluation (dict): the same evaluation before any training.
         timings (dict): seconds per section.
         csv_path (Path or None): the progress log.
         plot_path (Path or None): the learning-curve PNG.
@@ -161,6 +162,7 @@ class Result:
     curve: list[dict[str, float]]
     episodes: int
     evaluation: dict[str, float]
+    initial_evaluation: dict[str, float]
     timings: dict[str, float]
     csv_path: Path | None = None
     plot_path: Path | None = None
@@ -526,6 +528,7 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
     actor, critic = make_agent(cfg, env.observation_spec["observation"].shape[-1])
     loss = make_loss(cfg, actor, critic)
     optim = make_optimizer(cfg, loss)
+    initial_evaluation = evaluate(cfg, actor)
     generator = torch.Generator().manual_seed(cfg.seed)
     collector = Collector(
         env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=cfg.frames
@@ -572,6 +575,7 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
         curve=curve,
         episodes=fresh_episodes,
         evaluation=evaluate(cfg, actor),
+        initial_evaluation=initial_evaluation,
         timings=dict(watch.totals),
     )
     if out is not None:
@@ -606,7 +610,10 @@ def summary(result: Result) -> str:
         f"{result.episodes} episodes on fresh courses",
         f"  first window: {fmt(first)}",
         f"  last window:  {fmt(last)}",
-        f"  deterministic, {result.config.eval_episodes} unseen courses: {fmt(ev)}",
+        f"  deterministic on {result.config.eval_episodes} unseen courses, before training: "
+        f"{fmt(result.initial_evaluation)}",
+        f"  deterministic on {result.config.eval_episodes} unseen courses, after training:  "
+        f"{fmt(ev)}",
     ]
     if result.csv_path is not None:
         lines.append(f"log: {result.csv_path}  plot: {result.plot_path}")
