@@ -180,3 +180,24 @@ class TestCheckBatch:
         td["advantage"][0, 0] = float("nan")
         with pytest.raises(AssertionError, match="advantage"):
             ppo.check_batch(self.cfg, td, first=True)
+
+
+class TestResultsScript:
+    """The results script trains every run and writes the table and the curves."""
+
+    def test_writes_table_and_plot(self, tmp_path):
+        from torchrl_ext.examples import ppo_cartpole_results as results
+
+        threads = torch.get_num_threads()
+        argv = ["--seeds", "1", "--mlp-seeds", "1", "--frames", "512", "--out", str(tmp_path)]
+        argv += ["--table", str(tmp_path / "t.md"), "--image", str(tmp_path / "c.png")]
+        try:
+            text = results.main(argv)
+        finally:
+            torch.set_num_threads(threads)
+        assert (tmp_path / "t.md").read_text() == text
+        rows = [line for line in text.splitlines() if line.startswith(("| lstm", "| mlp"))]
+        assert len(rows) == 4  # results and timings, one row per run each
+        assert "| lstm | 1 | not reached | not reached |" in rows[0]
+        assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+        assert (tmp_path / "lstm_seed1" / "progress.csv").exists()

@@ -10,7 +10,8 @@ The pipeline, top to bottom:
 1. :class:`~torchrl_ext.envs.CartPoleEnv` with ``observe_velocity=False`` (the agent sees the
    cart position and the pole angle only, so it must infer velocities from memory), in a
    :class:`~torchrl.envs.TransformedEnv` with ``InitTracker`` (``is_init``), ``StepCounter``,
-   ``RewardSum`` (episode returns), a fixed ``ObservationNorm`` and the LSTMs' state primers.
+   ``RewardSum`` (episode returns), a constant ``RewardScaling`` and ``ObservationNorm`` and
+   the LSTMs' state primers.
 2. An actor-critic with *separate* LSTMs (as sb3-contrib's ``RecurrentPPO``): the critic's value
    error never shapes the actor's memory, and the actor's state carried across batches is the
    one it acted with.
@@ -23,7 +24,8 @@ The pipeline, top to bottom:
    LSTMs replay each row from its stored state (resetting at ``is_init``), and torchrl's
    :class:`~torchrl.objectives.ClipPPOLoss` takes the gradient steps.
 
-Learning rate and clip range decay linearly to zero over the frame budget. A run logs to
+Learning rate and clip range decay linearly to zero over the frame budget. Each network's
+gradient is clipped on its own. A run logs to
 ``DIR/progress.csv``, draws ``DIR/learning_curve.png``, evaluates the policy's mode
 (deterministic actions) on fresh episodes and prints where the time went.
 
@@ -31,6 +33,19 @@ Randomness: the envs take ``seed`` directly; the network initialization and the 
 by the collector use torch's global generator, which :func:`train` seeds inside
 :func:`torch.random.fork_rng`, so the caller's global RNG state is left as it was; minibatch
 permutations come from their own :class:`torch.Generator`.
+
+Tuning, from sb3-contrib's RL-Zoo settings for CartPoleNoVel-v1 (8 envs x 32 steps, 20 epochs
+of one minibatch, lr 1e-3, clip 0.2, gamma 0.98, lambda 0.8, LSTMs of 64, heads of 64,
+VecNormalize): with those settings alone this pipeline reached a mean return of about 200 in
+60k frames. What made it learn: scaling rewards (0.1) so value targets are of order 1 and
+clipping actor and critic gradients separately (the critic's early errors otherwise shrink the
+actor's steps under a shared norm), and observation factors that make the per-step changes the
+LSTM must difference visible. For wall time: a PPO step costs about the same for 8 or 16 rows
+of 32 steps (the LSTM's time loop dominates on a CPU) and a collector step about the same for
+8 or 32 envs, so 16 envs x 32 steps with 10 epochs of 2 minibatches of 8 rows (20 gradient
+steps per 512 frames, against 20 per 256 for the Zoo settings). Rows of 8 or 16 steps were
+cheaper per step but learned more slowly; lr 2e-3 with 5 epochs (half the gradient steps)
+learned as fast on some seeds but stalled near 250 for 20k frames on others.
 """
 
 from __future__ import annotations
@@ -109,15 +124,15 @@ class Config:
     """
 
     seed: int = 0
-    frames: int = 80_000
+    frames: int = 61_440
     policy: PolicyKind = "lstm"
     num_envs: int = 16
     steps: int = 32
-    epochs: int = 5
+    epochs: int = 10
     envs_per_minibatch: int = 8
     hidden: int = 64
     head: int = 64
-    lr: float = 2e-3
+    lr: float = 1e-3
     clip: float = 0.2
     gamma: float = 0.98
     lmbda: float = 0.8
@@ -181,6 +196,12 @@ class Result:
     curve: list[tuple[int, float, float]]
     csv_path: Path | None = None
     plot_path: Path | None = None
+
+    @property
+    def best_return(self) -> float:
+        """Highest mean return logged after any batch (NaN before any episode ended)."""
+        returns = [c[2] for c in self.curve if not math.isnan(c[2])]
+        return max(returns) if returns else float("nan")
 
 
 # ---------------------------------------------------------------------------- timing

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shutil
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -34,16 +36,38 @@ def result_rows(results: list[Result]) -> list[str]:
 
     Examples:
         >>> from torchrl_ext.examples.ppo_cartpole import Config, Result
-        >>> r = Result(Config(), 40960, 21.5, 500.0, 80000, 40.0, {}, 1.0, 1.0, [])
+        >>> curve = [(1024, 1.0, 20.0), (2048, 2.0, 480.0)]
+        >>> r = Result(Config(), 2048, 2.0, 500.0, 61440, 40.0, {}, 1.0, 1.0, curve)
         >>> result_rows([r])[0]
-        '| lstm | 0 | 40960 | 21.5 | 500.0 | 80000 | 40.0 |'
+        '| lstm | 0 | 2048 | 2.0 | 500.0 | 480.0 | 61440 | 40.0 |'
     """
     return [
         f"| {r.config.policy} | {r.config.seed} | {_fmt(r.frames_to_target, 'd')} | "
-        f"{_fmt(r.seconds_to_target, '.1f')} | {r.final_eval:.1f} | {r.frames} | "
-        f"{r.seconds:.1f} |"
+        f"{_fmt(r.seconds_to_target, '.1f')} | {r.final_eval:.1f} | {r.best_return:.1f} | "
+        f"{r.frames} | {r.seconds:.1f} |"
         for r in results
     ]
+
+
+def timing_rows(results: list[Result]) -> list[str]:
+    """Markdown rows of the time breakdown, one per run (seconds, and env steps per second).
+
+    Examples:
+        >>> timings = {"collect": 10.0, "policy": 6.0, "gae": 1.0, "update": 20.0}
+        >>> r = Result(Config(), None, None, 9.0, 61440, 31.0, timings, 2000.0, 9000.0, [])
+        >>> timing_rows([r])[0]
+        '| lstm | 0 | 31.0 | 4.0 | 6.0 | 1.0 | 20.0 | 2000 | 9000 |'
+    """
+    rows = []
+    for r in results:
+        t = r.timings
+        env = t.get("collect", 0.0) - t.get("policy", 0.0)
+        rows.append(
+            f"| {r.config.policy} | {r.config.seed} | {r.seconds:.1f} | {env:.1f} | "
+            f"{t.get('policy', 0.0):.1f} | {t.get('gae', 0.0):.1f} | {t.get('update', 0.0):.1f} "
+            f"| {r.env_steps_per_s:.0f} | {r.raw_env_steps_per_s:.0f} |"
+        )
+    return rows
 
 
 def median_line(results: list[Result]) -> str:
@@ -88,16 +112,28 @@ def markdown(lstm: list[Result], mlp: list[Result], plot: Path, command: str) ->
         f"actor and critic) with heads of {cfg.head}, lr {cfg.lr:g} and clip {cfg.clip:g} "
         f"linear to 0 over {cfg.frames} frames, gamma {cfg.gamma:g}, lambda {cfg.lmbda:g}.",
         "",
-        "| policy | seed | frames to target | seconds to target | final eval | frames | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | seed | frames to target | seconds to target | final eval | best mean return "
+        "| frames | seconds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines = [*header, *result_rows(lstm + mlp), "", f"- {median_line(lstm)}"]
     if mlp:
         lines.append(f"- {median_line(mlp)}")
-    from torchrl_ext.examples.ppo_cartpole import time_report
-
-    lines += ["", "Where the time goes (first LSTM seed):", "", "```", time_report(lstm[0])]
-    lines += ["```", "", f"Learning curves: `{plot}`", ""]
+    lines += [
+        "",
+        "Where the time goes (seconds over the whole run; env = env stepping and the "
+        "collector's bookkeeping, policy = the policy's forward calls during collection, "
+        "update = PPO forward/backward/optimizer; env steps/s of collection, policy included, "
+        "and of the env alone with random actions):",
+        "",
+        "| policy | seed | total | env | policy | GAE | update | collection steps/s | "
+        "env alone steps/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *timing_rows(lstm + mlp),
+        "",
+        f"Learning curves: `{plot}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -124,12 +160,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("runs") / "ppo_cartpole")
     parser.add_argument("--table", type=Path, default=DEFAULT_TABLE)
+    parser.add_argument("--image", type=Path, default=None, help="also copy the plot here")
     args = parser.parse_args(argv)
-    if not args.seeds:
-        raise ValueError(f"seeds must name at least one seed, got seeds={args.seeds!r}.")
     torch.set_num_threads(1)
     lstm, mlp, plot = run_all(args.seeds, args.mlp_seeds, args.out, args.frames)
-    command = "python -m torchrl_ext.examples.ppo_cartpole_results " + " ".join(argv or [])
+    if args.image is not None:
+        args.image.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(plot, args.image)
+        plot = args.image
+    shown = sys.argv[1:] if argv is None else argv
+    command = "python -m torchrl_ext.examples.ppo_cartpole_results " + " ".join(shown)
     text = markdown(lstm, mlp, plot, command.strip())
     args.table.parent.mkdir(parents=True, exist_ok=True)
     args.table.write_text(text)
