@@ -52,10 +52,12 @@ class TestQuickRun:
         assert float(rows[0]["lr"]) == ppo.Config().lr
         assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "first window" in ppo.summary(result)
+        assert set(result.timings) == {"collect", "gae", "update"}
+        assert "env steps/s" in ppo.summary(result)
 
     def test_leaves_global_rng_alone(self):
         before = torch.get_rng_state()
-        cfg = ppo.Config(frames=256, num_envs=8, steps=32, epochs=1, eval_episodes=2)
+        cfg = ppo.Config(frames=256, num_envs=8, steps=32, epochs=1, eval_episodes=2, max_steps=50)
         ppo.train(cfg, None, progress=False)
         assert torch.equal(torch.get_rng_state(), before)
 

@@ -615,13 +615,38 @@ def summary(result: Result) -> str:
         f"  deterministic on {result.config.eval_episodes} unseen courses, after training:  "
         f"{fmt(ev)}",
     ]
+    lines.append(time_line(result))
     if result.csv_path is not None:
         lines.append(f"log: {result.csv_path}  plot: {result.plot_path}")
     return "\n".join(lines)
 
 
+def time_line(result: Result) -> str:
+    """Where the training time went, and the collection rate (policy included).
+
+    Examples:
+        >>> result = Result(Config(), 1000, 2.0, [], 0, {}, {},
+        ...                 {"collect": 0.5, "gae": 0.25, "update": 1.0})
+        >>> time_line(result)
+        'time: collection 0.5 s (2,000 env steps/s, policy included), GAE 0.2 s, PPO update 1.0 s'
+    """
+    t = result.timings
+    rate = result.frames / max(t.get("collect", 0.0), 1e-9)
+    return (
+        f"time: collection {t.get('collect', 0.0):.1f} s ({rate:,.0f} env steps/s, policy "
+        f"included), GAE {t.get('gae', 0.0):.1f} s, PPO update {t.get('update', 0.0):.1f} s"
+    )
+
+
 QUICK_BATCHES = 3
-QUICK = {"num_envs": 16, "steps": 32, "epochs": 2, "minibatch_size": 256, "eval_episodes": 4}
+QUICK = {
+    "num_envs": 16,
+    "steps": 32,
+    "epochs": 2,
+    "minibatch_size": 256,
+    "eval_episodes": 4,
+    "max_steps": 100,
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
