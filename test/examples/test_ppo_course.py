@@ -141,7 +141,7 @@ class TestEpisodeTracker:
         second = _batch([[0.5, 3.0]], [[f, t]], [[f, f]], [[f, f]], [[0, 2]], [[0, 1]], [[t, t]])
         (episode,) = tracker.update(second)
         expected = {"return": 6.5, "checkpoints": 3.0, "finished": 1.0, "length": 4.0}
-        assert episode == {**expected, "fresh": True}
+        assert episode == {**expected, "fresh": True, "env": 0}
         assert tracker.returns.tolist() == [0.0] and tracker.checkpoints.tolist() == [0.0]
         assert tracker.lengths.tolist() == [0.0]
 
@@ -215,3 +215,14 @@ def test_observation_scale_matches_observation_layout():
     env = ppo.make_env(ppo.Config(), 2, 0)
     scale = ppo.observation_scale(env.base_env.num_rays, env.base_env.car, ppo.CourseParams())
     assert scale.shape == env.observation_spec["observation"].shape[-1:]
+
+
+def test_evaluate_runs_one_episode_per_course():
+    # an untrained actor's mean action is ~0: no throttle, so every car stands until the limit
+    cfg = ppo.Config(eval_episodes=4, max_steps=20)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        actor, _ = ppo.make_agent(cfg, obs_dim=8)
+    ev = ppo.evaluate(cfg, actor)
+    assert ev["length"] == 20.0
+    assert ev["finished"] == 0.0 and ev["checkpoints"] == 0.0

@@ -222,8 +222,8 @@ class EpisodeTracker:
 
         Returns:
             One dict per completed episode on a valid course, in time order: ``return``,
-            ``checkpoints``, ``finished`` (1.0 if the lap was completed), ``length`` (steps)
-            and ``fresh``.
+            ``checkpoints``, ``finished`` (1.0 if the lap was completed), ``length`` (steps),
+            ``fresh`` and ``env`` (the row).
         """
         if batch.batch_size[0] != self.num_envs:
             raise ValueError(
@@ -248,6 +248,7 @@ class EpisodeTracker:
                 "finished": float(finished[i]),
                 "length": float(self.lengths[i]),
                 "fresh": bool(self.fresh[i]),
+                "env": i,
             }
             for i in done.nonzero().flatten().tolist()
             if bool(step["valid"][i])
@@ -435,7 +436,8 @@ def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
 
     The eval envs start on course seeds ``EVAL_SEED + cfg.seed * n`` to ``+ n - 1`` (courses
     the training envs do not start on, disjoint between runs of different seeds) and run until
-    every env has ended its first episode (at most ``max_steps`` steps).
+    every env has ended its first episode on a valid course (at most ``max_steps`` steps each;
+    an env whose course is unusable moves on to its next course).
     """
     n = cfg.eval_episodes
     env = make_env(cfg, n, EVAL_SEED + cfg.seed * n)
@@ -445,14 +447,8 @@ def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         while len(results) < n:
             td, next_root = env.step_and_maybe_reset(actor(td))
-            first_done = td["next", "done"].squeeze(-1).nonzero().flatten().tolist()
-            episodes = iter(tracker.update(td.unsqueeze(-1)))
-            for i in first_done:
-                episode = next(episodes) if bool(td["next", "valid"][i]) else None
-                if i not in results and episode is not None:
-                    results[i] = episode
-                elif i not in results:
-                    results[i] = dict.fromkeys(_METRICS, 0.0)
+            for episode in tracker.update(td.unsqueeze(-1)):
+                results.setdefault(int(episode["env"]), episode)
             td = next_root
     env.close()
     return window_means(list(results.values()))
