@@ -226,3 +226,13 @@ def test_evaluate_runs_one_episode_per_course():
     ev = ppo.evaluate(cfg, actor)
     assert ev["length"] == 20.0
     assert ev["finished"] == 0.0 and ev["checkpoints"] == 0.0
+
+
+def test_first_and_last_skip_batches_without_episodes():
+    nan = ppo.window_means([])
+    rows = [{"frames": 1, **nan}, {"frames": 2, "return": 1.0}, {"frames": 3, "return": 5.0}]
+    result = ppo.Result(ppo.Config(), 3, 1.0, rows, 2, {}, {}, {})
+    first, last = ppo.first_and_last(result)
+    assert (first["frames"], last["frames"]) == (2, 3)
+    empty = ppo.Result(ppo.Config(), 1, 1.0, rows[:1], 0, {}, {}, {})
+    assert all(math.isnan(v) for v in ppo.first_and_last(empty)[0].values())

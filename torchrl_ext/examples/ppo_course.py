@@ -582,12 +582,12 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
 
 
 def first_and_last(result: Result) -> tuple[dict, dict]:
-    """Window means at the first batch with a full window and at the end of the run."""
-    full = [row for row in result.curve if not math.isnan(row["return"])]
-    if not full:
+    """Window means after the first batch that completed a fresh-course episode, and at the end."""
+    seen = [row for row in result.curve if not math.isnan(row["return"])]
+    if not seen:
         nan = dict.fromkeys(_METRICS, float("nan"))
         return nan, nan
-    return full[0], full[-1]
+    return seen[0], seen[-1]
 
 
 def summary(result: Result) -> str:
