@@ -56,7 +56,7 @@ import csv
 import dataclasses
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -585,7 +585,9 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
              **losses}
         )  # fmt: skip
         bar.update(batch.numel())
-        bar.set_postfix(ret=f"{mean_return:.1f}", fps=f"{frames / seconds:.0f}")
+        bar.set_postfix(
+            OrderedDict(mean_return=f"{mean_return:.1f}", fps=f"{frames / seconds:.0f}")
+        )
     bar.close()
     collector.shutdown()
     final_eval = evaluate(cfg, actor, primers)
@@ -645,10 +647,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def quiet_setup() -> None:
+    """Script-wide settings: 1 torch thread (the measured setting), no Warp start-up messages."""
+    import warp as wp
+
+    torch.set_num_threads(1)
+    wp.config.quiet = True
+    wp.config.log_level = wp.LOG_WARNING
+
+
 def main(argv: list[str] | None = None) -> Result:
     """Runs the command line (see the module docstring)."""
     args = parse_args(argv)
-    torch.set_num_threads(1)
+    quiet_setup()
     overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
     if args.quick:
         overrides["frames"] = QUICK_BATCHES * Config().frames_per_batch

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from torchrl_ext.examples.ppo_cartpole import Config, Result, plot_curves, train
+from torchrl_ext.examples.ppo_cartpole import Config, Result, plot_curves, quiet_setup, train
 
 DEFAULT_TABLE = Path("docs") / "benchmarks" / "ppo_cartpole.md"
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--table", type=Path, default=DEFAULT_TABLE)
     parser.add_argument("--image", type=Path, default=None, help="also copy the plot here")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    quiet_setup()
     lstm, mlp, plot = run_all(args.seeds, args.mlp_seeds, args.out, args.frames)
     if args.image is not None:
         args.image.parent.mkdir(parents=True, exist_ok=True)
