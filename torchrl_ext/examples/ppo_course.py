@@ -39,7 +39,7 @@ import argparse
 import dataclasses
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,13 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.envs import CarConfig, CourseEnv
 from torchrl_ext.envs.course import CourseParams
-from torchrl_ext.examples.ppo_cartpole import Stopwatch, anneal, make_optimizer, write_csv
+from torchrl_ext.examples.ppo_cartpole import (
+    Stopwatch,
+    anneal,
+    make_optimizer,
+    quiet_setup,
+    write_csv,
+)
 from torchrl_ext.objectives import RecurrentGAE
 
 __all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
@@ -561,7 +567,13 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
              "lr": cfg.lr * left, "clip": cfg.clip * left, **losses}
         )  # fmt: skip
         bar.update(batch.numel())
-        bar.set_postfix(ret=f"{means['return']:.2f}", cp=f"{means['checkpoints']:.1f}")
+        bar.set_postfix(
+            OrderedDict(
+                mean_return=f"{means['return']:.2f}",
+                checkpoints=f"{means['checkpoints']:.1f}",
+                fps=f"{frames / seconds:.0f}",
+            )
+        )
     bar.close()
     collector.shutdown()
     result = Result(
@@ -663,7 +675,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
     each seed's files go to ``DIR/seed<N>/`` and ``DIR/learning_curve.png`` overlays the seeds.
     """
     args = parse_args(argv)
-    torch.set_num_threads(1)
+    quiet_setup()
     overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
     if args.quick:
         overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
