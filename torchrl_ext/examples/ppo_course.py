@@ -1,0 +1,699 @@
+"""Feed-forward PPO that learns to drive procedurally generated courses (CourseEnv).
+
+Run it with::
+
+    python -m torchrl_ext.examples.ppo_course [--seed N [N ...]] [--frames N] [--quick]
+                                               [--out DIR]
+
+The pipeline, top to bottom:
+
+1. :class:`~torchrl_ext.envs.CourseEnv` with its default auto-reset policy: an episode that
+   finishes its lap, hits the step limit or draws an unusable course ends with a **new course**
+   (masked regeneration), a crash respawns on the same course. Wrapped in a
+   :class:`~torchrl.envs.TransformedEnv` with ``InitTracker``, ``StepCounter`` and a fixed
+   ``ObservationNorm`` (range readings and speed over their maxima, checkpoint distance over the
+   checkpoint spacing).
+2. An MLP actor (a Gaussian over ``(steer, throttle)`` with a learned, state-independent scale;
+   the env clips samples to ``[-1, 1]``) and an MLP critic.
+3. :class:`~torchrl.collectors.Collector` gathers ``[num_envs, steps]`` batches.
+4. :class:`~torchrl_ext.objectives.RecurrentGAE` with the feed-forward critic writes
+   ``advantage`` and ``value_target`` (bootstrapping through step-limit truncations).
+5. :class:`~torchrl.objectives.ClipPPOLoss` on shuffled flat minibatches.
+
+What is measured: every episode that starts right after a regeneration drives a course nobody
+has seen before. :class:`EpisodeTracker` follows each env through the batches and records, for
+each completed episode, its return, the checkpoints it passed, whether it finished the lap, its
+length and whether it was on a fresh course. The learning curve is the mean over the last
+``return_window`` fresh-course episodes; before and after training the policy's mode drives one
+episode on each of ``eval_episodes`` courses of an unseen seed.
+
+Randomness: the envs take ``seed`` directly; the network initialization and the actions drawn
+by the collector use torch's global generator, which :func:`train` seeds inside
+:func:`torch.random.fork_rng` (the caller's global RNG state is left as it was); minibatch
+permutations come from their own :class:`torch.Generator`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import time
+from collections import OrderedDict, deque
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.envs import (
+    Compose,
+    ExplorationType,
+    InitTracker,
+    ObservationNorm,
+    StepCounter,
+    TransformedEnv,
+    set_exploration_type,
+)
+from torchrl.modules import IndependentNormal, ProbabilisticActor
+from torchrl.objectives import ClipPPOLoss
+
+from torchrl_ext.envs import CarConfig, CourseEnv
+from torchrl_ext.envs.course import CourseParams
+from torchrl_ext.examples.ppo_cartpole import (
+    Stopwatch,
+    anneal,
+    make_optimizer,
+    quiet_setup,
+    write_csv,
+)
+from torchrl_ext.objectives import RecurrentGAE
+
+__all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
+
+
+@dataclasses.dataclass
+class Config:
+    """Hyperparameters of one run (defaults: the tuned run of the benchmarks page).
+
+    Args:
+        seed (int): seed of the envs (env ``i`` starts on course seed ``seed + i``), the
+            initialization and the minibatch order.
+        frames (int): total frames collected; the learning rate and clip range reach zero here.
+        num_envs (int): parallel envs.
+        steps (int): steps per env per batch.
+        epochs (int): passes over each batch.
+        minibatch_size (int): transitions per minibatch.
+        hidden (int): width of the two hidden layers of actor and critic.
+        lr (float): initial Adam learning rate.
+        clip (float): initial PPO clip range.
+        gamma (float): discount.
+        lmbda (float): GAE lambda.
+        entropy_coeff (float): entropy bonus weight (0 disables it).
+        critic_coeff (float): value-loss weight.
+        max_grad_norm (float): gradient-norm clip, per network.
+        init_scale (float): initial standard deviation of the action distribution.
+        max_steps (int): step limit of an episode (a truncation, then a new course).
+        return_window (int): fresh-course episodes averaged into the curve.
+        eval_episodes (int): courses of the final deterministic evaluation.
+    """
+
+    seed: int = 0
+    frames: int = 491_520
+    num_envs: int = 64
+    steps: int = 64
+    epochs: int = 4
+    minibatch_size: int = 1024
+    hidden: int = 64
+    lr: float = 1e-3
+    clip: float = 0.2
+    gamma: float = 0.99
+    lmbda: float = 0.95
+    entropy_coeff: float = 0.0
+    critic_coeff: float = 0.5
+    max_grad_norm: float = 0.5
+    init_scale: float = 0.6
+    max_steps: int = 300
+    return_window: int = 100
+    eval_episodes: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("frames", "num_envs", "steps", "epochs", "minibatch_size", "hidden"):
+            _check_positive_int(name, getattr(self, name))
+        for name in ("max_steps", "return_window", "eval_episodes"):
+            _check_positive_int(name, getattr(self, name))
+        if self.frames < self.frames_per_batch:
+            raise ValueError(
+                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
+                f" got frames={self.frames!r}."
+            )
+        if not self.init_scale > 0:
+            raise ValueError(f"init_scale must be > 0, got init_scale={self.init_scale!r}.")
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames in one collected batch."""
+        return self.num_envs * self.steps
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+
+
+@dataclasses.dataclass
+class Result:
+    """Outcome of one run.
+
+    Args:
+        config (Config): the run's hyperparameters.
+        frames (int): frames collected in total.
+        seconds (float): training wall time (collection, GAE and updates).
+        curve (list): one dict per batch: ``frames``, ``seconds`` and the window means
+            ``return``, ``checkpoints``, ``finished``, ``length`` over fresh-course episodes.
+        episodes (int): completed episodes on fresh courses.
+        evaluation (dict): the same means for the deterministic policy, one episode on each
+            of ``eval_episodes`` unseen courses.
+        initial_evaluation (dict): the same evaluation before any training.
+        timings (dict): seconds per section.
+        csv_path (Path or None): the progress log.
+        plot_path (Path or None): the learning-curve PNG.
+    """
+
+    config: Config
+    frames: int
+    seconds: float
+    curve: list[dict[str, float]]
+    episodes: int
+    evaluation: dict[str, float]
+    initial_evaluation: dict[str, float]
+    timings: dict[str, float]
+    csv_path: Path | None = None
+    plot_path: Path | None = None
+
+
+# ---------------------------------------------------------------------------- episodes
+class EpisodeTracker:
+    """Follows every env across batches and records each completed episode.
+
+    An episode is on a *fresh* course when it started right after a regeneration (or at the
+    first reset): CourseEnv regenerates after a finished lap, a truncation or an invalid course,
+    and respawns on the same course after a crash (``out_of_bounds`` without either). Episodes
+    that ended on an invalid course (``valid`` False) are not recorded.
+
+    Args:
+        num_envs (int): number of envs (rows of each batch).
+        laps (int, optional): laps that finish an episode (the env's ``laps``). Defaults to 1.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> def flags(*rows):
+        ...     return torch.tensor(rows).unsqueeze(-1)
+        >>> nxt = {
+        ...     "reward": flags([1.0, -1.0, 2.0], [0.5, 0.5, 0.5]),
+        ...     "done": flags([False, True, False], [False, False, True]),
+        ...     "truncated": flags([False, False, False], [False, False, True]),
+        ...     "out_of_bounds": flags([False, True, False], [False, False, False]),
+        ...     "checkpoints_passed": flags([1, 0, 2], [0, 0, 0]),
+        ...     "laps": flags([0, 0, 0], [0, 0, 0]),
+        ...     "valid": flags([True, True, True], [True, True, True]),
+        ... }
+        >>> tracker = EpisodeTracker(2)
+        >>> [(e["return"], e["length"], e["fresh"]) for e in tracker.update(
+        ...     TensorDict({"next": nxt}, [2, 3]))]
+        [(0.0, 2.0, True), (1.5, 3.0, True)]
+        >>> tracker.fresh.tolist()  # env 0 crashed (respawn), env 1 was truncated (new course)
+        [False, True]
+    """
+
+    def __init__(self, num_envs: int, laps: int = 1) -> None:
+        _check_positive_int("num_envs", num_envs)
+        _check_positive_int("laps", laps)
+        self.num_envs = num_envs
+        self.laps = laps
+        self.returns = torch.zeros(num_envs, dtype=torch.float64)
+        self.checkpoints = torch.zeros(num_envs, dtype=torch.float64)
+        self.lengths = torch.zeros(num_envs, dtype=torch.float64)
+        self.fresh = torch.ones(num_envs, dtype=torch.bool)
+
+    def update(self, batch: TensorDictBase) -> list[dict[str, float]]:
+        """Accumulates a ``[num_envs, T]`` batch; returns the episodes that ended in it.
+
+        Args:
+            batch (TensorDictBase): a collected batch with the CourseEnv step results under
+                ``"next"``.
+
+        Returns:
+            One dict per completed episode on a valid course, in time order: ``return``,
+            ``checkpoints``, ``finished`` (1.0 if the lap was completed), ``length`` (steps),
+            ``fresh`` and ``env`` (the row).
+        """
+        if batch.batch_size[0] != self.num_envs:
+            raise ValueError(
+                f"batch must have num_envs={self.num_envs} rows, got batch_size={batch.batch_size}."
+            )
+        nxt = {k: batch["next", k].squeeze(-1) for k in _TRACKED_KEYS}
+        episodes = []
+        for t in range(batch.batch_size[1]):
+            episodes += self._step({k: v[:, t] for k, v in nxt.items()})
+        return episodes
+
+    def _step(self, step: dict[str, torch.Tensor]) -> list[dict[str, float]]:
+        self.returns += step["reward"].double()
+        self.checkpoints += step["checkpoints_passed"].double()
+        self.lengths += 1.0
+        done = step["done"]
+        finished = step["laps"] >= self.laps
+        episodes = [
+            {
+                "return": float(self.returns[i]),
+                "checkpoints": float(self.checkpoints[i]),
+                "finished": float(finished[i]),
+                "length": float(self.lengths[i]),
+                "fresh": bool(self.fresh[i]),
+                "env": i,
+            }
+            for i in done.nonzero().flatten().tolist()
+            if bool(step["valid"][i])
+        ]
+        crash_only = step["out_of_bounds"] & ~step["truncated"] & ~finished & step["valid"]
+        self.fresh = torch.where(done, ~crash_only, self.fresh)
+        self.returns[done] = 0.0
+        self.checkpoints[done] = 0.0
+        self.lengths[done] = 0.0
+        return episodes
+
+
+_TRACKED_KEYS = ("reward", "done", "truncated", "out_of_bounds", "checkpoints_passed", "laps")
+_TRACKED_KEYS = (*_TRACKED_KEYS, "valid")
+_METRICS = ("return", "checkpoints", "finished", "length")
+
+
+def window_means(episodes: deque[dict[str, float]] | list[dict[str, float]]) -> dict[str, float]:
+    """Means of ``return``, ``checkpoints``, ``finished``, ``length`` over episodes (NaN if none).
+
+    Examples:
+        >>> window_means([{"return": 1.0, "checkpoints": 2.0, "finished": 0.0, "length": 9.0},
+        ...               {"return": 3.0, "checkpoints": 4.0, "finished": 1.0, "length": 5.0}])
+        {'return': 2.0, 'checkpoints': 3.0, 'finished': 0.5, 'length': 7.0}
+    """
+    if not episodes:
+        return dict.fromkeys(_METRICS, float("nan"))
+    return {m: sum(e[m] for e in episodes) / len(episodes) for m in _METRICS}
+
+
+# ---------------------------------------------------------------------------- env and model
+def make_env(cfg: Config, num_envs: int, seed: int) -> TransformedEnv:
+    """CourseEnv (default auto-reset) with ``is_init``, step counts and a fixed scaling."""
+    base = CourseEnv(num_envs, seed=seed, max_steps=cfg.max_steps)
+    transforms = Compose(
+        InitTracker(),
+        StepCounter(),
+        ObservationNorm(
+            loc=torch.zeros(base.num_rays + 3),
+            scale=observation_scale(base.num_rays, base.car, CourseParams()),
+            in_keys=["observation"],
+        ),
+    )
+    return TransformedEnv(base, transforms)
+
+
+def observation_scale(num_rays: int, car: CarConfig, params: CourseParams) -> torch.Tensor:
+    """Factors that bring the observation to order 1.
+
+    Range readings and speed are divided by their maxima, the checkpoint distance by the
+    checkpoint spacing; the heading error (radians) is kept.
+
+    Examples:
+        >>> from torchrl_ext.envs import CarConfig
+        >>> from torchrl_ext.envs.course import CourseParams
+        >>> observation_scale(2, CarConfig(), CourseParams()).tolist()
+        [0.20000000298023224, 0.20000000298023224, 0.20000000298023224, 1.0, 0.20000000298023224]
+    """
+    rays = [1.0 / car.max_range] * num_rays
+    return torch.tensor([*rays, 1.0 / car.max_speed, 1.0, 1.0 / params.checkpoint_spacing])
+
+
+class GaussianHead(nn.Module):
+    """An MLP mean with a learned, state-independent log standard deviation.
+
+    Args:
+        obs_dim (int): observation size.
+        act_dim (int): action size.
+        hidden (int): width of the two hidden layers.
+        init_scale (float): initial standard deviation.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, init_scale: float) -> None:
+        super().__init__()
+        self.mean = mlp(obs_dim, act_dim, hidden)
+        self.log_std = nn.Parameter(torch.full((act_dim,), math.log(init_scale)))
+        with torch.no_grad():
+            self.mean[-1].weight.mul_(0.01)
+            self.mean[-1].bias.zero_()
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(loc, scale)`` of the action distribution."""
+        loc = self.mean(observation)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+def mlp(in_features: int, out_features: int, hidden: int) -> nn.Sequential:
+    """Two tanh hidden layers of width ``hidden``, then a linear output."""
+    return nn.Sequential(
+        nn.Linear(in_features, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, out_features),
+    )
+
+
+def make_agent(cfg: Config, obs_dim: int) -> tuple[ProbabilisticActor, TensorDictModule]:
+    """Gaussian MLP actor over ``(steer, throttle)`` and MLP critic."""
+    head = GaussianHead(obs_dim, 2, cfg.hidden, cfg.init_scale)
+    actor = ProbabilisticActor(
+        TensorDictModule(head, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    critic = TensorDictModule(
+        mlp(obs_dim, 1, cfg.hidden), in_keys=["observation"], out_keys=["state_value"]
+    )
+    return actor, critic
+
+
+def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictModule) -> ClipPPOLoss:
+    """ClipPPOLoss with RecurrentGAE (feed-forward critic) as its value estimator."""
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip,
+        entropy_bonus=cfg.entropy_coeff > 0,
+        entropy_coeff=cfg.entropy_coeff if cfg.entropy_coeff > 0 else None,
+        critic_coeff=cfg.critic_coeff,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
+    loss.make_value_estimator(RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic))
+    return loss
+
+
+# ---------------------------------------------------------------------------- learning
+def update(
+    cfg: Config,
+    batch: TensorDictBase,
+    loss: ClipPPOLoss,
+    optim: torch.optim.Optimizer,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """PPO epochs over shuffled flat minibatches; returns the last minibatch's losses."""
+    flat = batch.reshape(-1)
+    size = min(cfg.minibatch_size, flat.numel())
+    for _ in range(cfg.epochs):
+        order = torch.randperm(flat.numel(), generator=generator)
+        for start in range(0, flat.numel() - size + 1, size):
+            out = loss(flat[order[start : start + size]])
+            total = out["loss_objective"] + out["loss_critic"]
+            if "loss_entropy" in out.keys():
+                total = total + out["loss_entropy"]
+            optim.zero_grad(set_to_none=True)
+            total.backward()
+            for group in optim.param_groups:
+                nn.utils.clip_grad_norm_(group["params"], cfg.max_grad_norm)
+            optim.step()
+    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+
+
+def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
+    """Asserts the shapes and masks the update relies on (used by ``--quick``).
+
+    Observations must be finite everywhere and exactly zero wherever the course is invalid
+    (CourseEnv's ``valid`` gating), rewards zero there, ``is_init`` must mark the episode starts,
+    and GAE's outputs must be finite.
+    """
+    n, t = cfg.num_envs, cfg.steps
+    assert batch.batch_size == (n, t), batch.batch_size
+    assert batch["action"].shape == (n, t, 2), batch["action"].shape
+    for key in ("advantage", "value_target", "state_value", ("next", "reward")):
+        assert batch[key].shape == (n, t, 1), (key, batch[key].shape)
+        assert bool(torch.isfinite(batch[key]).all()), key
+    for prefix in ((), ("next",)):
+        obs = batch[(*prefix, "observation")]
+        assert bool(torch.isfinite(obs).all()), "no NaN observation may reach the policy"
+        invalid = ~batch[(*prefix, "valid")].squeeze(-1)
+        assert bool((obs[invalid] == 0).all()), "invalid courses must observe zeros"
+    invalid_next = ~batch["next", "valid"]
+    assert bool((batch["next", "reward"][invalid_next] == 0).all()), "invalid: reward 0"
+    is_init = batch["is_init"].squeeze(-1)
+    done = batch["next", "done"].squeeze(-1)
+    assert torch.equal(is_init, batch["step_count"].squeeze(-1) == 0), "is_init = episode starts"
+    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
+    if first:
+        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+
+
+def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
+    """The mode of the policy drives one episode on each of ``eval_episodes`` unseen courses.
+
+    The eval envs start on course seeds ``EVAL_SEED + cfg.seed * n`` to ``+ n - 1`` (courses
+    the training envs do not start on, disjoint between runs of different seeds) and run until
+    every env has ended its first episode on a valid course (at most ``max_steps`` steps each;
+    an env whose course is unusable moves on to its next course).
+    """
+    n = cfg.eval_episodes
+    env = make_env(cfg, n, EVAL_SEED + cfg.seed * n)
+    tracker = EpisodeTracker(n)
+    results: dict[int, dict[str, float]] = {}
+    td = env.reset()
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        while len(results) < n:
+            td, next_root = env.step_and_maybe_reset(actor(td))
+            for episode in tracker.update(td.unsqueeze(-1)):
+                results.setdefault(int(episode["env"]), episode)
+            td = next_root
+    env.close()
+    return window_means(list(results.values()))
+
+
+EVAL_SEED = 1 << 40
+PLOT_TITLE = "PPO on CourseEnv: episodes on freshly generated courses (last 100)"
+
+
+# ---------------------------------------------------------------------------- logging
+def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: str) -> Path:
+    """Draws fresh-course mean return and lap-finish rate against frames, one line per label.
+
+    Args:
+        path (Path): the PNG to write.
+        curves (dict): label to a run's ``Result.curve``.
+        title (str): figure title.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
+    for label, curve in curves.items():
+        frames = [row["frames"] for row in curve]
+        left.plot(frames, [row["return"] for row in curve], label=label)
+        right.plot(frames, [100 * row["finished"] for row in curve], label=label)
+    left.set_ylabel("mean return per episode")
+    right.set_ylabel("laps finished (%)")
+    for ax in (left, right):
+        ax.set_xlabel("frames")
+        ax.grid(alpha=0.3)
+    left.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------- main loop
+def train(
+    cfg: Config, out: Path | None = None, *, quick: bool = False, progress: bool = True
+) -> Result:
+    """Trains, evaluates and logs one run.
+
+    Args:
+        cfg (Config): hyperparameters.
+        out (Path, optional): directory for ``progress.csv`` and ``learning_curve.png``.
+            Defaults to ``None`` (nothing written).
+        quick (bool, optional): check shapes, masks and finite losses on every batch.
+            Defaults to ``False``.
+        progress (bool, optional): show a tqdm progress bar. Defaults to ``True``.
+
+    Returns:
+        The run's :class:`Result`.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return _train(cfg, out, quick=quick, progress=progress)
+
+
+def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Result:
+    from tqdm import tqdm
+
+    watch = Stopwatch()
+    env = make_env(cfg, cfg.num_envs, cfg.seed)
+    actor, critic = make_agent(cfg, env.observation_spec["observation"].shape[-1])
+    loss = make_loss(cfg, actor, critic)
+    optim = make_optimizer(cfg, loss)
+    initial_evaluation = evaluate(cfg, actor)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    collector = Collector(
+        env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=cfg.frames
+    )
+    tracker = EpisodeTracker(cfg.num_envs)
+    recent: deque[dict[str, float]] = deque(maxlen=cfg.return_window)
+    rows, curve, fresh_episodes = [], [], 0
+    frames, seconds = 0, 0.0
+    bar = tqdm(total=cfg.frames, unit="frames", disable=not progress, dynamic_ncols=True)
+    start = time.perf_counter()
+    batches = iter(collector)
+    while frames < cfg.frames:
+        with watch("collect"):
+            batch = next(batches)
+        with watch("gae"):
+            loss.value_estimator(batch)
+        if quick:
+            check_batch(cfg, batch, first=frames == 0)
+        fresh = [e for e in tracker.update(batch) if e["fresh"]]
+        recent.extend(fresh)
+        fresh_episodes += len(fresh)
+        left = anneal(cfg, loss, optim, frames)
+        frames += batch.numel()
+        with watch("update"):
+            losses = update(cfg, batch, loss, optim, generator)
+        if quick:
+            assert all(math.isfinite(v) for v in losses.values()), losses
+        seconds = time.perf_counter() - start
+        means = window_means(recent)
+        curve.append({"frames": frames, "seconds": seconds, **means})
+        rows.append(
+            {"frames": frames, "seconds": round(seconds, 3), **means,
+             "episodes_in_window": len(recent), "fresh_episodes": fresh_episodes,
+             "lr": cfg.lr * left, "clip": cfg.clip * left, **losses}
+        )  # fmt: skip
+        bar.update(batch.numel())
+        bar.set_postfix(
+            OrderedDict(
+                mean_return=f"{means['return']:.2f}",
+                checkpoints=f"{means['checkpoints']:.1f}",
+                fps=f"{frames / seconds:.0f}",
+            )
+        )
+    bar.close()
+    collector.shutdown()
+    result = Result(
+        config=cfg,
+        frames=frames,
+        seconds=seconds,
+        curve=curve,
+        episodes=fresh_episodes,
+        evaluation=evaluate(cfg, actor),
+        initial_evaluation=initial_evaluation,
+        timings=dict(watch.totals),
+    )
+    if out is not None:
+        result.csv_path = write_csv(Path(out) / "progress.csv", rows)
+        curves = {f"seed {cfg.seed}": curve}
+        result.plot_path = plot_curves(Path(out) / "learning_curve.png", curves, PLOT_TITLE)
+    return result
+
+
+def first_and_last(result: Result) -> tuple[dict, dict]:
+    """Window means after the first batch that completed a fresh-course episode, and at the end."""
+    seen = [row for row in result.curve if not math.isnan(row["return"])]
+    if not seen:
+        nan = dict.fromkeys(_METRICS, float("nan"))
+        return nan, nan
+    return seen[0], seen[-1]
+
+
+def summary(result: Result) -> str:
+    """A few lines describing a run."""
+    first, last = first_and_last(result)
+    ev = result.evaluation
+
+    def fmt(row: dict[str, float]) -> str:
+        return (
+            f"return {row['return']:.2f}, checkpoints {row['checkpoints']:.2f}, "
+            f"laps finished {100 * row['finished']:.0f} %, length {row['length']:.0f} steps"
+        )
+
+    lines = [
+        f"seed {result.config.seed}: {result.frames} frames in {result.seconds:.1f} s, "
+        f"{result.episodes} episodes on fresh courses",
+        f"  first window: {fmt(first)}",
+        f"  last window:  {fmt(last)}",
+        f"  deterministic on {result.config.eval_episodes} unseen courses, before training: "
+        f"{fmt(result.initial_evaluation)}",
+        f"  deterministic on {result.config.eval_episodes} unseen courses, after training:  "
+        f"{fmt(ev)}",
+    ]
+    lines.append(time_line(result))
+    if result.csv_path is not None:
+        lines.append(f"log: {result.csv_path}  plot: {result.plot_path}")
+    return "\n".join(lines)
+
+
+def time_line(result: Result) -> str:
+    """Where the training time went, and the collection rate (policy included).
+
+    Examples:
+        >>> result = Result(Config(), 1000, 2.0, [], 0, {}, {},
+        ...                 {"collect": 0.5, "gae": 0.25, "update": 1.0})
+        >>> time_line(result)
+        'time: collection 0.5 s (2,000 env steps/s, policy included), GAE 0.2 s, PPO update 1.0 s'
+    """
+    t = result.timings
+    rate = result.frames / max(t.get("collect", 0.0), 1e-9)
+    return (
+        f"time: collection {t.get('collect', 0.0):.1f} s ({rate:,.0f} env steps/s, policy "
+        f"included), GAE {t.get('gae', 0.0):.1f} s, PPO update {t.get('update', 0.0):.1f} s"
+    )
+
+
+QUICK_BATCHES = 3
+QUICK = {
+    "num_envs": 16,
+    "steps": 32,
+    "epochs": 2,
+    "minibatch_size": 256,
+    "eval_episodes": 4,
+    "max_steps": 100,
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds")
+    parser.add_argument("--frames", type=int, default=None, help="frame budget")
+    parser.add_argument("--quick", action="store_true", help="3 small batches with checks")
+    parser.add_argument("--out", type=Path, default=None, help="log/plot dir")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> list[Result]:
+    """Runs the command line (see the module docstring); returns one result per seed.
+
+    With one seed, ``DIR`` receives ``progress.csv`` and ``learning_curve.png``; with several,
+    each seed's files go to ``DIR/seed<N>/`` and ``DIR/learning_curve.png`` overlays the seeds.
+    """
+    args = parse_args(argv)
+    quiet_setup()
+    overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
+    if args.quick:
+        overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
+    if args.frames is not None:
+        overrides["frames"] = args.frames
+    seeds = list(dict.fromkeys(args.seed))
+    out = args.out or Path("runs") / ("ppo_course_seed" + "_".join(map(str, seeds)))
+    results = []
+    for seed in seeds:
+        cfg = Config(seed=seed, **overrides)
+        run_out = out if len(seeds) == 1 else out / f"seed{seed}"
+        results.append(train(cfg, run_out, quick=args.quick, progress=not args.no_progress))
+        print(summary(results[-1]))
+    if len(seeds) > 1:
+        curves = {f"seed {r.config.seed}": r.curve for r in results}
+        print(f"all seeds: {plot_curves(out / 'learning_curve.png', curves, PLOT_TITLE)}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
