@@ -1,0 +1,149 @@
+"""Random-policy CartPole stepping: our Warp envs next to TorchRL's generic path and gymnasium.
+
+Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random actions and auto-reset:
+
+* ``ours_rollout``: ``CartPoleEnv.rollout(T, break_when_any_done=False)`` (the ``[N, T]`` kernel);
+* ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
+* ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
+* ``ours_graph_step``: T replays of the captured fused step (``capture=True``), no TensorDicts;
+* ``stock_rollout``: the same kernels through TorchRL's generic ``step`` + partial ``reset``;
+* ``gym_vector``: gymnasium's numpy ``CartPoleVectorEnv``;
+* ``gym_sync``: gymnasium's ``SyncVectorEnv`` of ``CartPole-v1`` (few steps: it is slow).
+
+Sizes are small by default (CI runs this once with ``--benchmark-disable``); set
+``TORCHRL_EXT_BENCH_ENVS`` (e.g. ``1024,16384``) and ``TORCHRL_EXT_BENCH_STEPS`` for real figures,
+or run ``python benchmarks/envs_report.py`` for the ratio table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import warp as wp
+from torchrl.envs import EnvBase
+
+from torchrl_ext.envs import CartPoleEnv
+
+wp.config.log_level = wp.LOG_WARNING
+
+ENVS = [int(x) for x in os.environ.get("TORCHRL_EXT_BENCH_ENVS", "64").split(",")]
+STEPS = int(os.environ.get("TORCHRL_EXT_BENCH_STEPS", "20"))
+
+
+class StockCartPole(CartPoleEnv):
+    """Our kernels behind TorchRL's generic step / partial-reset merge and rollout loop."""
+
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
+    rollout = EnvBase.rollout
+
+
+def _ours_rollout(n: int, steps: int) -> Callable[[], None]:
+    env = CartPoleEnv(n, seed=0)
+    env.rollout(2, break_when_any_done=False)
+    return lambda: env.rollout(steps, break_when_any_done=False)
+
+
+def _ours_policy_rollout(n: int, steps: int) -> Callable[[], None]:
+    env = CartPoleEnv(n, seed=0)
+
+    def policy(td):
+        return td.set("action", torch.randint(0, 2, (n,)))
+
+    env.rollout(2, policy, break_when_any_done=False)
+    return lambda: env.rollout(steps, policy, break_when_any_done=False)
+
+
+def _ours_collector(n: int, steps: int) -> Callable[[], None]:
+    from torchrl.collectors import Collector
+
+    collector = Collector(CartPoleEnv(n, seed=0), None, frames_per_batch=n * steps, total_frames=-1)
+    batches = iter(collector)
+    next(batches)
+    return lambda: next(batches)
+
+
+def _ours_graph_step(n: int, steps: int) -> Callable[[], None]:
+    env = CartPoleEnv(n, seed=0, capture=True)
+    env.reset()
+    actions = torch.randint(0, 2, (steps, n))
+
+    def run() -> None:
+        for a in actions:
+            env._t["action"].copy_(a)
+            env._run("step_autoreset")
+
+    run()
+    return run
+
+
+def _stock_rollout(n: int, steps: int) -> Callable[[], None]:
+    env = StockCartPole(n, seed=0)
+    env.rollout(2, break_when_any_done=False)
+    return lambda: env.rollout(steps, break_when_any_done=False)
+
+
+def _gym_vector(n: int, steps: int) -> Callable[[], None]:
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+    env = CartPoleVectorEnv(num_envs=n)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 2, (steps, n))
+
+    def run() -> None:
+        for a in actions:
+            env.step(a)
+
+    return run
+
+
+def _gym_sync(n: int, steps: int) -> Callable[[], None]:
+    import gymnasium as gym
+
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 2, (steps, n))
+
+    def run() -> None:
+        for a in actions:
+            env.step(a)
+
+    return run
+
+
+#: name -> (factory(num_envs, steps) -> callable running num_envs * steps env-steps, steps scale)
+WORKLOADS: dict[str, tuple[Callable[[int, int], Callable[[], None]], float]] = {
+    "ours_rollout": (_ours_rollout, 1.0),
+    "ours_policy_rollout": (_ours_policy_rollout, 1.0),
+    "ours_collector": (_ours_collector, 1.0),
+    "ours_graph_step": (_ours_graph_step, 1.0),
+    "stock_rollout": (_stock_rollout, 1.0),
+    "gym_vector": (_gym_vector, 1.0),
+    "gym_sync": (_gym_sync, 0.1),
+}
+
+
+def workload_steps(name: str, steps: int) -> int:
+    """Number of steps a workload runs for a requested ``steps`` (slow anchors run fewer)."""
+    return max(1, int(steps * WORKLOADS[name][1]))
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("num_envs", ENVS)
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_cartpole_stepping(benchmark, name, num_envs):
+    steps = workload_steps(name, STEPS)
+    run = WORKLOADS[name][0](num_envs, steps)
+    benchmark.group = f"cartpole-{num_envs}"
+    benchmark.extra_info["env_steps"] = num_envs * steps
+    benchmark(run)

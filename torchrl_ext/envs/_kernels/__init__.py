@@ -1,0 +1,1 @@
+"""Module-level Warp kernels and functions used by the environments (private)."""

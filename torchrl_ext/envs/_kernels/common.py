@@ -1,0 +1,73 @@
+"""Warp functions shared by every env kernel: counter-based hashing and episode bookkeeping.
+
+Random numbers in kernels never come from a stateful generator. Every draw is a pure function of
+``(seed, env_index, episode, draw_index)`` computed by a chain of 32-bit avalanche mixers
+(MurmurHash3's finalizer). The 64-bit seed enters as two 32-bit words, so seeds that agree modulo
+``2**32`` still give unrelated streams.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+_M1 = wp.constant(wp.uint32(0x85EBCA6B))
+_M2 = wp.constant(wp.uint32(0xC2B2AE35))
+_GOLDEN = wp.constant(wp.uint32(0x9E3779B9))
+_SHIFT16 = wp.constant(wp.uint32(16))
+_SHIFT13 = wp.constant(wp.uint32(13))
+
+
+@wp.func
+def fmix32(h: wp.uint32) -> wp.uint32:
+    """Avalanche the bits of ``h`` (MurmurHash3 finalizer)."""
+    h = h ^ (h >> _SHIFT16)
+    h = h * _M1
+    h = h ^ (h >> _SHIFT13)
+    h = h * _M2
+    h = h ^ (h >> _SHIFT16)
+    return h
+
+
+@wp.func
+def stream_key(seed: wp.array(dtype=wp.uint32), env: int, episode: int) -> wp.uint32:
+    """Key of the random stream of one episode of one env: a hash of ``(seed, env, episode)``."""
+    h = fmix32(seed[0] ^ _GOLDEN)
+    h = fmix32(h ^ seed[1])
+    h = fmix32(h ^ wp.uint32(env))
+    h = fmix32(h ^ wp.uint32(episode))
+    return h
+
+
+@wp.func
+def uniform64(key: wp.uint32, draw: int) -> wp.float64:
+    """The ``draw``-th uniform double in ``[0, 1)`` of the stream ``key`` (53 random bits)."""
+    a = fmix32(key ^ fmix32(wp.uint32(2 * draw) + _GOLDEN))
+    b = fmix32(key ^ fmix32(wp.uint32(2 * draw + 1) + _GOLDEN))
+    hi = wp.float64(a >> wp.uint32(5))
+    lo = wp.float64(b >> wp.uint32(6))
+    return (hi * wp.float64(67108864.0) + lo) * wp.float64(1.1102230246251565e-16)
+
+
+@wp.func
+def uniform_range(key: wp.uint32, draw: int, low: wp.float64, high: wp.float64) -> wp.float64:
+    """The ``draw``-th uniform double in ``[low, high)`` of the stream ``key``."""
+    return low + (high - low) * uniform64(key, draw)
+
+
+@wp.func
+def count_step(steps: wp.array(dtype=wp.int32), i: int, max_steps: int) -> bool:
+    """Advance env ``i``'s step counter; return whether the time limit truncates it."""
+    n = steps[i] + 1
+    steps[i] = n
+    return n >= max_steps
+
+
+@wp.func
+def begin_episode(
+    steps: wp.array(dtype=wp.int32), episode: wp.array(dtype=wp.int32), i: int
+) -> int:
+    """Start a new episode for env ``i``; return the index of the episode that starts."""
+    e = episode[i]
+    episode[i] = e + 1
+    steps[i] = 0
+    return e

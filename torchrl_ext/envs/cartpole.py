@@ -1,0 +1,177 @@
+"""CartPoleEnv: gymnasium's ``CartPole-v1`` as a batched Warp env, optionally partially observed."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import warp as wp
+from torchrl.data import Categorical, Composite, Unbounded
+
+from torchrl_ext.envs._kernels import cartpole as _k
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
+
+__all__ = ["CartPoleEnv"]
+
+
+def _cartpole_params() -> list[float]:
+    """Constants of ``CartPole-v1``, derived in double precision exactly as gymnasium does."""
+    gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    params = [0.0] * _k.NUM_PARAMS
+    params[_k.P_GRAVITY] = gravity
+    params[_k.P_MASSPOLE] = masspole
+    params[_k.P_TOTAL_MASS] = masspole + masscart
+    params[_k.P_LENGTH] = length
+    params[_k.P_POLEMASS_LENGTH] = masspole * length
+    params[_k.P_FORCE_MAG] = force_mag
+    params[_k.P_TAU] = tau
+    params[_k.P_THETA_LIMIT] = 12 * 2 * math.pi / 360
+    params[_k.P_X_LIMIT] = 2.4
+    params[_k.P_FOUR_THIRDS] = 4.0 / 3.0
+    params[_k.P_RESET_LOW] = -0.05
+    params[_k.P_RESET_HIGH] = 0.05
+    return params
+
+
+class CartPoleEnv(WarpEnv):
+    """Batched cart-pole with gymnasium ``CartPole-v1`` dynamics, simulated in Warp kernels.
+
+    Each env balances a pole on a cart by pushing left (action 0) or right (action 1) with a
+    force of 10 N. The reward is 1 every step; an episode terminates when the pole leans more than
+    12 degrees or the cart leaves ``[-2.4, 2.4]``, and is truncated (``truncated`` True,
+    ``terminated`` unchanged) after ``max_steps`` steps. New episodes start from a state uniform in
+    ``[-0.05, 0.05)^4`` drawn from the env's ``(seed, env, episode)`` stream.
+
+    With ``dtype=torch.float64`` the simulation performs gymnasium's float64 operations in the
+    same order, so observations equal gymnasium's states bit for bit given the same state and
+    actions. With ``observe_velocity=False`` the observation is ``(x, theta)`` only: the standard
+    partially observable variant, which needs memory.
+
+    Args:
+        num_envs (int): number of envs.
+        device (torch.device or str, optional): device of state and outputs. Defaults to ``"cpu"``.
+        seed (int, optional): 64-bit seed. Defaults to ``None`` (drawn from torch's generator).
+
+    Keyword Args:
+        observe_velocity (bool, optional): include ``x_dot`` and ``theta_dot`` in the observation.
+            Defaults to ``True``.
+        max_steps (int, optional): time limit; ``None`` disables it. Defaults to ``500``.
+        dtype (torch.dtype, optional): ``torch.float32`` or ``torch.float64``. Defaults to
+            ``torch.float32``.
+        capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
+
+    Examples:
+        >>> import torch
+        >>> import warp as wp
+        >>> wp.config.log_level = wp.LOG_WARNING
+        >>> from torchrl.envs.utils import check_env_specs
+        >>> from torchrl_ext.envs import CartPoleEnv
+        >>> env = CartPoleEnv(8, seed=1, observe_velocity=False)
+        >>> check_env_specs(env)
+        >>> data = env.rollout(100, break_when_any_done=False)
+        >>> data.shape, data["observation"].shape
+        (torch.Size([8, 100]), torch.Size([8, 100, 2]))
+        >>> bool(data["next", "done"].any()), bool(data["next", "truncated"].any())
+        (True, False)
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        *,
+        observe_velocity: bool = True,
+        max_steps: int | None = 500,
+        dtype: torch.dtype = torch.float32,
+        capture: bool = False,
+    ) -> None:
+        if not isinstance(observe_velocity, bool):
+            raise TypeError(
+                f"observe_velocity must be a bool, got observe_velocity={observe_velocity!r}."
+            )
+        self.observe_velocity = observe_velocity
+        super().__init__(num_envs, device, seed, max_steps=max_steps, dtype=dtype, capture=capture)
+
+    def _make_specs(self) -> None:
+        n, dev = self.num_envs, self.device
+        obs_dim = 4 if self.observe_velocity else 2
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(n, obs_dim), dtype=self.dtype, device=dev),
+            shape=(n,),
+            device=dev,
+        )
+        self.action_spec = Categorical(2, shape=(n,), dtype=torch.int64, device=dev)
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
+
+    def _allocate_state(self) -> None:
+        self._state = torch.zeros(self.num_envs, 4, dtype=self.dtype, device=self.device)
+        self._wp_state = wp.from_torch(self._state)
+        self._wp_params = params_vector(_cartpole_params(), self.dtype)
+
+    @property
+    def state(self) -> torch.Tensor:
+        """The ``[num_envs, 4]`` physical state ``(x, x_dot, theta, theta_dot)``, a live view."""
+        return self._state
+
+    def _common_inputs(self) -> list:
+        b = self.buffers
+        return [self._wp_state, b["action"], self._wp_params, b["seed"], b["steps"], b["episode"]]
+
+    def _step_launches(self, autoreset: bool) -> list[Launch]:
+        b = self.buffers
+        inputs = [
+            *self._common_inputs(),
+            self.step_limit,
+            int(autoreset),
+            int(self.observe_velocity),
+            b["next"]["observation"],
+            b["root"]["observation"],
+            b["reward"],
+            b["terminated"],
+            b["truncated"],
+            b["done"],
+        ]
+        return [(_k.cartpole_step, inputs)]
+
+    def _reset_launches(self) -> list[Launch]:
+        b = self.buffers
+        inputs = [
+            self._wp_state,
+            b["mask"],
+            self._wp_params,
+            b["seed"],
+            b["steps"],
+            b["episode"],
+            b["root"]["observation"],
+            int(self.observe_velocity),
+        ]
+        return [(_k.cartpole_reset, inputs)]
+
+    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
+        b = self.buffers
+        inputs = [
+            self._wp_state,
+            wp.from_torch(actions),
+            self._wp_params,
+            b["seed"],
+            b["steps"],
+            b["episode"],
+            self.step_limit,
+            actions.shape[0],
+            int(self.observe_velocity),
+            out["root"]["observation"],
+            out["next"]["observation"],
+            out["reward"],
+            out["terminated"],
+            out["truncated"],
+            out["done"],
+        ]
+        return [(_k.cartpole_rollout, inputs)]
+
+    def _check_action_values(self, action: torch.Tensor) -> None:
+        low, high = torch.aminmax(action)
+        low, high = int(low), int(high)
+        if low < 0 or high > 1:
+            bad = low if low < 0 else high
+            raise ValueError(f"action entries must be 0 or 1, got an action entry {bad}.")

@@ -1,0 +1,154 @@
+"""PendulumEnv: gymnasium's ``Pendulum-v1`` (continuous torque) as a batched Warp env."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import warp as wp
+from torchrl.data import Bounded, Composite, Unbounded
+
+from torchrl_ext.envs._kernels import pendulum as _k
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
+
+__all__ = ["PendulumEnv"]
+
+_MAX_TORQUE = 2.0
+
+
+def _pendulum_params() -> list[float]:
+    """Constants of ``Pendulum-v1`` (g = 10, m = l = 1), derived as gymnasium does."""
+    gravity, mass, length = 10.0, 1.0, 1.0
+    params = [0.0] * _k.NUM_PARAMS
+    params[_k.P_MAX_SPEED] = 8.0
+    params[_k.P_MAX_TORQUE] = _MAX_TORQUE
+    params[_k.P_DT] = 0.05
+    params[_k.P_GRAVITY_COEF] = 3 * gravity / (2 * length)
+    params[_k.P_TORQUE_COEF] = 3.0 / (mass * length**2)
+    params[_k.P_RESET_THETA] = math.pi
+    params[_k.P_RESET_THETA_DOT] = 1.0
+    params[_k.P_PI] = math.pi
+    params[_k.P_TWO_PI] = 2 * math.pi
+    params[_k.P_COST_SPEED] = 0.1
+    params[_k.P_COST_TORQUE] = 0.001
+    params[_k.P_ZERO] = 0.0
+    return params
+
+
+class PendulumEnv(WarpEnv):
+    """Batched inverted pendulum with gymnasium ``Pendulum-v1`` dynamics, simulated in Warp kernels.
+
+    The action is a torque in ``[-2, 2]``; values outside are clipped (as gymnasium does), NaN
+    raises ``ValueError``. The observation is ``(cos theta, sin theta, theta_dot)``, the reward is
+    ``-(theta^2 + 0.1 theta_dot^2 + 0.001 u^2)`` for the pre-step state with ``theta`` wrapped to
+    ``[-pi, pi)``. Episodes never terminate; they are truncated after ``max_steps`` steps. New
+    episodes start with ``theta`` uniform in ``[-pi, pi)`` and ``theta_dot`` in ``[-1, 1)``, drawn
+    from the env's ``(seed, env, episode)`` stream.
+
+    Args:
+        num_envs (int): number of envs.
+        device (torch.device or str, optional): device of state and outputs. Defaults to ``"cpu"``.
+        seed (int, optional): 64-bit seed. Defaults to ``None`` (drawn from torch's generator).
+
+    Keyword Args:
+        max_steps (int, optional): time limit; ``None`` disables it. Defaults to ``200``.
+        dtype (torch.dtype, optional): ``torch.float32`` or ``torch.float64``. Defaults to
+            ``torch.float32``.
+        capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
+
+    Examples:
+        >>> import torch
+        >>> import warp as wp
+        >>> wp.config.log_level = wp.LOG_WARNING
+        >>> from torchrl_ext.envs import PendulumEnv
+        >>> env = PendulumEnv(3, seed=0, max_steps=5)
+        >>> data = env.rollout(12, break_when_any_done=False)
+        >>> data["next", "observation"].shape
+        torch.Size([3, 12, 3])
+        >>> data["next", "truncated"][0, :, 0].tolist()[:6]
+        [False, False, False, False, True, False]
+        >>> bool((data["next", "reward"] <= 0).all())
+        True
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        *,
+        max_steps: int | None = 200,
+        dtype: torch.dtype = torch.float32,
+        capture: bool = False,
+    ) -> None:
+        super().__init__(num_envs, device, seed, max_steps=max_steps, dtype=dtype, capture=capture)
+
+    def _make_specs(self) -> None:
+        n, dev = self.num_envs, self.device
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(n, 3), dtype=self.dtype, device=dev),
+            shape=(n,),
+            device=dev,
+        )
+        self.action_spec = Bounded(
+            -_MAX_TORQUE, _MAX_TORQUE, shape=(n, 1), dtype=self.dtype, device=dev
+        )
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
+
+    def _allocate_state(self) -> None:
+        self._state = torch.zeros(self.num_envs, 2, dtype=self.dtype, device=self.device)
+        self._wp_state = wp.from_torch(self._state)
+        self._wp_params = params_vector(_pendulum_params(), self.dtype)
+
+    @property
+    def state(self) -> torch.Tensor:
+        """The ``[num_envs, 2]`` physical state ``(theta, theta_dot)``, a live view."""
+        return self._state
+
+    def _counters(self) -> list:
+        b = self.buffers
+        return [self._wp_params, b["seed"], b["steps"], b["episode"]]
+
+    def _step_launches(self, autoreset: bool) -> list[Launch]:
+        b = self.buffers
+        inputs = [
+            self._wp_state,
+            b["action"],
+            *self._counters(),
+            self.step_limit,
+            int(autoreset),
+            b["next"]["observation"],
+            b["root"]["observation"],
+            b["reward"],
+            b["terminated"],
+            b["truncated"],
+            b["done"],
+        ]
+        return [(_k.pendulum_step, inputs)]
+
+    def _reset_launches(self) -> list[Launch]:
+        b = self.buffers
+        inputs = [self._wp_state, b["mask"], *self._counters(), b["root"]["observation"]]
+        return [(_k.pendulum_reset, inputs)]
+
+    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
+        inputs = [
+            self._wp_state,
+            wp.from_torch(actions.view(actions.shape[0], actions.shape[1])),  # [T, N]
+            *self._counters(),
+            self.step_limit,
+            actions.shape[0],
+            out["root"]["observation"],
+            out["next"]["observation"],
+            out["reward"],
+            out["terminated"],
+            out["truncated"],
+            out["done"],
+        ]
+        return [(_k.pendulum_rollout, inputs)]
+
+    def _check_action_values(self, action: torch.Tensor) -> None:
+        nan = torch.isnan(action)
+        if bool(nan.any()):
+            index = tuple(int(i) for i in nan.nonzero()[0])
+            raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")

@@ -1,0 +1,596 @@
+"""WarpEnv: the TorchRL contract for batched simulations whose state lives in Warp arrays.
+
+The base class owns everything that is not physics: the done/terminated/truncated flags, the
+``"_reset"`` mask, per-env step and episode counters, seeding, the fused step with auto-reset,
+graph capture and the ``[N, T]`` rollout fast path. A concrete env supplies its specs, allocates its
+state and says which module-level Warp kernels to launch on which buffers (see
+:class:`~torchrl_ext.envs.CartPoleEnv` for a complete example and ``tutorials/warp_env.py`` for a
+walk-through).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from typing import Any
+
+import numpy as np
+import torch
+import warp as wp
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Categorical, Composite
+from torchrl.envs import EnvBase
+
+from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
+
+# Warp functions re-exported for writing new envs' kernels: per-env counter-based random streams
+# (``stream_key``, ``uniform_range``) and episode bookkeeping (``begin_episode``, ``count_step``).
+__all__ = [
+    "WarpEnv",
+    "begin_episode",
+    "count_step",
+    "params_vector",
+    "stream_key",
+    "uniform_range",
+]
+
+_DONE_KEYS = ("done", "terminated", "truncated")
+_MAX_SEED = 2**64
+_NO_LIMIT = 2**31 - 1
+_FLOAT_DTYPES = (torch.float32, torch.float64)
+
+#: A kernel launch recipe: the kernel and its positional inputs (launched over ``num_envs``).
+Launch = tuple[Any, list]
+
+
+def _to_warp(tensor: torch.Tensor) -> wp.array:
+    """Zero-copy Warp view of a contiguous torch tensor (trailing singleton dims dropped)."""
+    if tensor.dim() > 1 and tensor.shape[-1] == 1:
+        tensor = tensor.view(tensor.shape[:-1])
+    return wp.from_torch(tensor)
+
+
+def params_vector(values: list[float], dtype: torch.dtype) -> Any:
+    """Pack constants into a Warp vector of ``dtype``, passed to kernels by value.
+
+    Each Python float is rounded once to ``dtype``, so float64 constants are exactly the doubles
+    a NumPy reference computes with.
+    """
+    scalar = wp.float64 if dtype == torch.float64 else wp.float32
+    return wp.types.vector(length=len(values), dtype=scalar)(*values)
+
+
+def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
+    """Set an entry the env built itself (right batch size and device) without re-validating it."""
+    if isinstance(key, str):
+        # the fast setter TorchRL's own EnvBase.any_done uses for values it made
+        tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
+    else:
+        tensordict.set(key, value)
+
+
+def _check_num_envs(num_envs: Any) -> int:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got num_envs={num_envs!r}.")
+    return int(num_envs)
+
+
+def _check_max_steps(max_steps: Any) -> int:
+    if max_steps is None:
+        return _NO_LIMIT
+    if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral):
+        raise ValueError(f"max_steps must be None or an int >= 1, got max_steps={max_steps!r}.")
+    if not 1 <= max_steps <= _NO_LIMIT:
+        raise ValueError(f"max_steps must be in [1, 2**31 - 1], got max_steps={max_steps!r}.")
+    return int(max_steps)
+
+
+def _check_device(device: Any) -> torch.device:
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must name a torch device, got device={device!r}.") from err
+    if device.type == "cuda":
+        wp.init()
+        if not torch.cuda.is_available() or not wp.is_cuda_available():
+            raise ValueError(f"device={str(device)!r} needs CUDA, which torch or warp cannot see.")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got device={str(device)!r}.")
+    return device
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int or None, got seed={seed!r}.")
+    if not 0 <= seed < _MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**64), got seed={seed!r}.")
+    return int(seed)
+
+
+class WarpEnv(EnvBase):
+    """Base class of batched TorchRL envs simulated by Warp kernels, with fused masked auto-reset.
+
+    The env has ``batch_size=[num_envs]``. Its state lives in Warp arrays owned by the env; every
+    step, reset and observation is computed by module-level Warp kernels. The base class owns:
+
+    * **specs** for ``done``/``terminated``/``truncated`` (``[num_envs, 1]`` bool) and a time limit
+      (``max_steps``): reaching it sets ``truncated``; ``terminated`` comes from the dynamics only
+      (gymnasium's ``TimeLimit`` semantics: both are True if the last allowed step also fails);
+    * **masked reset**: ``reset(td)`` with a ``"_reset"`` entry (bool, ``[num_envs, 1]`` or
+      ``[num_envs]``, on the env's device) resets exactly the masked envs; the others keep their
+      state bit for bit, and an all-False mask changes nothing. A bad mask raises before any
+      kernel runs;
+    * **seeding**: env ``i``'s ``k``-th episode starts from a counter-based hash of
+      ``(seed, i, k)``. The seed is a full 64-bit integer (``2**32 + 1`` and ``1`` are different);
+      :meth:`set_seed` restarts every env's episode count, so the same seed gives bitwise
+      identical trajectories;
+    * **fused auto-reset**: :meth:`step_and_maybe_reset` steps, and resets the envs that are done,
+      in one kernel launch; ``("next", obs)`` is the true final observation and the returned root
+      holds the reset observation. Outputs are fresh tensors: nothing handed to TorchRL aliases a
+      buffer a later step overwrites;
+    * **graph capture**: with ``capture=True`` each kernel sequence (step, fused step, reset) is
+      recorded once with :class:`warp.ScopedCapture` and replayed afterwards;
+    * **rollout fast path**: ``rollout(T, break_when_any_done=False)`` without a policy draws the
+      T random actions up front and runs one kernel that writes ``[num_envs, T]`` outputs.
+
+    A subclass implements :meth:`_make_specs` (observation, action and reward specs),
+    :meth:`_allocate_state`, :meth:`_step_launches`, :meth:`_reset_launches` and optionally
+    :meth:`_rollout_launches` and :meth:`_check_action_values`. The Warp views of the buffers the
+    kernels read and write are in :attr:`buffers` (see :meth:`_allocate_buffers`).
+
+    Args:
+        num_envs (int): number of simulated envs (the batch size).
+        device (torch.device or str, optional): where state and outputs live. Defaults to ``"cpu"``.
+        seed (int, optional): 64-bit seed, in ``[0, 2**64)``. Defaults to ``None`` (drawn from
+            torch's global generator, which is read but never seeded).
+
+    Keyword Args:
+        max_steps (int, optional): time limit in steps; ``None`` disables it. Defaults to ``None``.
+        dtype (torch.dtype, optional): float dtype of state, observations and rewards
+            (``torch.float32`` or ``torch.float64``). Defaults to ``torch.float32``.
+        capture (bool, optional): replay recorded Warp graphs instead of launching kernels one by
+            one. Defaults to ``False``.
+
+    Examples:
+        >>> import torch
+        >>> import warp as wp
+        >>> wp.config.log_level = wp.LOG_WARNING  # no module-load messages
+        >>> from torchrl_ext.envs import CartPoleEnv
+        >>> env = CartPoleEnv(4, seed=0)
+        >>> td = env.reset()
+        >>> td["observation"].shape
+        torch.Size([4, 4])
+        >>> td["action"] = torch.ones(4, dtype=torch.int64)
+        >>> td, root = env.step_and_maybe_reset(td)
+        >>> td["next", "done"].shape, bool(root["done"].any())
+        (torch.Size([4, 1]), False)
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        *,
+        max_steps: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        capture: bool = False,
+    ) -> None:
+        num_envs = _check_num_envs(num_envs)
+        device = _check_device(device)
+        if dtype not in _FLOAT_DTYPES:
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
+        if not isinstance(capture, bool):
+            raise TypeError(f"capture must be a bool, got capture={capture!r}.")
+        limit = _check_max_steps(max_steps)
+        if seed is not None:
+            seed = _check_seed(seed)
+        wp.init()
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        self.num_envs = num_envs
+        self.max_steps = max_steps
+        self._limit = limit
+        self._dtype = dtype
+        self._capture = capture
+        self._wp_device = wp.device_from_torch(device)
+        self._commands: dict[str, list] = {}
+        self._graphs: dict[str, Any] = {}
+        self._make_specs()
+        self.full_done_spec = self._done_spec()
+        self._allocate_buffers()
+        self._allocate_state()
+        self._set_seed(seed)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _make_specs(self) -> None:
+        """Set ``observation_spec``, ``action_spec`` and ``reward_spec`` (shapes start with N)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _make_specs().")
+
+    def _allocate_state(self) -> None:
+        """Allocate the simulation state (Warp arrays on :attr:`warp_device`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _allocate_state().")
+
+    def _step_launches(self, autoreset: bool) -> list[Launch]:
+        """Kernels of one step; with ``autoreset`` they also reset done envs and write root obs.
+
+        They read the action from ``buffers["action"]``, write ``buffers["next"][key]`` for every
+        observation key, ``buffers["reward"]`` and the three done flags; with ``autoreset`` they
+        reset the envs that are done (:func:`~torchrl_ext.envs._kernels.common.begin_episode`)
+        and write every env's current observation into ``buffers["root"][key]``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement _step_launches().")
+
+    def _reset_launches(self) -> list[Launch]:
+        """Kernels resetting the envs with a nonzero ``buffers["mask"]`` entry.
+
+        They must leave unmasked envs' state untouched and write every env's current observation
+        into ``buffers["root"][key]``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement _reset_launches().")
+
+    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch] | None:
+        """Kernels running ``T`` auto-resetting steps into ``[N, T]`` outputs, or ``None``.
+
+        ``actions`` is time-major, ``[T, N, *action_shape]``; ``out`` holds Warp views of the
+        ``"root"`` and ``"next"`` observation dicts, ``"reward"`` and the three done flags, all
+        env-major ``[N, T, ...]``.
+        Subclasses without such a kernel do not override it: :meth:`rollout` then uses the generic
+        loop over fused steps.
+        """
+        return None
+
+    def _check_action_values(self, action: torch.Tensor) -> None:
+        """Raise ``ValueError`` if ``action`` holds values the env cannot step (e.g. NaN)."""
+        return None
+
+    # ------------------------------------------------------------------ public helpers
+    @property
+    def dtype(self) -> torch.dtype:
+        """Float dtype of state, observations and rewards."""
+        return self._dtype
+
+    @property
+    def warp_device(self) -> wp.context.Device:
+        """The Warp device the kernels run on."""
+        return self._wp_device
+
+    @property
+    def step_limit(self) -> int:
+        """The time limit as the int kernels compare step counts with (``2**31 - 1``: none)."""
+        return self._limit
+
+    @property
+    def capture(self) -> bool:
+        """Whether steps and resets replay recorded Warp graphs."""
+        return self._capture
+
+    @property
+    def buffers(self) -> dict[str, Any]:
+        """Warp views of the env-owned buffers the kernels read and write.
+
+        Keys: ``"action"``, ``"mask"`` (int32 reset mask), ``"seed"`` (two uint32 words),
+        ``"steps"`` and ``"episode"`` (int32 counters), ``"reward"``, ``"done"``,
+        ``"terminated"``, ``"truncated"``, and ``"next"``/``"root"``: dicts of observation buffers.
+        """
+        return self._wp
+
+    # ------------------------------------------------------------------ allocation
+    def _done_spec(self) -> Composite:
+        flag = Categorical(2, shape=(self.num_envs, 1), dtype=torch.bool, device=self.device)
+        return Composite(
+            {key: flag.clone() for key in _DONE_KEYS}, shape=(self.num_envs,), device=self.device
+        )
+
+    def _zeros_like_spec(self, spec: Any) -> torch.Tensor:
+        return torch.zeros(spec.shape, dtype=spec.dtype, device=self.device)
+
+    def _allocate_buffers(self) -> None:
+        """Allocate the output, action, mask, counter and seed buffers (torch + Warp views)."""
+        n, dev = self.num_envs, self.device
+        obs_keys = list(self.observation_spec.keys(True, True))
+        self._obs_keys = obs_keys
+        self._t = {
+            "next": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
+            "root": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
+            "reward": self._zeros_like_spec(self.reward_spec),
+            "action": self._zeros_like_spec(self.action_spec),
+            "mask": torch.zeros(n, dtype=torch.int32, device=dev),
+            "steps": torch.zeros(n, dtype=torch.int32, device=dev),
+            "episode": torch.zeros(n, dtype=torch.int32, device=dev),
+        }
+        # the three flags share one [3, N, 1] buffer: one clone per step hands out all of them
+        self._flag_buffer = torch.zeros(len(_DONE_KEYS), n, 1, dtype=torch.bool, device=dev)
+        for key, flag in zip(_DONE_KEYS, self._flag_buffer.unbind(0), strict=True):
+            self._t[key] = flag
+        self._wp = {
+            key: (
+                {k: _to_warp(v) for k, v in val.items()} if isinstance(val, dict) else _to_warp(val)
+            )
+            for key, val in self._t.items()
+        }
+        self._wp["seed"] = wp.zeros(2, dtype=wp.uint32, device=self._wp_device)
+
+    # ------------------------------------------------------------------ seeding
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
+        seed = _check_seed(seed)
+        words = np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
+        self._wp["seed"].assign(words)
+        if self.device.type == "cuda":
+            wp.synchronize_device(self._wp_device)
+        self._t["episode"].zero_()
+        self._seed = seed
+
+    @property
+    def seed(self) -> int:
+        """The current 64-bit seed."""
+        return self._seed
+
+    # ------------------------------------------------------------------ launching
+    def _launch_list(self, mode: str) -> list:
+        cmds = self._commands.get(mode)
+        if cmds is None:
+            if mode == "reset":
+                recipes = self._reset_launches()
+            else:
+                recipes = self._step_launches(autoreset=mode == "step_autoreset")
+            cmds = [
+                wp.launch(
+                    k, dim=self.num_envs, inputs=inputs, device=self._wp_device, record_cmd=True
+                )
+                for k, inputs in recipes
+            ]
+            self._commands[mode] = cmds
+        return cmds
+
+    def _graph(self, mode: str) -> Any:
+        graph = self._graphs.get(mode)
+        if graph is None:
+            cmds = self._launch_list(mode)
+            wp.synchronize_device(self._wp_device)
+            with wp.ScopedCapture(device=self._wp_device, force_module_load=False) as cap:
+                for cmd in cmds:
+                    cmd.launch()
+            graph = self._graphs[mode] = cap.graph
+        return graph
+
+    def _run(self, mode: str) -> None:
+        """Launch (or replay) the kernels of ``mode``: "step", "step_autoreset" or "reset"."""
+        if self._capture:
+            graph = self._graph(mode)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            wp.capture_launch(graph)
+            if self.device.type == "cuda":
+                wp.synchronize_device(self._wp_device)
+            return
+        with self._on_torch_stream():
+            for cmd in self._launch_list(mode):
+                cmd.launch()
+
+    def _on_torch_stream(self) -> Any:
+        """Context in which Warp launches are ordered with torch's work on the env's device."""
+        if self.device.type == "cuda":
+            return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device)))
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ validation
+    def _load_action(self, action: Any) -> None:
+        """Validate ``action`` against the action spec, then copy it into the action buffer."""
+        spec = self.action_spec
+        if not isinstance(action, torch.Tensor):
+            raise TypeError(f"action must be a torch.Tensor, got action={action!r}.")
+        if action.shape != spec.shape:
+            raise ValueError(
+                f"action must have shape {tuple(spec.shape)}, "
+                f"got action.shape={tuple(action.shape)}."
+            )
+        if action.dtype != spec.dtype:
+            raise TypeError(
+                f"action must have dtype {spec.dtype}, got action.dtype={action.dtype}."
+            )
+        if action.device != self.device:
+            raise ValueError(f"action must be on {self.device}, got action.device={action.device}.")
+        self._check_action_values(action)
+        self._t["action"].copy_(action)
+
+    def _read_reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        """The ``"_reset"`` entry as a ``[N]`` bool tensor, validated, or ``None`` (reset all)."""
+        if tensordict is None:
+            return None
+        mask = tensordict.get("_reset", None)
+        if mask is None:
+            return None
+        n = self.num_envs
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"_reset must be a torch.Tensor, got _reset={mask!r}.")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"_reset must have dtype torch.bool, got _reset.dtype={mask.dtype}.")
+        if tuple(mask.shape) not in ((n,), (n, 1)):
+            raise ValueError(
+                f"_reset must have shape ({n}, 1) or ({n},), got _reset.shape={tuple(mask.shape)}."
+            )
+        if mask.device != self.device:
+            raise ValueError(f"_reset must be on {self.device}, got _reset.device={mask.device}.")
+        return mask.reshape(n)
+
+    # ------------------------------------------------------------------ outputs
+    def _flags(self, source: str | None) -> dict[str, torch.Tensor]:
+        """Fresh done/terminated/truncated: all False (``None``) or copies of the step's flags."""
+        if source is None:
+            flags = torch.zeros_like(self._flag_buffer)
+        else:
+            flags = self._flag_buffer.clone()
+        return {key: flags[k] for k, key in enumerate(_DONE_KEYS)}
+
+    def _obs(self, which: str) -> dict[str, torch.Tensor]:
+        return {key: val.clone() for key, val in self._t[which].items()}
+
+    def _make_td(self, source: dict) -> TensorDict:
+        # every entry is a fresh tensor on self.device with leading dim num_envs: skip validation
+        return TensorDict._new_unsafe(source, batch_size=self.batch_size, device=self.device)
+
+    def _next_td(self) -> TensorDict:
+        source = self._obs("next")
+        source["reward"] = self._t["reward"].clone()
+        source.update(self._flags("step"))
+        return self._make_td(source)
+
+    # ------------------------------------------------------------------ TorchRL API
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._load_action(tensordict.get(self.action_key))
+        self._run("step")
+        return self._next_td()
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        mask = self._read_reset_mask(tensordict)
+        if mask is None:
+            self._t["mask"].fill_(1)
+        else:
+            self._t["mask"].copy_(mask)
+        self._run("reset")
+        source = self._obs("root")
+        source.update(self._flags(None))
+        return self._make_td(source)
+
+    def _fast_path_ok(self, tensordict: TensorDictBase) -> bool:
+        return (
+            self._post_step_mdp_hooks is None
+            and not self.__dict__.get("_torchrl_native_autoreset", False)
+            and tensordict.device == self.device
+            and "_step" not in tensordict.keys()
+            and "next" not in tensordict.keys()
+        )
+
+    def _step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step every env and reset the done ones in one fused launch.
+
+        Returns the input with its ``"next"`` entry (true final observations) and the next root
+        (reset observations where done, done flags all False), as TorchRL's generic
+        step-then-``maybe_reset`` would, without its per-step ``where`` merge.
+        """
+        if not self._fast_path_ok(tensordict):
+            return super()._step_and_maybe_reset(tensordict)
+        self._load_action(tensordict.get(self.action_key))
+        self._run("step_autoreset")
+        _put(tensordict, "next", self._next_td())
+        root = self._step_mdp(tensordict)
+        for key, val in self._obs("root").items():
+            _put(root, key, val)
+        for key, val in self._flags(None).items():
+            _put(root, key, val)
+        return tensordict, root
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Any = None,
+        callback: Any = None,
+        *,
+        auto_reset: bool = True,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool | None = None,
+        tensordict: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> TensorDictBase:
+        """Roll out ``max_steps`` steps, as TorchRL's :meth:`~torchrl.envs.EnvBase.rollout`.
+
+        With no policy, ``break_when_any_done=False`` and ``auto_reset=True`` (and no callback,
+        ``actions`` or ``out``), the random actions of all steps are drawn from the action spec up
+        front (torch's global generator, as TorchRL's random policy does) and one kernel writes
+        the ``[num_envs, max_steps]`` result; the env auto-resets in between and is left un-reset
+        after the last step, as in TorchRL. Every other case runs TorchRL's loop over this env's
+        fused :meth:`step_and_maybe_reset`.
+
+        Args:
+            max_steps (int): number of steps.
+            policy (callable, optional): TorchRL policy. Defaults to ``None`` (random actions).
+            callback (callable, optional): TorchRL rollout callback. Defaults to ``None``.
+            auto_reset (bool, optional): reset before rolling out. Defaults to ``True``.
+            break_when_any_done (bool, optional): as in TorchRL. Defaults to ``None`` (True).
+            break_when_all_done (bool, optional): as in TorchRL. Defaults to ``None``.
+            tensordict (TensorDictBase, optional): input of the first reset. Defaults to ``None``.
+            **kwargs: other TorchRL rollout options (they disable the fast path).
+
+        Returns:
+            A ``[num_envs, max_steps]`` TensorDict whose last dim is named ``"time"``.
+        """
+        fast = (
+            policy is None
+            and callback is None
+            and auto_reset
+            and break_when_any_done is False
+            and not break_when_all_done
+            and set(kwargs) <= {"return_contiguous", "trust_policy", "auto_cast_to_device"}
+            and self._post_step_mdp_hooks is None
+            and isinstance(max_steps, numbers.Integral)
+            and max_steps >= 1
+            and type(self)._rollout_launches is not WarpEnv._rollout_launches
+        )
+        if not fast:
+            return super().rollout(
+                max_steps,
+                policy,
+                callback,
+                auto_reset=auto_reset,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+                tensordict=tensordict,
+                **kwargs,
+            )
+        return self._fast_rollout(int(max_steps), tensordict)
+
+    def _random_actions(self, steps: int) -> torch.Tensor:
+        """``[T, N, ...]`` random actions from the action spec (torch's global generator)."""
+        return self.action_spec.rand((steps,))
+
+    def _rollout_outputs(self, steps: int) -> dict:
+        n, dev = self.num_envs, self.device
+
+        def empty(spec: Any) -> torch.Tensor:
+            return torch.empty((n, steps, *spec.shape[1:]), dtype=spec.dtype, device=dev)
+
+        out = {
+            "root": {k: empty(self.observation_spec[k]) for k in self._obs_keys},
+            "next": {k: empty(self.observation_spec[k]) for k in self._obs_keys},
+            "reward": empty(self.reward_spec),
+        }
+        for key in _DONE_KEYS:
+            out[key] = torch.empty(n, steps, 1, dtype=torch.bool, device=dev)
+        return out
+
+    def _fast_rollout(self, steps: int, tensordict: TensorDictBase | None) -> TensorDictBase:
+        self.reset(tensordict)
+        actions = self._random_actions(steps)
+        out = self._rollout_outputs(steps)
+        views = {
+            key: (
+                {k: _to_warp(v) for k, v in val.items()} if isinstance(val, dict) else _to_warp(val)
+            )
+            for key, val in out.items()
+        }
+        with self._on_torch_stream():
+            for kernel, inputs in self._rollout_launches(actions, views):
+                wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
+        return self._rollout_td(actions, out, steps)
+
+    def _rollout_td(self, actions: torch.Tensor, out: dict, steps: int) -> TensorDictBase:
+        batch = torch.Size([self.num_envs, steps])
+        nxt = dict(out["next"])
+        nxt["reward"] = out["reward"]
+        for key in _DONE_KEYS:
+            nxt[key] = out[key]
+        root = dict(out["root"])
+        root[self.action_key] = actions.movedim(0, 1)
+        zeros = torch.zeros(self.num_envs, steps, 1, dtype=torch.bool, device=self.device)
+        for key in _DONE_KEYS:
+            root[key] = zeros.clone()
+        root["next"] = TensorDict(nxt, batch_size=batch, device=self.device)
+        td = TensorDict(root, batch_size=batch, device=self.device)
+        td.refine_names(..., "time")
+        return td
