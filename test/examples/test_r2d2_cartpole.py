@@ -1,0 +1,217 @@
+"""Tests of the R2D2-style example: n-step targets, the recurrent unroll, the quick run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from torchrl_ext.examples import r2d2_cartpole as r2d2
+from torchrl_ext.examples.r2d2_cartpole import RecurrentQNet, n_step_targets
+
+
+def slow_n_step_targets(reward, terminated, done, valid, next_value, gamma, n_step):
+    """The obvious loop: sum rewards until n records, a done, an invalid record or the end."""
+    batch, size = reward.shape
+    out = torch.zeros(batch, size, dtype=torch.float64)
+    for b in range(batch):
+        for t in range(size):
+            if not valid[b, t]:
+                continue
+            total, last = 0.0, t
+            for k in range(n_step):
+                j = t + k
+                if j >= size or not valid[b, j]:
+                    break
+                total += gamma**k * float(reward[b, j])
+                last = j
+                if done[b, j]:
+                    break
+            if not terminated[b, last]:
+                total += gamma ** (last - t + 1) * float(next_value[b, last])
+            out[b, t] = total
+    return out
+
+
+def _flags(rows):
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+class TestNStepTargets:
+    """``n_step_targets`` equals the slow loop: bootstrap on truncation and at invalid records
+    or the window's end, never after a termination."""
+
+    def test_terminated_does_not_bootstrap(self):
+        reward = torch.tensor([[1.0, 2.0, 3.0]])
+        term = _flags([[False, True, False]])
+        valid = torch.ones(1, 3, dtype=torch.bool)
+        value = torch.tensor([[10.0, 20.0, 30.0]])
+        out = n_step_targets(reward, term, term, valid, value, 0.5, 3)
+        # t=0: 1 + 0.5*2 (terminated at 1); t=1: 2; t=2: 3 + 0.5*30 (window end)
+        assert out.tolist() == [[2.0, 2.0, 18.0]]
+
+    def test_truncated_bootstraps_from_its_next_value(self):
+        reward = torch.tensor([[1.0, 2.0, 3.0]])
+        term = _flags([[False, False, False]])
+        done = _flags([[False, True, False]])
+        valid = _flags([[True, True, False]])
+        value = torch.tensor([[10.0, 20.0, 30.0]])
+        out = n_step_targets(reward, term, done, valid, value, 0.5, 3)
+        # t=0: 1 + 0.5*2 + 0.25*20 (truncated at 1, its next value); t=2 invalid -> 0
+        assert out.tolist() == [[7.0, 12.0, 0.0]]
+
+    def test_invalid_padding_ends_the_sum(self):
+        reward = torch.tensor([[1.0, 1.0, 5.0, 5.0]])
+        no = _flags([[False] * 4])
+        valid = _flags([[True, True, False, False]])
+        value = torch.tensor([[2.0, 4.0, 100.0, 100.0]])
+        out = n_step_targets(reward, no, no, valid, value, 1.0, 3)
+        assert out.tolist() == [[6.0, 5.0, 0.0, 0.0]]
+
+    def test_one_step_is_td0(self):
+        gen = torch.Generator().manual_seed(0)
+        reward, value = torch.rand(3, 5, generator=gen), torch.rand(3, 5, generator=gen)
+        term = torch.rand(3, 5, generator=gen) < 0.3
+        valid = torch.ones(3, 5, dtype=torch.bool)
+        out = n_step_targets(reward, term, term, valid, value, 0.9, 1)
+        torch.testing.assert_close(out, reward + 0.9 * value * ~term)
+
+    @pytest.mark.parametrize("n_step", [1, 2, 3, 5, 12])
+    @pytest.mark.parametrize("seed", range(4))
+    def test_matches_slow_loop(self, n_step, seed):
+        gen = torch.Generator().manual_seed(seed)
+        batch, size = 6, 9
+        reward = torch.randn(batch, size, generator=gen)
+        value = torch.randn(batch, size, generator=gen)
+        terminated = torch.rand(batch, size, generator=gen) < 0.15
+        truncated = torch.rand(batch, size, generator=gen) < 0.15
+        done = terminated | truncated
+        # pad-style validity: an invalid prefix and suffix, plus a few random holes
+        valid = torch.rand(batch, size, generator=gen) > 0.15
+        valid[0, :3] = False
+        valid[1, 6:] = False
+        expected = slow_n_step_targets(reward, terminated, done, valid, value, 0.97, n_step)
+        out = n_step_targets(reward, terminated, done, valid, value, 0.97, n_step)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+    def test_rejects_bad_n_step(self):
+        x = torch.zeros(1, 2)
+        flags = torch.zeros(1, 2, dtype=torch.bool)
+        with pytest.raises(ValueError, match="n_step=0"):
+            n_step_targets(x, flags, flags, ~flags, x, 0.9, 0)
+
+
+def _actor_replay(net, obs, resets, state):
+    """Steps the actor's cell record by record, zeroing the state where ``resets`` is set."""
+    qs, states = [], [state]
+    for t in range(obs.shape[1]):
+        if t > 0:
+            keep = (~resets[:, t]).float().unsqueeze(-1)
+            state = (state[0] * keep, state[1] * keep)
+        q, state = net.step(obs[:, t], state)
+        qs.append(q)
+        states.append(state)
+    return torch.stack(qs, 1), states
+
+
+class TestRecurrentQNet:
+    """The learner's packed burn-in and window unroll reproduce the actor's record-by-record
+    stepping, from stored states and across the resets a pad window carries."""
+
+    @pytest.fixture
+    def net(self):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            return RecurrentQNet(2, 2, 8)
+
+    def test_burn_in_matches_stepping(self, net):
+        gen = torch.Generator().manual_seed(1)
+        obs = torch.randn(5, 6, 2, generator=gen)
+        is_init = torch.zeros(5, 6, dtype=torch.bool)
+        is_init[:, 0] = True
+        is_init[1, 2] = True
+        is_init[2, 5] = True
+        is_init[3, 1] = is_init[3, 4] = True
+        state = (torch.randn(5, 8, generator=gen), torch.randn(5, 8, generator=gen))
+        with torch.no_grad():
+            got = net.burn_in(obs, is_init, state)
+            _, states = _actor_replay(net, obs, is_init, state)
+        torch.testing.assert_close(got[0], states[-1][0])
+        torch.testing.assert_close(got[1], states[-1][1])
+
+    def _window(self, net, burn_in, valid, done):
+        """A [B, T] pad-window sample whose records come from one actor trajectory per row."""
+        gen = torch.Generator().manual_seed(2)
+        batch, size = valid.shape
+        obs = torch.randn(batch, size + 1, 2, generator=gen)
+        first = valid.float().argmax(1)
+        is_init = torch.zeros(batch, size, dtype=torch.bool)
+        is_init[:, 0] = True
+        is_init[torch.arange(batch), first] = True
+        stored = (torch.randn(batch, 8, generator=gen), torch.randn(batch, 8, generator=gen))
+        with torch.no_grad():
+            _, states = _actor_replay(net, obs[:, :size], is_init, stored)
+        sample = TensorDict(
+            {
+                "observation": obs[:, :size],
+                ("next", "observation"): obs[:, 1:],
+                "is_init": is_init,
+                "validity_mask": valid,
+                ("next", "done"): done,
+                "recurrent_state_h": torch.stack([s[0] for s in states[:-1]], 1),
+                "recurrent_state_c": torch.stack([s[1] for s in states[:-1]], 1),
+            },
+            [batch, size],
+        )
+        return sample, obs, is_init, stored
+
+    def test_window_q_matches_stepping(self, net):
+        burn_in, size = 3, 7
+        valid = torch.ones(3, size, dtype=torch.bool)
+        valid[1, :2] = False  # burn-in clamped before the episode start
+        valid[2, 5:] = False  # episode ended at record 4 (padded after)
+        done = torch.zeros(3, size, dtype=torch.bool)
+        done[2, 4] = True
+        sample, obs, is_init, stored = self._window(net, burn_in, valid, done)
+        with torch.no_grad():
+            got = net.window_q(sample, burn_in)
+            resets = torch.cat([is_init, torch.zeros(3, 1, dtype=torch.bool)], 1)
+            q_all, _ = _actor_replay(net, obs, resets, stored)
+        assert got.shape == (3, size - burn_in + 1, 2)
+        # rows 0 and 1: every column continues the trajectory (last column = next observation)
+        torch.testing.assert_close(got[:2], q_all[:2, burn_in:])
+        # row 2: records 3, 4, then the next observation of record 4 (the last valid one)
+        torch.testing.assert_close(got[2, :3], q_all[2, burn_in : burn_in + 3])
+
+    def test_window_q_rejects_crossing_windows(self, net):
+        valid = torch.ones(2, 5, dtype=torch.bool)
+        sample, *_ = self._window(net, 1, valid, torch.zeros(2, 5, dtype=torch.bool))
+        sample["is_init"][0, 3] = True
+        with pytest.raises(ValueError, match="burn_in=1"):
+            net.window_q(sample, 1)
+
+
+class TestQuickRun:
+    """``--quick`` trains a few iterations end to end and passes its own shape/mask checks."""
+
+    def test_quick_main(self, tmp_path):
+        result = r2d2.main(["--quick", "--seed", "3", "--out", str(tmp_path), "--no-progress"])
+        assert math.isfinite(result.last_loss)
+        assert (tmp_path / "r2d2_cartpole_seed3.csv").read_text().startswith("frames,")
+        assert (tmp_path / "r2d2_cartpole_seed3.png").stat().st_size > 0
+        assert result.frames >= r2d2.quick_config(3).max_frames
+
+    def test_check_quick_catches_bad_samples(self):
+        cfg = r2d2.quick_config(0)
+        result = r2d2.train(cfg, progress=False)
+        result.last_sample["learning_mask"][0, cfg.burn_in] = False
+        with pytest.raises(AssertionError, match="learning_mask"):
+            r2d2.check_quick(result, cfg)
+
+    def test_config_validates(self):
+        with pytest.raises(ValueError, match="n_step=0"):
+            r2d2.R2D2Config(n_step=0)
+        with pytest.raises(ValueError, match="gamma"):
+            r2d2.R2D2Config(gamma=1.5)

@@ -1,0 +1,1 @@
+"""End-to-end pipelines behind the README's main command."""
