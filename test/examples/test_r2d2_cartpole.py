@@ -104,16 +104,19 @@ class TestNStepTargets:
 
 
 def _actor_replay(net, obs, resets, state):
-    """Steps the actor's cell record by record, zeroing the state where ``resets`` is set."""
-    qs, states = [], [state]
+    """Steps the actor record by record, zeroing the state where ``resets`` is set.
+
+    Returns the Q-values and the state each record started from (what the actor stores).
+    """
+    qs, inputs = [], []
     for t in range(obs.shape[1]):
         if t > 0:
             keep = (~resets[:, t]).float().unsqueeze(-1)
             state = (state[0] * keep, state[1] * keep)
+        inputs.append(state)
         q, state = net.step(obs[:, t], state)
         qs.append(q)
-        states.append(state)
-    return torch.stack(qs, 1), states
+    return torch.stack(qs, 1), inputs
 
 
 class TestRecurrentQNet:
@@ -128,31 +131,71 @@ class TestRecurrentQNet:
 
     def test_burn_in_matches_stepping(self, net):
         gen = torch.Generator().manual_seed(1)
-        obs = torch.randn(5, 6, 2, generator=gen)
-        is_init = torch.zeros(5, 6, dtype=torch.bool)
+        obs = torch.randn(5, 7, 2, generator=gen)
+        is_init = torch.zeros(5, 7, dtype=torch.bool)
         is_init[:, 0] = True
         is_init[1, 2] = True
-        is_init[2, 5] = True
+        is_init[2, 6] = True
         is_init[3, 1] = is_init[3, 4] = True
         state = (torch.randn(5, 8, generator=gen), torch.randn(5, 8, generator=gen))
         with torch.no_grad():
-            got = net.burn_in(obs, is_init, state)
-            _, states = _actor_replay(net, obs, is_init, state)
-        torch.testing.assert_close(got[0], states[-1][0])
-        torch.testing.assert_close(got[1], states[-1][1])
+            got = net.burn_in(obs[:, :6], is_init[:, :6], state)
+            _, inputs = _actor_replay(net, obs, is_init, state)
+        before_reset = (~is_init[:, 6]).float().unsqueeze(-1)
+        torch.testing.assert_close(got[0] * before_reset, inputs[6][0])
+        torch.testing.assert_close(got[1] * before_reset, inputs[6][1])
+
+    def test_window_q_matches_stepping(self, net):
+        """Three rows of one actor trajectory each, sampled as pad windows: full, burn-in
+        clamped before an episode start (at record 2), and padded after an episode end
+        (record 4); the padded row's first invalid column values record 4's next observation."""
+        burn_in, size = 3, 7
+        gen = torch.Generator().manual_seed(2)
+        obs = torch.randn(3, size + 1, 2, generator=gen)  # obs[:, t + 1] follows record t
+        episode_start = torch.zeros(3, size + 1, dtype=torch.bool)
+        episode_start[1, 2] = True
+        stored = (torch.randn(3, 8, generator=gen), torch.randn(3, 8, generator=gen))
+        with torch.no_grad():
+            q_all, inputs = _actor_replay(net, obs, episode_start, stored)
+        # what Sequence(pad) returns: clamped record numbers and validity
+        records = torch.arange(size).repeat(3, 1)
+        records[1, :2] = 2
+        records[2, 5:] = 4
+        valid = records == torch.arange(size)
+        is_init = torch.zeros(3, size, dtype=torch.bool)
+        is_init[:, 0] = is_init[1, 2] = True
+        done = torch.zeros(3, size, dtype=torch.bool)
+        done[2, 4:] = True
+        rows = torch.arange(3).unsqueeze(1)
+        h = torch.stack([s[0] for s in inputs[:size]], 1)
+        c = torch.stack([s[1] for s in inputs[:size]], 1)
+        sample = TensorDict(
+            {
+                "observation": obs[rows, records],
+                ("next", "observation"): obs[rows, records + 1],
+                "is_init": is_init,
+                "validity_mask": valid,
+                ("next", "done"): done,
+                "recurrent_state_h": h[rows, records],
+                "recurrent_state_c": c[rows, records],
+            },
+            [3, size],
+        )
+        with torch.no_grad():
+            got = net.window_q(sample, burn_in)
+        assert got.shape == (3, size - burn_in + 1, 2)
+        # rows 0 and 1 continue the trajectory; the extra column is record 6's next observation
+        torch.testing.assert_close(got[:2], q_all[:2, burn_in:])
+        # row 2: records 3 and 4, then record 4's next observation (obs[:, 5])
+        torch.testing.assert_close(got[2, :3], q_all[2, burn_in : burn_in + 3])
 
     def _window(self, net, burn_in, valid, done):
-        """A [B, T] pad-window sample whose records come from one actor trajectory per row."""
-        gen = torch.Generator().manual_seed(2)
         batch, size = valid.shape
+        gen = torch.Generator().manual_seed(3)
         obs = torch.randn(batch, size + 1, 2, generator=gen)
-        first = valid.float().argmax(1)
         is_init = torch.zeros(batch, size, dtype=torch.bool)
         is_init[:, 0] = True
-        is_init[torch.arange(batch), first] = True
-        stored = (torch.randn(batch, 8, generator=gen), torch.randn(batch, 8, generator=gen))
-        with torch.no_grad():
-            _, states = _actor_replay(net, obs[:, :size], is_init, stored)
+        zeros = torch.zeros(batch, size, 8)
         sample = TensorDict(
             {
                 "observation": obs[:, :size],
@@ -160,30 +203,12 @@ class TestRecurrentQNet:
                 "is_init": is_init,
                 "validity_mask": valid,
                 ("next", "done"): done,
-                "recurrent_state_h": torch.stack([s[0] for s in states[:-1]], 1),
-                "recurrent_state_c": torch.stack([s[1] for s in states[:-1]], 1),
+                "recurrent_state_h": zeros,
+                "recurrent_state_c": zeros.clone(),
             },
             [batch, size],
         )
-        return sample, obs, is_init, stored
-
-    def test_window_q_matches_stepping(self, net):
-        burn_in, size = 3, 7
-        valid = torch.ones(3, size, dtype=torch.bool)
-        valid[1, :2] = False  # burn-in clamped before the episode start
-        valid[2, 5:] = False  # episode ended at record 4 (padded after)
-        done = torch.zeros(3, size, dtype=torch.bool)
-        done[2, 4] = True
-        sample, obs, is_init, stored = self._window(net, burn_in, valid, done)
-        with torch.no_grad():
-            got = net.window_q(sample, burn_in)
-            resets = torch.cat([is_init, torch.zeros(3, 1, dtype=torch.bool)], 1)
-            q_all, _ = _actor_replay(net, obs, resets, stored)
-        assert got.shape == (3, size - burn_in + 1, 2)
-        # rows 0 and 1: every column continues the trajectory (last column = next observation)
-        torch.testing.assert_close(got[:2], q_all[:2, burn_in:])
-        # row 2: records 3, 4, then the next observation of record 4 (the last valid one)
-        torch.testing.assert_close(got[2, :3], q_all[2, burn_in : burn_in + 3])
+        return sample, obs, is_init, None
 
     def test_window_q_rejects_crossing_windows(self, net):
         valid = torch.ones(2, 5, dtype=torch.bool)

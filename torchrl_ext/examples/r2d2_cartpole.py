@@ -491,69 +491,110 @@ def _make_nets(cfg: R2D2Config) -> tuple[RecurrentQNet, RecurrentQNet]:
     return online, target
 
 
+class _Learner:
+    """Online and target networks, optimizer and the update that writes priorities back."""
+
+    def __init__(self, cfg: R2D2Config) -> None:
+        self.cfg = cfg
+        self.online, self.target = _make_nets(cfg)
+        self.optim = torch.optim.Adam(self.online.parameters(), lr=cfg.lr, fused=True)
+        self.updates = 0
+        self.loss = math.nan
+
+    def update(self, rb: TensorDictPrioritizedReplayBuffer) -> TensorDictBase:
+        """Samples windows, takes one gradient step, updates their anchors' priorities."""
+        cfg = self.cfg
+        sample = rb.sample()
+        loss, td_error = r2d2_loss(
+            self.online, self.target, sample, cfg.gamma, cfg.n_step, cfg.burn_in
+        )
+        self.optim.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.online.parameters(), 10.0)
+        self.optim.step()
+        sample.set("td_error", td_error)
+        rb.update_tensordict_priority(sample)
+        self.updates += 1
+        self.loss = float(loss.detach())
+        if self.updates % cfg.target_period == 0:
+            self.target.load_state_dict(self.online.state_dict())
+        return sample
+
+
+class _Tracker:
+    """Mean return of recent episodes, first crossing of the target, log rows, progress bar."""
+
+    def __init__(self, cfg: R2D2Config, progress: bool) -> None:
+        from tqdm import tqdm
+
+        self.cfg = cfg
+        self.recent: deque[float] = deque(maxlen=cfg.return_window)
+        self.rows: list[dict] = []
+        self.hit: tuple[int, float] | None = None
+        self.bar = tqdm(total=cfg.max_frames, unit="frames", disable=not progress)
+        self.start = time.perf_counter()
+        self.iteration = 0
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+    def mean_return(self) -> float:
+        return sum(self.recent) / len(self.recent) if self.recent else math.nan
+
+    def record(self, frames: int, finished: list[float], learner: _Learner, eps: float) -> None:
+        self.recent.extend(finished)
+        self.iteration += 1
+        mean = self.mean_return()
+        if self.hit is None and mean >= self.cfg.target_return:
+            self.hit = (frames, self.seconds)
+        if self.iteration % self.cfg.log_every:
+            return
+        seconds = self.seconds
+        self.rows.append(
+            {
+                "frames": frames,
+                "seconds": round(seconds, 2),
+                "updates": learner.updates,
+                "epsilon": round(eps, 4),
+                "mean_return": mean,
+                "loss": learner.loss,
+            }
+        )
+        self.bar.update(frames - self.bar.n)
+        fps = int(frames / seconds)
+        self.bar.set_postfix(ret=f"{mean:.0f}", loss=f"{learner.loss:.3f}", fps=fps)
+
+
 def train(cfg: R2D2Config, progress: bool = True) -> TrainResult:
-    """Trains R2D2-style on partially observable CartPole; see the module docstring."""
-    online, target = _make_nets(cfg)
-    optim = torch.optim.Adam(online.parameters(), lr=cfg.lr)
+    """Trains R2D2-style on partially observable CartPole; see the module docstring.
+
+    Collects ``[num_envs, chunk]`` records, writes them, and (after ``warmup_frames``) takes
+    ``updates_per_chunk`` learner steps, until ``max_frames`` frames or ``minutes`` of wall
+    time; then evaluates the greedy policy. Seconds count from the start of collection.
+    """
+    learner = _Learner(cfg)
     env = _make_env(cfg.num_envs, cfg.seed)
-    actor = _Actor(env, online, torch.Generator().manual_seed(cfg.seed + 2))
+    actor = _Actor(env, learner.online, torch.Generator().manual_seed(cfg.seed + 2))
     rb = make_buffer(cfg, cfg.num_envs)
-    recent = deque(maxlen=cfg.return_window)
-    log: list[dict] = []
-    frames, updates, loss_value, sample = 0, 0, math.nan, None
-    hit_frames = hit_seconds = None
-    bar = _progress(cfg, progress)
-    start = time.perf_counter()
-    iteration = 0
-    while frames < cfg.max_frames and time.perf_counter() - start < cfg.minutes * 60:
+    tracker = _Tracker(cfg, progress)
+    frames, sample = 0, None
+    while frames < cfg.max_frames and tracker.seconds < cfg.minutes * 60:
         epsilon = _epsilon(cfg, frames)
         rb.extend(actor.collect(cfg.chunk, epsilon))
         frames += cfg.num_envs * cfg.chunk
-        recent.extend(actor.finished)
-        actor.finished.clear()
         if frames >= cfg.warmup_frames:
             for _ in range(cfg.updates_per_chunk):
-                sample = rb.sample()
-                loss, td = r2d2_loss(online, target, sample, cfg.gamma, cfg.n_step, cfg.burn_in)
-                optim.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(online.parameters(), 10.0)
-                optim.step()
-                sample.set("td_error", td)
-                rb.update_tensordict_priority(sample)
-                updates += 1
-                loss_value = float(loss.detach())
-                if updates % cfg.target_period == 0:
-                    target.load_state_dict(online.state_dict())
-        iteration += 1
-        mean_return = sum(recent) / len(recent) if recent else math.nan
-        seconds = time.perf_counter() - start
-        if hit_frames is None and len(recent) and mean_return >= cfg.target_return:
-            hit_frames, hit_seconds = frames, seconds
-        if iteration % cfg.log_every == 0:
-            row = {
-                "frames": frames,
-                "seconds": round(seconds, 2),
-                "updates": updates,
-                "epsilon": round(epsilon, 4),
-                "mean_return": mean_return,
-                "loss": loss_value,
-            }
-            log.append(row)
-            bar.update(frames - bar.n)
-            bar.set_postfix(
-                ret=f"{mean_return:.0f}", loss=f"{loss_value:.3f}", fps=int(frames / seconds)
-            )
-    seconds = time.perf_counter() - start
-    bar.close()
-    final = evaluate(online, cfg.eval_envs, cfg.seed + 10_000)
-    return TrainResult(log, hit_frames, hit_seconds, final, frames, seconds, sample, loss_value)
-
-
-def _progress(cfg: R2D2Config, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=cfg.max_frames, unit="frames", disable=not enabled, dynamic_ncols=True)
+                sample = learner.update(rb)
+        tracker.record(frames, actor.finished, learner, epsilon)
+        actor.finished.clear()
+    seconds = tracker.seconds
+    tracker.bar.close()
+    final = evaluate(learner.online, cfg.eval_envs, cfg.seed + 10_000)
+    hit_frames, hit_seconds = tracker.hit if tracker.hit else (None, None)
+    return TrainResult(
+        tracker.rows, hit_frames, hit_seconds, final, frames, seconds, sample, learner.loss
+    )
 
 
 # -- outputs and command line -------------------------------------------------------------------
