@@ -227,6 +227,13 @@ class TestQuickRun:
         assert (tmp_path / "r2d2_cartpole_seed3.csv").read_text().startswith("frames,")
         assert (tmp_path / "r2d2_cartpole_seed3.png").stat().st_size > 0
         assert result.frames >= r2d2.quick_config(3).max_frames
+        table = r2d2.summarize(tmp_path)
+        assert table.splitlines()[2].startswith("| 3 | ")
+        assert (tmp_path / "r2d2_cartpole_seeds.png").stat().st_size > 0
+
+    def test_summarize_needs_results(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="train first"):
+            r2d2.summarize(tmp_path)
 
     def test_check_quick_catches_bad_samples(self):
         cfg = r2d2.quick_config(0)
@@ -240,3 +247,18 @@ class TestQuickRun:
             r2d2.R2D2Config(n_step=0)
         with pytest.raises(ValueError, match="gamma"):
             r2d2.R2D2Config(gamma=1.5)
+
+
+class TestEpsilons:
+    """Exploration decays linearly from ``eps_start`` and never drops below the lane ladder."""
+
+    def test_start_and_end(self):
+        cfg = r2d2.R2D2Config(num_envs=4, eps_frames=100, eps_end=0.0, eps_lanes=0.5)
+        assert r2d2.epsilons(cfg, 0).tolist() == [1.0] * 4
+        late = r2d2.epsilons(cfg, 1000)
+        torch.testing.assert_close(late, torch.tensor([0.5, 0.5 ** (5 / 3), 0.5 ** (7 / 3), 0.125]))
+        assert (late[:-1] > late[1:]).all()
+
+    def test_halfway(self):
+        cfg = r2d2.R2D2Config(num_envs=2, eps_frames=100, eps_end=0.0, eps_lanes=0.1)
+        assert r2d2.epsilons(cfg, 50).tolist() == [0.5, 0.5]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import math
 import time
 from collections import deque
@@ -34,6 +35,7 @@ from torchrl_ext.data import Sequence
 __all__ = [
     "R2D2Config",
     "RecurrentQNet",
+    "epsilons",
     "n_step_targets",
     "r2d2_loss",
     "train",
@@ -69,6 +71,8 @@ class R2D2Config:
         eps_start (float): exploration rate at the start.
         eps_end (float): exploration rate after ``eps_frames`` frames.
         eps_frames (int): frames of linear exploration decay.
+        eps_lanes (float): Ape-X-style floor per env lane: lane ``i`` of ``N`` never explores
+            less than ``eps_lanes ** (1 + 2 * i / (N - 1))``, so a few lanes keep exploring.
         eval_envs (int): episodes of the final deterministic evaluation.
         log_every (int): collections between log rows.
         return_window (int): completed episodes averaged into the reported mean return.
@@ -78,27 +82,28 @@ class R2D2Config:
     seed: int = 0
     minutes: float = 5.0
     max_frames: int = 2_000_000
-    num_envs: int = 32
-    chunk: int = 8
-    updates_per_chunk: int = 2
+    num_envs: int = 16
+    chunk: int = 4
+    updates_per_chunk: int = 1
     warmup_frames: int = 2_000
     capacity: int = 100_000
     burn_in: int = 8
     length: int = 16
-    n_step: int = 3
+    n_step: int = 5
     batch_size: int = 32
     hidden: int = 64
-    gamma: float = 0.99
-    lr: float = 1e-3
-    target_period: int = 200
+    gamma: float = 0.98
+    lr: float = 5e-4
+    target_period: int = 100
     alpha: float = 0.9
     beta: float = 0.6
     eta: float = 0.9
     eps_start: float = 1.0
     eps_end: float = 0.01
-    eps_frames: int = 20_000
+    eps_frames: int = 40_000
+    eps_lanes: float = 0.1
     eval_envs: int = 16
-    log_every: int = 10
+    log_every: int = 20
     return_window: int = 32
     target_return: float = 400.0
 
@@ -362,7 +367,7 @@ class _Actor:
         self.episode_return = torch.zeros(env.num_envs)
         self.finished: list[float] = []
 
-    def act(self, obs: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, tuple]:
+    def act(self, obs: torch.Tensor, epsilon: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         q, state = self.net.step(obs, self.state)
         n = obs.shape[0]
         explore = torch.rand(n, generator=self.generator) < epsilon
@@ -370,8 +375,8 @@ class _Actor:
         return torch.where(explore, random, q.argmax(-1)), state
 
     @torch.no_grad()
-    def collect(self, steps: int, epsilon: float) -> TensorDict:
-        """Steps every env ``steps`` times; returns the ``[num_envs, steps]`` records."""
+    def collect(self, steps: int, epsilon: torch.Tensor) -> TensorDict:
+        """Steps every env ``steps`` times (``epsilon`` per env); returns ``[num_envs, steps]``."""
         rows = []
         for _ in range(steps):
             obs = self.td["observation"]
@@ -476,9 +481,20 @@ def make_buffer(cfg: R2D2Config, num_envs: int) -> TensorDictPrioritizedReplayBu
     )
 
 
-def _epsilon(cfg: R2D2Config, frames: int) -> float:
+def epsilons(cfg: R2D2Config, frames: int) -> torch.Tensor:
+    """Per-lane exploration rates: a linear decay, floored by a per-lane ladder.
+
+    Examples:
+        >>> cfg = R2D2Config(num_envs=3, eps_end=0.0, eps_lanes=0.1)
+        >>> eps = epsilons(cfg, frames=10**9)
+        >>> [round(e, 4) for e in eps.tolist()]
+        [0.1, 0.01, 0.001]
+    """
     fraction = min(1.0, frames / max(1, cfg.eps_frames))
-    return cfg.eps_start + fraction * (cfg.eps_end - cfg.eps_start)
+    decayed = cfg.eps_start + fraction * (cfg.eps_end - cfg.eps_start)
+    lanes = torch.arange(cfg.num_envs, dtype=torch.float64) / max(1, cfg.num_envs - 1)
+    floor = cfg.eps_lanes ** (1 + 2 * lanes)
+    return floor.clamp(min=decayed).float()
 
 
 def _make_nets(cfg: R2D2Config) -> tuple[RecurrentQNet, RecurrentQNet]:
@@ -542,7 +558,9 @@ class _Tracker:
     def mean_return(self) -> float:
         return sum(self.recent) / len(self.recent) if self.recent else math.nan
 
-    def record(self, frames: int, finished: list[float], learner: _Learner, eps: float) -> None:
+    def record(
+        self, frames: int, finished: list[float], learner: _Learner, eps: torch.Tensor
+    ) -> None:
         self.recent.extend(finished)
         self.iteration += 1
         mean = self.mean_return()
@@ -556,7 +574,7 @@ class _Tracker:
                 "frames": frames,
                 "seconds": round(seconds, 2),
                 "updates": learner.updates,
-                "epsilon": round(eps, 4),
+                "epsilon": round(float(eps.mean()), 4),
                 "mean_return": mean,
                 "loss": learner.loss,
             }
@@ -580,7 +598,7 @@ def train(cfg: R2D2Config, progress: bool = True) -> TrainResult:
     tracker = _Tracker(cfg, progress)
     frames, sample = 0, None
     while frames < cfg.max_frames and tracker.seconds < cfg.minutes * 60:
-        epsilon = _epsilon(cfg, frames)
+        epsilon = epsilons(cfg, frames)
         rb.extend(actor.collect(cfg.chunk, epsilon))
         frames += cfg.num_envs * cfg.chunk
         if frames >= cfg.warmup_frames:
@@ -658,6 +676,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a few iterations plus checks")
     parser.add_argument("--out", type=Path, default=Path("r2d2_cartpole_out"))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--summarize",
+        action="store_true",
+        help="train nothing: tabulate and plot the seeds already in --out",
+    )
     return parser.parse_args(argv)
 
 
@@ -676,9 +699,74 @@ def quick_config(seed: int) -> R2D2Config:
     )
 
 
-def main(argv: list[str] | None = None) -> TrainResult:
-    """Command-line entry point; returns the training result."""
+def summarize(out: Path) -> str:
+    """Tabulates the per-seed results in ``out`` (Markdown) and plots their curves together.
+
+    Returns:
+        str: the Markdown table; the plot goes to ``out / "r2d2_cartpole_seeds.png"``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    results = sorted(out.glob("r2d2_cartpole_seed*.json"))
+    if not results:
+        raise FileNotFoundError(f"no r2d2_cartpole_seed*.json in out={str(out)!r}; train first.")
+    lines = [
+        "| seed | frames to 400 | seconds to 400 | final greedy eval | frames | seconds |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for path in results:
+        r = json.loads(path.read_text())
+        hit = r["frames_to_target"] is not None
+        seconds = f"{r['seconds_to_target']:.0f}" if hit else "-"
+        lines.append(
+            f"| {r['seed']} | {r['frames_to_target'] if hit else 'not reached'} | {seconds} | "
+            f"{r['final_eval']:.1f} | {r['frames']} | {r['seconds']:.0f} |"
+        )
+        with path.with_suffix(".csv").open() as handle:
+            rows = list(csv.DictReader(handle))
+        x = [float(row["seconds"]) for row in rows]
+        ax.plot(x, [float(row["mean_return"]) for row in rows], label=f"seed {r['seed']}")
+    ax.axhline(400, color="gray", linestyle="--", label="400")
+    ax.set_xlabel("wall-clock seconds (1 torch thread)")
+    ax.set_ylabel("mean return, last 32 episodes")
+    ax.set_title("R2D2-style LSTM Q-learning, CartPole without velocities")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out / "r2d2_cartpole_seeds.png", dpi=100)
+    plt.close(fig)
+    return "\n".join(lines)
+
+
+def _save(result: TrainResult, cfg: R2D2Config, out: Path) -> Path:
+    """Writes the CSV log, the curve PNG and the summary JSON; returns their common stem."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"r2d2_cartpole_seed{cfg.seed}"
+    write_csv(result.log, stem.with_suffix(".csv"))
+    plot_curve(result.log, cfg.target_return, stem.with_suffix(".png"))
+    summary = {
+        "seed": cfg.seed,
+        "frames_to_target": result.frames_to_target,
+        "seconds_to_target": result.seconds_to_target,
+        "final_eval": result.final_eval,
+        "frames": result.frames,
+        "seconds": result.seconds,
+        "config": dataclasses.asdict(cfg),
+    }
+    stem.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    return stem
+
+
+def main(argv: list[str] | None = None) -> TrainResult | None:
+    """Command-line entry point; returns the training result (``None`` with ``--summarize``)."""
     args = _parse(argv)
+    if args.summarize:
+        print(summarize(args.out))
+        print(f"curves: {args.out / 'r2d2_cartpole_seeds.png'}")
+        return None
     torch.set_num_threads(1)
     cfg = (
         quick_config(args.seed) if args.quick else R2D2Config(seed=args.seed, minutes=args.minutes)
@@ -686,19 +774,16 @@ def main(argv: list[str] | None = None) -> TrainResult:
     result = train(cfg, progress=not args.no_progress)
     if args.quick:
         check_quick(result, cfg)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"r2d2_cartpole_seed{args.seed}"
-    write_csv(result.log, args.out / f"{stem}.csv")
-    plot_curve(result.log, cfg.target_return, args.out / f"{stem}.png")
+    stem = _save(result, cfg, args.out)
     hit = (
         f"{result.frames_to_target} frames, {result.seconds_to_target:.1f} s"
         if result.frames_to_target is not None
         else "not reached"
     )
     print(
-        f"seed {args.seed}: mean return {cfg.target_return:g} {hit}; "
+        f"seed {cfg.seed}: mean return {cfg.target_return:g} {hit}; "
         f"final greedy eval {result.final_eval:.1f} over {cfg.eval_envs} episodes; "
-        f"{result.frames} frames in {result.seconds:.1f} s; outputs in {args.out}/{stem}.*"
+        f"{result.frames} frames in {result.seconds:.1f} s; outputs {stem}.csv/.png/.json"
     )
     return result
 
