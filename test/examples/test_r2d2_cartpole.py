@@ -210,6 +210,14 @@ class TestRecurrentQNet:
         )
         return sample, obs, is_init, None
 
+    def test_obs_scale_divides_inputs(self, net):
+        scaled = RecurrentQNet(2, 2, 8, obs_scale=(2.0, 0.5))
+        scaled.load_state_dict(net.state_dict() | {"obs_scale": scaled.obs_scale})
+        obs = torch.tensor([[1.0, 0.25]])
+        torch.testing.assert_close(scaled.embed(obs), net.embed(torch.tensor([[0.5, 0.5]])))
+        with pytest.raises(ValueError, match="obs_scale"):
+            RecurrentQNet(2, 2, 8, obs_scale=(1.0, 0.0))
+
     def test_window_q_rejects_crossing_windows(self, net):
         valid = torch.ones(2, 5, dtype=torch.bool)
         sample, *_ = self._window(net, 1, valid, torch.zeros(2, 5, dtype=torch.bool))

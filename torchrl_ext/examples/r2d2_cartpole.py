@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 STATE_KEYS = ("recurrent_state_h", "recurrent_state_c")
+#: Termination bounds of the partially observed CartPole, ``(x, theta)``: the input scale.
+CARTPOLE_SCALE = (2.4, 12 * 2 * math.pi / 360)
 
 
 @dataclasses.dataclass
@@ -124,7 +126,7 @@ class R2D2Config:
 
 
 class RecurrentQNet(nn.Module):
-    """An LSTM Q-network: linear embedding, one-layer ``nn.LSTM``, two-layer head.
+    """An LSTM Q-network: scaled input, linear embedding, one-layer ``nn.LSTM``, two-layer head.
 
     The same LSTM serves the actor (:meth:`step`, one record at a time) and the learner
     (:meth:`window_q`, a ``[B, T]`` window from a stored initial state), so the stored states are
@@ -134,6 +136,8 @@ class RecurrentQNet(nn.Module):
         obs_dim (int): observation size.
         num_actions (int): number of discrete actions.
         hidden (int): embedding, LSTM and head width.
+        obs_scale (sequence of float, optional): typical magnitude of each observation entry;
+            inputs are divided by it. Defaults to ``None`` (no scaling).
 
     Examples:
         >>> import torch
@@ -144,14 +148,30 @@ class RecurrentQNet(nn.Module):
         (torch.Size([3, 2]), torch.Size([3, 8]))
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: int) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        hidden: int,
+        obs_scale: tuple[float, ...] | None = None,
+    ) -> None:
         super().__init__()
         self.hidden = hidden
-        self.embed = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU())
+        scale = torch.ones(obs_dim) if obs_scale is None else torch.tensor(obs_scale)
+        if scale.shape != (obs_dim,) or not bool((scale > 0).all()):
+            raise ValueError(
+                f"obs_scale must hold {obs_dim} positive numbers, got obs_scale={obs_scale!r}."
+            )
+        self.register_buffer("obs_scale", scale)
+        self.linear = nn.Linear(obs_dim, hidden)
         self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
         self.head = nn.Sequential(
             nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_actions)
         )
+
+    def embed(self, obs: torch.Tensor) -> torch.Tensor:
+        """Scaled observations through the linear embedding and a ReLU."""
+        return torch.relu(self.linear(obs / self.obs_scale))
 
     def initial_state(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Zero ``(h, c)`` states ``[batch, hidden]``."""
@@ -500,8 +520,8 @@ def epsilons(cfg: R2D2Config, frames: int) -> torch.Tensor:
 def _make_nets(cfg: R2D2Config) -> tuple[RecurrentQNet, RecurrentQNet]:
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
-        online = RecurrentQNet(2, 2, cfg.hidden)
-    target = RecurrentQNet(2, 2, cfg.hidden)
+        online = RecurrentQNet(2, 2, cfg.hidden, CARTPOLE_SCALE)
+    target = RecurrentQNet(2, 2, cfg.hidden, CARTPOLE_SCALE)
     target.load_state_dict(online.state_dict())
     target.requires_grad_(False)
     return online, target
