@@ -719,46 +719,78 @@ def quick_config(seed: int) -> R2D2Config:
     )
 
 
-def summarize(out: Path) -> str:
+def summarize(out: Path, marks: tuple[float, ...] = (60, 120, 180, 240, 300)) -> str:
     """Tabulates the per-seed results in ``out`` (Markdown) and plots their curves together.
 
+    Args:
+        out (Path): the ``--out`` folder of the training runs.
+        marks (tuple of float, optional): wall-clock seconds at which the curve table reads the
+            mean return. Defaults to every minute of a 5-minute run.
+
     Returns:
-        str: the Markdown table; the plot goes to ``out / "r2d2_cartpole_seeds.png"``.
+        str: a results table and a curve table (Markdown); the plot goes to
+        ``out / "r2d2_cartpole_seeds.png"``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    results = sorted(out.glob("r2d2_cartpole_seed*.json"))
-    if not results:
+    paths = sorted(out.glob("r2d2_cartpole_seed*.json"))
+    if not paths:
         raise FileNotFoundError(f"no r2d2_cartpole_seed*.json in out={str(out)!r}; train first.")
+    runs = []
+    for path in paths:
+        with path.with_suffix(".csv").open() as handle:
+            rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+        runs.append((json.loads(path.read_text()), rows))
+    _plot_seeds(runs, out / "r2d2_cartpole_seeds.png")
+    return _results_table(runs) + "\n\n" + _curve_table(runs, marks)
+
+
+def _results_table(runs: list[tuple[dict, list[dict]]]) -> str:
     lines = [
         "| seed | frames to 400 | seconds to 400 | final greedy eval | frames | seconds |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for path in results:
-        r = json.loads(path.read_text())
+    for r, _ in runs:
         hit = r["frames_to_target"] is not None
         seconds = f"{r['seconds_to_target']:.0f}" if hit else "-"
         lines.append(
             f"| {r['seed']} | {r['frames_to_target'] if hit else 'not reached'} | {seconds} | "
             f"{r['final_eval']:.1f} | {r['frames']} | {r['seconds']:.0f} |"
         )
-        with path.with_suffix(".csv").open() as handle:
-            rows = list(csv.DictReader(handle))
-        x = [float(row["seconds"]) for row in rows]
-        ax.plot(x, [float(row["mean_return"]) for row in rows], label=f"seed {r['seed']}")
+    return "\n".join(lines)
+
+
+def _curve_table(runs: list[tuple[dict, list[dict]]], marks: tuple[float, ...]) -> str:
+    """Mean return (last 32 episodes) at the last log row before each mark, per seed."""
+    lines = [
+        "| seed | " + " | ".join(f"{m:g} s" for m in marks) + " |",
+        "| --- |" + " --- |" * len(marks),
+    ]
+    for r, rows in runs:
+        cells = []
+        for mark in marks:
+            before = [row for row in rows if row["seconds"] <= mark]
+            cells.append(f"{before[-1]['mean_return']:.0f}" if before else "-")
+        lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _plot_seeds(runs: list[tuple[dict, list[dict]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r, rows in runs:
+        x = [row["seconds"] for row in rows]
+        ax.plot(x, [row["mean_return"] for row in rows], label=f"seed {r['seed']}")
     ax.axhline(400, color="gray", linestyle="--", label="400")
     ax.set_xlabel("wall-clock seconds (1 torch thread)")
     ax.set_ylabel("mean return, last 32 episodes")
     ax.set_title("R2D2-style LSTM Q-learning, CartPole without velocities")
-    ax.legend(loc="upper left")
+    ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(out / "r2d2_cartpole_seeds.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    return "\n".join(lines)
 
 
 def _save(result: TrainResult, cfg: R2D2Config, out: Path) -> Path:
