@@ -3,11 +3,13 @@
 Usage::
 
     PYTHONPATH=. python benchmarks/envs_report.py [--envs 1024,16384] [--steps 200] [--reps 7]
+    PYTHONPATH=. python benchmarks/envs_report.py --device cuda --envs 4096,16384,65536
 
 One torch thread; every workload is timed ``reps`` times, interleaved round-robin so that machine
 noise hits all of them alike, and the median is reported. Targets (issue 4): at 1024 envs our
 rollout >= gymnasium's numpy ``CartPoleVectorEnv`` and >= 5x the stock TorchRL partial-reset path on
 the same kernels, ``Collector`` >= 5M env-steps/s; at 16384 envs our rollout >= 30M env-steps/s.
+With ``--device cuda`` only our workloads run (gymnasium is CPU-only) and no targets are checked.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_envs_benchmark import WORKLOADS, workload_steps
+from test_envs_benchmark import DEVICE_WORKLOADS, WORKLOADS, workload_steps
 
 SKIP_AT_LARGE = {"gym_sync"}
 
 
-def measure(num_envs: int, steps: int, reps: int) -> dict[str, float]:
+def measure(num_envs: int, steps: int, reps: int, device: str = "cpu") -> dict[str, float]:
     """Median env-steps/s of every workload at ``num_envs`` envs."""
     names = [n for n in WORKLOADS if not (num_envs > 4096 and n in SKIP_AT_LARGE)]
-    runs = {n: WORKLOADS[n][0](num_envs, workload_steps(n, steps)) for n in names}
+    if device != "cpu":
+        names = [n for n in names if n in DEVICE_WORKLOADS]
+        runs = {n: WORKLOADS[n][0](num_envs, workload_steps(n, steps), device) for n in names}
+    else:
+        runs = {n: WORKLOADS[n][0](num_envs, workload_steps(n, steps)) for n in names}
     times: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(reps):
         for name in names:
@@ -46,12 +52,14 @@ def _row(label: str, value: float, target: float | None, unit: str) -> str:
     return f"  {label:<44} {value:>10.2f}{unit:<2} {goal:<10} {verdict}"
 
 
-def report(results: dict[int, dict[str, float]]) -> None:
+def report(results: dict[int, dict[str, float]], device: str = "cpu") -> None:
     """Print the throughput table and the target ratios."""
     for n, res in results.items():
-        print(f"\n{n} envs (env-steps/s, median):")
+        print(f"\n{n} envs on {device} (env-steps/s, median):")
         for name, rate in sorted(res.items(), key=lambda kv: -kv[1]):
             print(f"  {name:<22} {rate / 1e6:>9.2f} M")
+    if device != "cpu":
+        return
     print("\nTargets:")
     if 1024 in results:
         r = results[1024]
@@ -70,10 +78,11 @@ def main() -> None:
     parser.add_argument("--envs", default="1024,16384")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sizes = [int(x) for x in args.envs.split(",")]
-    report({n: measure(n, args.steps, args.reps) for n in sizes})
+    report({n: measure(n, args.steps, args.reps, args.device) for n in sizes}, args.device)
 
 
 if __name__ == "__main__":

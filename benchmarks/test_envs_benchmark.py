@@ -5,6 +5,7 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``ours_rollout``: ``CartPoleEnv.rollout(T, break_when_any_done=False)`` (the ``[N, T]`` kernel);
 * ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
 * ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
+* ``ours_collector_lean``: the same with a one-op random policy and ``track_traj_ids=False``;
 * ``ours_graph_step``: T replays of the captured fused step (``capture=True``), no TensorDicts;
 * ``stock_rollout``: the same kernels through TorchRL's generic ``step`` + partial ``reset``;
 * ``gym_vector``: gymnasium's numpy ``CartPoleVectorEnv``;
@@ -41,49 +42,84 @@ class StockCartPole(CartPoleEnv):
     rollout = EnvBase.rollout
 
 
-def _ours_rollout(n: int, steps: int) -> Callable[[], None]:
-    env = CartPoleEnv(n, seed=0)
+def _synced(run: Callable[[], object], device: str) -> Callable[[], None]:
+    """``run`` followed by a device synchronization (so CUDA timings cover the work)."""
+
+    def timed() -> None:
+        run()
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return timed
+
+
+def _ours_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    env = CartPoleEnv(n, device, seed=0)
     env.rollout(2, break_when_any_done=False)
-    return lambda: env.rollout(steps, break_when_any_done=False)
+    return _synced(lambda: env.rollout(steps, break_when_any_done=False), device)
 
 
-def _ours_policy_rollout(n: int, steps: int) -> Callable[[], None]:
-    env = CartPoleEnv(n, seed=0)
+def _ours_policy_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    env = CartPoleEnv(n, device, seed=0)
 
     def policy(td):
-        return td.set("action", torch.randint(0, 2, (n,)))
+        return td.set("action", torch.randint(0, 2, (n,), device=device))
 
     env.rollout(2, policy, break_when_any_done=False)
-    return lambda: env.rollout(steps, policy, break_when_any_done=False)
+    return _synced(lambda: env.rollout(steps, policy, break_when_any_done=False), device)
 
 
-def _ours_collector(n: int, steps: int) -> Callable[[], None]:
+def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     from torchrl.collectors import Collector
 
-    collector = Collector(CartPoleEnv(n, seed=0), None, frames_per_batch=n * steps, total_frames=-1)
+    env = CartPoleEnv(n, device, seed=0)
+    collector = Collector(env, None, frames_per_batch=n * steps, total_frames=-1)
     batches = iter(collector)
     next(batches)
-    return lambda: next(batches)
+    return _synced(lambda: next(batches), device)
 
 
-def _ours_graph_step(n: int, steps: int) -> Callable[[], None]:
-    env = CartPoleEnv(n, seed=0, capture=True)
+def _ours_collector_lean(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import Collector
+
+    class _Coin(torch.nn.Module):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.randint(0, 2, obs.shape[:-1])
+
+    policy = TensorDictModule(_Coin(), in_keys=["observation"], out_keys=["action"])
+    collector = Collector(
+        CartPoleEnv(n, device, seed=0),
+        policy,
+        frames_per_batch=n * steps,
+        total_frames=-1,
+        track_traj_ids=False,
+        auto_register_policy_transforms=False,
+    )
+    batches = iter(collector)
+    next(batches)
+    return _synced(lambda: next(batches), device)
+
+
+def _ours_graph_step(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    env = CartPoleEnv(n, device, seed=0, capture=True)
     env.reset()
-    actions = torch.randint(0, 2, (steps, n))
+    actions = torch.randint(0, 2, (steps, n), device=device)
 
     def run() -> None:
         for a in actions:
             env._t["action"].copy_(a)
             env._run("step_autoreset")
 
-    run()
-    return run
+    timed = _synced(run, device)
+    timed()
+    return timed
 
 
-def _stock_rollout(n: int, steps: int) -> Callable[[], None]:
-    env = StockCartPole(n, seed=0)
+def _stock_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    env = StockCartPole(n, device, seed=0)
     env.rollout(2, break_when_any_done=False)
-    return lambda: env.rollout(steps, break_when_any_done=False)
+    return _synced(lambda: env.rollout(steps, break_when_any_done=False), device)
 
 
 def _gym_vector(n: int, steps: int) -> Callable[[], None]:
@@ -115,15 +151,19 @@ def _gym_sync(n: int, steps: int) -> Callable[[], None]:
 
 
 #: name -> (factory(num_envs, steps) -> callable running num_envs * steps env-steps, steps scale)
-WORKLOADS: dict[str, tuple[Callable[[int, int], Callable[[], None]], float]] = {
+WORKLOADS: dict[str, tuple[Callable[..., Callable[[], None]], float]] = {
     "ours_rollout": (_ours_rollout, 1.0),
     "ours_policy_rollout": (_ours_policy_rollout, 1.0),
     "ours_collector": (_ours_collector, 1.0),
+    "ours_collector_lean": (_ours_collector_lean, 1.0),
     "ours_graph_step": (_ours_graph_step, 1.0),
     "stock_rollout": (_stock_rollout, 1.0),
     "gym_vector": (_gym_vector, 1.0),
     "gym_sync": (_gym_sync, 0.1),
 }
+
+#: workloads whose factory takes a ``device`` (ours and the stock path on our kernels)
+DEVICE_WORKLOADS = {name for name in WORKLOADS if not name.startswith("gym")}
 
 
 def workload_steps(name: str, steps: int) -> int:

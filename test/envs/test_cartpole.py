@@ -200,6 +200,8 @@ class TestCartPoleEnv:
             env._load_action([0, 1, 0, 1])
         with pytest.raises(ValueError, match=r"action.shape=\(3,\)"):
             env._load_action(torch.ones(3, dtype=torch.int64))
+        with pytest.raises(ValueError, match=r"action\.device=meta"):
+            env._load_action(torch.ones(4, dtype=torch.int64, device="meta"))
         assert torch.equal(env.state, before)
 
     @pytest.mark.parametrize(

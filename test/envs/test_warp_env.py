@@ -3,9 +3,11 @@ import torch
 import warp as wp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torchrl.collectors import Collector
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import (
     Compose,
     EnvBase,
@@ -18,8 +20,102 @@ from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
 from torchrl_ext.envs import CartPoleEnv, PendulumEnv, WarpEnv
+from torchrl_ext.envs.warp_env import begin_episode, count_step, stream_key, uniform_range
 
 N = 12
+
+
+@wp.kernel
+def _countdown_reset(
+    left: wp.array(dtype=wp.int32),
+    mask: wp.array(dtype=wp.int32),
+    seed: wp.array(dtype=wp.uint32),
+    steps: wp.array(dtype=wp.int32),
+    episode: wp.array(dtype=wp.int32),
+    obs: wp.array(dtype=float),
+    valid: wp.array(dtype=wp.bool),
+):
+    i = wp.tid()
+    if mask[i] != 0:
+        key = stream_key(seed, i, begin_episode(steps, episode, i))
+        left[i] = 1 + wp.int32(uniform_range(key, 0, wp.float64(0.0), wp.float64(6.0)))
+    obs[i] = float(left[i])
+    valid[i] = left[i] % 2 == 0
+
+
+@wp.kernel
+def _countdown_step(
+    left: wp.array(dtype=wp.int32),
+    action: wp.array(dtype=float),
+    seed: wp.array(dtype=wp.uint32),
+    steps: wp.array(dtype=wp.int32),
+    episode: wp.array(dtype=wp.int32),
+    max_steps: int,
+    autoreset: int,
+    obs_next: wp.array(dtype=float),
+    valid_next: wp.array(dtype=wp.bool),
+    obs_root: wp.array(dtype=float),
+    valid_root: wp.array(dtype=wp.bool),
+    reward: wp.array(dtype=float),
+    terminated: wp.array(dtype=wp.bool),
+    truncated: wp.array(dtype=wp.bool),
+    done: wp.array(dtype=wp.bool),
+):
+    i = wp.tid()
+    n = left[i] - 1
+    term = n <= 0
+    trunc = count_step(steps, i, max_steps)
+    obs_next[i] = float(n)
+    valid_next[i] = n % 2 == 0
+    reward[i] = action[i]
+    terminated[i] = term
+    truncated[i] = trunc
+    done[i] = term or trunc
+    if autoreset != 0:
+        if term or trunc:
+            key = stream_key(seed, i, begin_episode(steps, episode, i))
+            n = 1 + wp.int32(uniform_range(key, 0, wp.float64(0.0), wp.float64(6.0)))
+        obs_root[i] = float(n)
+        valid_root[i] = n % 2 == 0
+    left[i] = n
+
+
+class _CountdownEnv(WarpEnv):
+    """Counts down from a random start; two observation keys (one bool), no rollout kernel."""
+
+    def _make_specs(self):
+        n = self.num_envs
+        self.observation_spec = Composite(
+            observation=Unbounded((n, 1)),
+            valid=Categorical(2, shape=(n, 1), dtype=torch.bool),
+            shape=(n,),
+        )
+        self.action_spec = Bounded(0.0, 1.0, shape=(n, 1))
+        self.reward_spec = Unbounded((n, 1))
+
+    def _allocate_state(self):
+        self.left = wp.zeros(self.num_envs, dtype=wp.int32)
+
+    def _counters(self):
+        b = self.buffers
+        return [b["seed"], b["steps"], b["episode"]]
+
+    def _reset_launches(self):
+        b = self.buffers
+        root = [b["root"]["observation"], b["root"]["valid"]]
+        return [(_countdown_reset, [self.left, b["mask"], *self._counters(), *root])]
+
+    def _step_launches(self, autoreset):
+        b = self.buffers
+        nxt = [b["next"]["observation"], b["next"]["valid"]]
+        root = [b["root"]["observation"], b["root"]["valid"]]
+        flags = [b["reward"], b["terminated"], b["truncated"], b["done"]]
+        head = [self.left, b["action"], *self._counters(), self.step_limit, int(autoreset)]
+        return [(_countdown_step, head + nxt + root + flags)]
+
+
+class _StockCountdownEnv(_CountdownEnv):
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
 
 
 class _StockCartPole(CartPoleEnv):
@@ -59,7 +155,7 @@ def _drive(env, actions):
     root = env.reset()
     out = []
     for a in actions:
-        root["action"] = a.to(env.device)
+        root["action"] = a.to(env.device).clone()  # no action tensor shared between two envs
         td, root = env.step_and_maybe_reset(root)
         out.append((td, root))
     return out
@@ -89,6 +185,32 @@ class TestWarpEnv:
         env = make(device)
         check_env_specs(env)
         check_env_specs(TransformedEnv(env, Compose(InitTracker(), StepCounter(), RewardSum())))
+
+    def test_a_minimal_subclass_with_a_bool_output_and_no_rollout_kernel(self):
+        check_env_specs(_CountdownEnv(N, seed=29))
+        env = _CountdownEnv(N, seed=30, max_steps=4)
+        stock = _StockCountdownEnv(N, seed=30, max_steps=4)
+        actions = [torch.rand(N, 1, generator=torch.Generator().manual_seed(t)) for t in range(30)]
+        for (a, ra), (b, rb) in zip(_drive(env, actions), _drive(stock, actions), strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+            assert torch.equal(a["next", "valid"], a["next", "observation"].remainder(2).eq(0))
+            assert torch.equal(ra["valid"], ra["observation"].remainder(2).eq(0))
+            assert bool((ra["observation"] >= 1).all())
+        data = env.rollout(20, break_when_any_done=False)
+        assert data.shape == (N, 20) and data["next", "valid"].dtype == torch.bool
+        assert bool(data["next", "done"].any())
+
+    def test_to_its_own_device_only(self):
+        env = CartPoleEnv(2, seed=0)
+        assert env.to("cpu") is env
+        with pytest.raises(ValueError, match="device='meta'"):
+            env.to("meta")
+
+    def test_construction_inside_a_capture_is_refused(self):
+        with wp.ScopedCapture(device="cpu"):
+            with pytest.raises(RuntimeError, match="outside the capture"):
+                CartPoleEnv(2, seed=0)
 
     def test_base_without_hooks_says_what_is_missing(self):
         with pytest.raises(NotImplementedError, match="_make_specs"):
@@ -145,7 +267,7 @@ class TestWarpEnv:
         _drive(env, _random_actions(env, 5, seed=1))
         before = _snapshot(env)
         with pytest.raises(err, match=match):
-            env._reset(TensorDict({"_reset": mask}, [N]))
+            env.reset(TensorDict({"_reset": mask}, [N]))
         for a, b in zip(before, _snapshot(env), strict=True):
             assert torch.equal(a, b)
 
@@ -162,6 +284,28 @@ class TestWarpEnv:
             _assert_td_equal(ra, rb)
             dones += int(a["next", "done"].sum())
         assert dones > N
+
+    def test_carried_root_entries_are_zeroed_for_reset_envs_as_torchrl_does(self):
+        fast, stock = (
+            CartPoleEnv(N, seed=31, max_steps=None),
+            _StockCartPole(N, seed=31, max_steps=None),
+        )
+        rf, rs = fast.reset(), stock.reset()
+        partial = 0
+        for t, a in enumerate(_random_actions(fast, 80, seed=32)):
+            memory = torch.arange(N * 3, dtype=torch.float32).view(N, 3) + t + 1
+            for r in (rf, rs):
+                r["action"], r["memory"] = a.clone(), memory.clone()
+            tf, rf = fast.step_and_maybe_reset(rf)
+            ts, rs = stock.step_and_maybe_reset(rs)
+            _assert_td_equal(tf, ts)
+            _assert_td_equal(rf, rs)
+            done = tf["next", "done"][:, 0]
+            if 0 < int(done.sum()) < N:
+                partial += 1
+                assert bool((rf["memory"][done] == 0).all())
+                assert torch.equal(rf["memory"][~done], memory[~done])
+        assert partial > 5
 
     def test_final_observation_is_true_and_root_is_the_reset_state(self):
         env = CartPoleEnv(64, seed=5, max_steps=None)
@@ -207,6 +351,25 @@ class TestWarpEnv:
         data = env.rollout(25, policy, break_when_any_done=False)
         ref = stock.rollout(25, actions=actions, break_when_any_done=False)
         _assert_td_equal(data, ref)
+
+    @settings(max_examples=15, deadline=None)
+    @given(max_steps=st.integers(1, 25), seed=st.integers(0, 2**64 - 1), steps=st.integers(2, 60))
+    def test_auto_reset_invariants_over_random_limits_and_seeds(self, max_steps, seed, steps):
+        env = TransformedEnv(CartPoleEnv(N, seed=seed, max_steps=max_steps), InitTracker())
+        data = env.rollout(steps, break_when_any_done=False)
+        is_init, done = data["is_init"][..., 0], data["next", "done"][..., 0]
+        trunc = data["next", "truncated"][..., 0]
+        obs, nxt = data["observation"], data["next", "observation"]
+        assert bool(is_init[:, 0].all())
+        assert torch.equal(is_init[:, 1:], done[:, :-1])
+        cont = ~done[:, :-1]
+        assert torch.equal(obs[:, 1:][cont], nxt[:, :-1][cont])
+        assert bool((obs[is_init].abs() < 0.05).all())
+        # episode length = steps since the last is_init, inclusive; truncation exactly at the limit
+        length = torch.zeros(N, dtype=torch.long)
+        for t in range(steps):
+            length = torch.where(is_init[:, t], 1, length + 1)
+            assert torch.equal(trunc[:, t], length == max_steps)
 
     def test_is_init_marks_every_episode_start_in_rollout(self):
         env = TransformedEnv(CartPoleEnv(N, seed=8, max_steps=12), InitTracker())
@@ -281,6 +444,28 @@ class TestWarpEnv:
         assert bool((low != high).any(dim=-1).all())
         assert bool((low != top).any(dim=-1).all())
 
+    def test_streams_are_uncorrelated_across_envs_episodes_and_seeds(self):
+        env = CartPoleEnv(2048, seed=21)
+        first = env.reset()["observation"].double()
+        second = env.reset()["observation"].double()
+        other_seed = CartPoleEnv(2048, seed=22).reset()["observation"].double()
+        pairs = [
+            (first[:-1, 0], first[1:, 0]),  # neighbouring envs
+            (first[:, 0], second[:, 0]),  # consecutive episodes of one env
+            (first[:, 0], other_seed[:, 0]),  # neighbouring seeds
+        ]
+        for a, b in pairs:
+            assert stats.pearsonr(a.numpy(), b.numpy()).pvalue > 0.01
+        counts = torch.histc(torch.cat([first, second]).flatten(), bins=16, min=-0.05, max=0.05)
+        assert stats.chisquare(counts.numpy()).pvalue > 0.01
+
+    def test_rollout_that_stops_early_uses_torchrl_loop(self):
+        env = CartPoleEnv(N, seed=23, max_steps=None)
+        data = env.rollout(500)
+        done = data["next", "done"][..., 0]
+        assert bool(done[:, -1].any())
+        assert not bool(done[:, :-1].any())
+
     def test_streams_depend_only_on_seed_and_env_index(self):
         small, big = CartPoleEnv(4, seed=77), CartPoleEnv(16, seed=77)
         assert torch.equal(small.reset()["observation"], big.reset()["observation"][:4])
@@ -303,6 +488,23 @@ class TestWarpEnv:
             env.reset(TensorDict({"_reset": mask}, [N], device=device))
             env.step(env.reset().set("action", actions[0].to(device)))
         assert torch.equal(eager.state, graph.state)
+
+    def test_forgotten_launches_are_recorded_again_on_the_new_arrays(self):
+        env = CartPoleEnv(N, seed=24, capture=True)
+        twin = CartPoleEnv(N, seed=24)
+        actions = _random_actions(env, 6, seed=25)
+        _drive(env, actions[:3])
+        fresh = env.state.clone()
+        env._state = fresh
+        env._wp_state = wp.from_torch(fresh)
+        env._forget_launches()
+        assert env._graphs == {} and env._commands == {}
+        env.set_seed(24)  # restart the episode counts so both envs draw the same episodes
+        runs = _drive(env, actions), _drive(twin, actions)
+        for (a, ra), (b, rb) in zip(*runs, strict=True):
+            _assert_td_equal(a, b)
+            _assert_td_equal(ra, rb)
+        assert torch.equal(fresh, twin.state)
 
     def test_scoped_capture_of_the_fused_step_by_hand(self):
         env = CartPoleEnv(N, seed=13, max_steps=6)

@@ -188,6 +188,11 @@ class WarpEnv(EnvBase):
         if seed is not None:
             seed = _check_seed(seed)
         wp.init()
+        if wp.device_from_torch(device).is_capturing:
+            raise RuntimeError(
+                f"{type(self).__name__} was constructed while a Warp graph capture is active on "
+                f"{device}; build the env outside the capture (it allocates and loads kernels)."
+            )
         super().__init__(device=device, batch_size=torch.Size([num_envs]))
         self.num_envs = num_envs
         self.max_steps = max_steps
@@ -217,8 +222,8 @@ class WarpEnv(EnvBase):
 
         They read the action from ``buffers["action"]``, write ``buffers["next"][key]`` for every
         observation key, ``buffers["reward"]`` and the three done flags; with ``autoreset`` they
-        reset the envs that are done (:func:`~torchrl_ext.envs._kernels.common.begin_episode`)
-        and write every env's current observation into ``buffers["root"][key]``.
+        reset the envs that are done (``begin_episode``, then a start state drawn from
+        ``stream_key``) and write every env's current observation into ``buffers["root"][key]``.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement _step_launches().")
 
@@ -235,9 +240,8 @@ class WarpEnv(EnvBase):
 
         ``actions`` is time-major, ``[T, N, *action_shape]``; ``out`` holds Warp views of the
         ``"root"`` and ``"next"`` observation dicts, ``"reward"`` and the three done flags, all
-        env-major ``[N, T, ...]``.
-        Subclasses without such a kernel do not override it: :meth:`rollout` then uses the generic
-        loop over fused steps.
+        env-major ``[N, T, ...]``. Subclasses without such a kernel do not override it:
+        :meth:`rollout` then runs TorchRL's loop over fused steps.
         """
         return None
 
@@ -275,6 +279,28 @@ class WarpEnv(EnvBase):
         ``"terminated"``, ``"truncated"``, and ``"next"``/``"root"``: dicts of observation buffers.
         """
         return self._wp
+
+    def to(self, device: torch.device | str) -> WarpEnv:
+        """Return ``self`` for the env's own device; Warp state cannot move, so others raise.
+
+        Args:
+            device (torch.device or str): target device.
+
+        Returns:
+            This env, when ``device`` is the device it was built on.
+
+        Raises:
+            ValueError: for any other device (build a new env there instead).
+        """
+        target = torch.device(device)
+        if target.type == "cuda" and target.index is None and torch.cuda.is_available():
+            target = torch.device("cuda", torch.cuda.current_device())
+        if target == self.device:
+            return self
+        raise ValueError(
+            f"{type(self).__name__} keeps its Warp state on {self.device} and cannot move; got "
+            f"device={str(target)!r}. Build a new env with device={str(target)!r} instead."
+        )
 
     # ------------------------------------------------------------------ allocation
     def _done_spec(self) -> Composite:
@@ -346,6 +372,15 @@ class WarpEnv(EnvBase):
             self._commands[mode] = cmds
         return cmds
 
+    def _forget_launches(self) -> None:
+        """Drop recorded launches and graphs; call after replacing an array a recipe names.
+
+        Recipes are recorded on first use and replayed with the arrays they named then, so a
+        subclass that reallocates state (or any buffer) must call this before the next step.
+        """
+        self._commands.clear()
+        self._graphs.clear()
+
     def _graph(self, mode: str) -> Any:
         graph = self._graphs.get(mode)
         if graph is None:
@@ -358,18 +393,19 @@ class WarpEnv(EnvBase):
         return graph
 
     def _run(self, mode: str) -> None:
-        """Launch (or replay) the kernels of ``mode``: "step", "step_autoreset" or "reset"."""
-        if self._capture:
-            graph = self._graph(mode)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            wp.capture_launch(graph)
-            if self.device.type == "cuda":
-                wp.synchronize_device(self._wp_device)
-            return
+        """Launch (or replay) the kernels of ``mode``: "step", "step_autoreset" or "reset".
+
+        Work is queued on torch's current stream of the env's device, so it is ordered with the
+        torch copies around it. Graphs are recorded on Warp's own stream (outside the torch stream,
+        which may be the uncapturable legacy stream) and replayed on torch's.
+        """
+        graph = self._graph(mode) if self._capture else None
         with self._on_torch_stream():
-            for cmd in self._launch_list(mode):
-                cmd.launch()
+            if graph is not None:
+                wp.capture_launch(graph)
+            else:
+                for cmd in self._launch_list(mode):
+                    cmd.launch()
 
     def _on_torch_stream(self) -> Any:
         """Context in which Warp launches are ordered with torch's work on the env's device."""
@@ -480,11 +516,35 @@ class WarpEnv(EnvBase):
         self._run("step_autoreset")
         _put(tensordict, "next", self._next_td())
         root = self._step_mdp(tensordict)
+        self._zero_carried_entries_of_reset_envs(root)
         for key, val in self._obs("root").items():
             _put(root, key, val)
         for key, val in self._flags(None).items():
             _put(root, key, val)
         return tensordict, root
+
+    def _zero_carried_entries_of_reset_envs(self, root: TensorDictBase) -> None:
+        """Zero, for the envs that reset, the root entries a reset does not produce.
+
+        TorchRL's partial reset merges with ``where(~_reset, old, reset_data, pad=0)``: entries
+        the env's reset does not write (the previous action, policy outputs carried in the root)
+        become zero for the reset envs, and stay as they are when every env resets at once. The
+        fused path does the same, on fresh tensors.
+        """
+        done = self._flag_buffer[0]
+        count = int(done.sum())
+        if count in (0, self.num_envs):
+            return
+        produced = set(self._obs_keys) | set(_DONE_KEYS)
+        keep = ~done.view(self.num_envs)
+        for key in list(root.keys(True, True)):
+            val = root.get(key)
+            if key in produced or not isinstance(val, torch.Tensor):
+                continue
+            mask = keep.view(self.num_envs, *([1] * (val.dim() - 1)))
+            root.set(
+                key, torch.where(mask, val, torch.zeros((), dtype=val.dtype, device=val.device))
+            )
 
     def rollout(
         self,
