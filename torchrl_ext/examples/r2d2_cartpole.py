@@ -826,6 +826,7 @@ def main(argv: list[str] | None = None) -> TrainResult | None:
     result = train(cfg, progress=not args.no_progress)
     if args.quick:
         check_quick(result, cfg)
+        print(f"quick checks passed: finite loss {result.last_loss:.4f}, windows, masks, states")
     stem = _save(result, cfg, args.out)
     hit = (
         f"{result.frames_to_target} frames, {result.seconds_to_target:.1f} s"
