@@ -341,6 +341,15 @@ def r2d2_loss(
     bootstrap action, the target network values it. The loss covers
     ``learning_mask & validity_mask``.
 
+    Args:
+        online (RecurrentQNet): the network being trained.
+        target (RecurrentQNet): the periodically copied network that values bootstraps.
+        sample (TensorDict): a ``[B, T]`` window sample of a ``Sequence(layout="batch_time")``
+            with ``n_step - 1`` bootstrap records and ``"priority_weight"``.
+        gamma (float): discount.
+        n_step (int): return horizon.
+        burn_in (int): the unit's burn-in.
+
     Returns:
         ``(loss, td_error)``: the scalar loss and ``|TD error|`` per record ``[B, T]`` (0 outside
         the loss mask), ready to be written as priorities.
@@ -427,7 +436,13 @@ _NEXT_KEYS = ("observation", "reward", "done", "terminated", "truncated")
 
 @torch.no_grad()
 def evaluate(net: RecurrentQNet, episodes: int, seed: int) -> float:
-    """Mean return of ``episodes`` greedy episodes (one per env, up to 500 steps each)."""
+    """Mean return of ``episodes`` greedy episodes (one per env, up to 500 steps each).
+
+    Args:
+        net (RecurrentQNet): the policy's Q-network.
+        episodes (int): episodes, run side by side.
+        seed (int): the evaluation env's seed.
+    """
     env = _make_env(episodes, seed)
     td = env.reset()
     state = net.initial_state(episodes)
@@ -479,8 +494,12 @@ class TrainResult:
     last_loss: float
 
 
-def make_buffer(cfg: R2D2Config, num_envs: int) -> TensorDictPrioritizedReplayBuffer:
-    """The prioritized window buffer over a time x lane storage."""
+def make_buffer(cfg: R2D2Config) -> TensorDictPrioritizedReplayBuffer:
+    """The prioritized window buffer over a time x lane storage (lanes set by the first write).
+
+    Args:
+        cfg (R2D2Config): window geometry, capacity, batch size and priority exponents.
+    """
     unit = Sequence(
         cfg.length,
         burn_in=cfg.burn_in,
@@ -610,11 +629,18 @@ def train(cfg: R2D2Config, progress: bool = True) -> TrainResult:
     Collects ``[num_envs, chunk]`` records, writes them, and (after ``warmup_frames``) takes
     ``updates_per_chunk`` learner steps, until ``max_frames`` frames or ``minutes`` of wall
     time; then evaluates the greedy policy. Seconds count from the start of collection.
+
+    Args:
+        cfg (R2D2Config): hyperparameters and budgets.
+        progress (bool, optional): show a tqdm bar. Defaults to ``True``.
+
+    Returns:
+        TrainResult: log rows, first crossing of the target return, final evaluation.
     """
     learner = _Learner(cfg)
     env = _make_env(cfg.num_envs, cfg.seed)
     actor = _Actor(env, learner.online, torch.Generator().manual_seed(cfg.seed + 2))
-    rb = make_buffer(cfg, cfg.num_envs)
+    rb = make_buffer(cfg)
     tracker = _Tracker(cfg, progress)
     frames, sample = 0, None
     while frames < cfg.max_frames and tracker.seconds < cfg.minutes * 60:
