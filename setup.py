@@ -14,6 +14,7 @@ DOCS = [
     "sphinx>=8",
     "furo",
     "sphinx-gallery>=0.17",
+    "myst-parser>=3",
     "matplotlib>=3.7",
 ]
 EXAMPLES = ["matplotlib>=3.7", "tqdm>=4.60"]

@@ -17,7 +17,11 @@ extensions = [
     "sphinx.ext.viewcode",
     "sphinx_gallery.gen_gallery",
     "matplotlib.sphinxext.plot_directive",
+    "myst_parser",
 ]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_enable_extensions = ["colon_fence"]
+myst_heading_anchors = 2
 
 html_theme = "furo"
 html_title = "torchrl_ext"

@@ -14,6 +14,7 @@ final deterministic evaluation, per seed) to ``--table`` and all curves to
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import statistics
@@ -138,7 +139,7 @@ def markdown(lstm: list[Result], mlp: list[Result], plot: Path, command: str) ->
         "|---|---|---|---|---|---|---|---|---|",
         *timing_rows(lstm + mlp),
         "",
-        f"Learning curves: `{plot}`",
+        f"![Learning curves]({plot})",
         "",
     ]
     return "\n".join(lines)
@@ -177,7 +178,9 @@ def main(argv: list[str] | None = None) -> str:
         plot = args.image
     shown = sys.argv[1:] if argv is None else argv
     command = "python -m torchrl_ext.examples.ppo_cartpole_results " + " ".join(shown)
-    text = markdown(lstm, mlp, plot, command.strip())
+    # the table links the plot relative to where the table is written (docs pages render it)
+    relative = Path(os.path.relpath(plot, args.table.parent))
+    text = markdown(lstm, mlp, relative, command.strip())
     args.table.parent.mkdir(parents=True, exist_ok=True)
     args.table.write_text(text)
     print(text)
