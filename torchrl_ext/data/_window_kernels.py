@@ -38,13 +38,18 @@ def _expand(flags, time, lanes, seam, geometry, ints, bools):
         lane = lanes[b] if has_lanes else 0
         _expand_one(flags, t, lane, written, oldest, newest, back, forward, burn_in, stride,
                     mode, ints[POSITION, b], bools[VALID, b], bools[START, b])  # fmt: skip
-        for k in range(ints.shape[2]):
-            ints[SEQUENCE_ID, b, k] = b
-            ints[STEP, b, k] = k
-            ints[ANCHOR, b, k] = t
-            bools[LEARNING, b, k] = burn_in <= k < burn_in + length
+        ints[SEQUENCE_ID, b, :] = b
+        ints[ANCHOR, b, :] = t
         if has_lanes:
             ints[LANE, b, :] = lane
+        _steps(burn_in, length, ints[STEP, b], bools[LEARNING, b])
+
+
+def _steps(burn_in, length, steps, learning):
+    """Step in the window and learning mask of one window."""
+    for k in range(steps.shape[0]):
+        steps[k] = k
+        learning[k] = burn_in <= k < burn_in + length
 
 
 def _wrap(position, written):
@@ -63,23 +68,59 @@ def _expand_one(flags, t, lane, written, oldest, newest, back, forward, burn_in,
     to_start = min(_wrap(t - oldest, written), back)
     has_flags = flags.shape[0] > 0
     if mode != CROSS and has_flags:
-        for j in range(to_stop):
-            if flags[_wrap(t + j, written), lane]:
-                to_stop = j
-                break
-        for j in range(1, to_start + 1):
-            if flags[_wrap(t - j, written), lane]:
-                to_start = j - 1
-                break
+        to_stop = _unflagged_run(flags, t, 1, to_stop, lane, written)
+        to_start = _unflagged_run(flags, t - 1, -1, to_start, lane, written)
     shift = min(max(0, forward - to_stop), to_start) if mode == STOP else 0
-    previous = 0
+    if mode == CROSS and has_flags:
+        _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride,
+                         positions, valid, starts)  # fmt: skip
+    else:
+        _clamped_window(t, written, to_start, to_stop, shift, burn_in, stride,
+                        positions, valid, starts)  # fmt: skip
+
+
+def _unflagged_run(flags, first, direction, count, lane, written):
+    """How many of the records ``first + direction * i`` (``i < count``) precede a done flag."""
+    last = first + direction * (count - 1)
+    if 0 <= min(first, last) and max(first, last) < written:
+        for i in range(count):  # no wrap: the common case, a plain scan
+            if flags[first + direction * i, lane]:
+                return i
+        return count
+    for i in range(count):
+        if flags[_wrap(first + direction * i, written), lane]:
+            return i
+    return count
+
+
+def _clamped_window(t, written, to_start, to_stop, shift, burn_in, stride,
+                    positions, valid, starts):  # fmt: skip
+    """A window clamped to ``[-to_start, to_stop]``; its valid records form one run."""
     for k in range(positions.shape[0]):
         rel = (k - burn_in) * stride - shift
         clamped = min(max(rel, -to_start), to_stop)
         positions[k] = _wrap(t + clamped, written)
         valid[k] = clamped == rel
+        starts[k] = False
+    if positions.shape[0] > 0:
+        starts[0] = True
+    for k in range(positions.shape[0]):
+        if valid[k]:
+            starts[k] = True
+            break
+
+
+def _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride,
+                     positions, valid, starts):  # fmt: skip
+    """``"include_reset"`` with done flags: episodes starting inside the window also start."""
+    previous = 0
+    for k in range(positions.shape[0]):
+        rel = (k - burn_in) * stride
+        clamped = min(max(rel, -to_start), to_stop)
+        positions[k] = _wrap(t + clamped, written)
+        valid[k] = clamped == rel
         start = k == 0 or (valid[k] and not valid[k - 1])
-        if mode == CROSS and k > 0 and has_flags:
+        if k > 0:
             for r in range(previous, clamped):
                 if flags[_wrap(t + r, written), lane]:
                     start = True
@@ -89,6 +130,10 @@ def _expand_one(flags, t, lane, written, oldest, newest, back, forward, burn_in,
 
 if AVAILABLE:
     _wrap = numba.njit(cache=True, nogil=True, inline="always")(_wrap)
+    _steps = numba.njit(cache=True, nogil=True, inline="always")(_steps)
+    _unflagged_run = numba.njit(cache=True, nogil=True, inline="always")(_unflagged_run)
+    _clamped_window = numba.njit(cache=True, nogil=True, inline="always")(_clamped_window)
+    _crossing_window = numba.njit(cache=True, nogil=True)(_crossing_window)
     _expand_one = numba.njit(cache=True, nogil=True)(_expand_one)
     _expand = numba.njit(cache=True, nogil=True)(_expand)
 
