@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -833,3 +834,67 @@ def test_changing_geometry_after_construction():
     index, info = unit.expand(torch.tensor([4]), {}, rb.storage)
     assert index.tolist() == [2, 4, 6, 8]
     assert info["learning_mask"].tolist() == [False, True, True, True]
+
+
+class TestSequenceBuilders:
+    """The compiled loop and the batched tensor ops return the same batch, in fresh memory."""
+
+    @staticmethod
+    def _buffer(ndim: int) -> TensorDictReplayBuffer:
+        gen = torch.Generator().manual_seed(5)
+        if ndim == 1:
+            return fill(40, (torch.rand(57, generator=gen) < 0.1).tolist(), [9] * 7)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16 * 3, ndim=2))
+        done = torch.rand(3, 23, 1, generator=gen) < 0.15
+        for t0 in range(0, 23, 5):
+            part = done[:, t0 : t0 + 5]
+            rb.extend(TensorDict({("next", "done"): part}, part.shape[:2]))
+        return rb
+
+    @staticmethod
+    def _anchors(rb, ndim: int):
+        gen = torch.Generator().manual_seed(6)
+        time = torch.randint(0, 16, (9,), generator=gen)
+        return time if ndim == 1 else (time, torch.randint(0, 3, (9,), generator=gen))
+
+    @staticmethod
+    def _tensors(index, info) -> list[torch.Tensor]:
+        index = index if isinstance(index, tuple) else (index,)
+        return [*index, *(v for v in info.values() if isinstance(v, torch.Tensor))]
+
+    @pytest.mark.parametrize("boundary", ["pad", "stop", "include_reset"])
+    @pytest.mark.parametrize("layout", ["flat", "batch_time"])
+    @pytest.mark.parametrize("ndim", [1, 2])
+    def test_identical_batches(self, boundary, layout, ndim):
+        rb = self._buffer(ndim)
+        anchors = self._anchors(rb, ndim)
+        info = {"_weight": torch.arange(9.0), "scalar": 3}
+        batches = []
+        for compiled in (True, False):
+            unit = Sequence(4, boundary, burn_in=2, bootstrap=1, stride=2, layout=layout)
+            unit.use_compiled = compiled
+            batches.append(unit.expand(anchors, dict(info), rb.storage))
+        (index_a, info_a), (index_b, info_b) = batches
+        assert list(info_a) == list(info_b)
+        for a, b in zip(
+            self._tensors(index_a, info_a), self._tensors(index_b, info_b), strict=True
+        ):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        assert info_a["scalar"] == 3
+
+    @pytest.mark.parametrize("layout", ["flat", "batch_time"])
+    @pytest.mark.parametrize("ndim", [1, 2])
+    def test_returned_tensors_never_share_memory(self, layout, ndim):
+        rb = self._buffer(ndim)
+        anchors = self._anchors(rb, ndim)
+        unit = Sequence(4, burn_in=2, bootstrap=1, layout=layout)
+        first = self._tensors(*unit.expand(anchors, {"_weight": torch.arange(9.0)}, rb.storage))
+        before = [t.clone() for t in first]
+        second = self._tensors(*unit.expand(anchors, {}, rb.storage))
+        spans = sorted(
+            (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in first + second
+        )
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+        for tensor in second:
+            tensor.zero_()
+        assert all(torch.equal(a, b) for a, b in zip(first, before, strict=True))

@@ -1,9 +1,11 @@
 """Compiled (numba) expansion of windows in storage order, for CPU storages.
 
 One loop per anchor reads the done flags inside the anchor's reach and writes its window:
-storage positions, validity and reset flags. It computes exactly what the vectorized torch path
-in :mod:`torchrl_ext.data._episodes` computes (the tests run both against a plain-Python
-reference), without the per-operation overhead of a few dozen small tensor operations.
+storage positions, validity and reset flags, and the per-record info that depends only on the
+window geometry (sequence id, step, learning mask, anchor). It computes exactly what the
+vectorized torch path in :mod:`torchrl_ext.data._episodes` computes (the tests run both against
+a plain-Python reference), without the per-operation overhead of a few dozen small tensor
+operations.
 """
 
 from __future__ import annotations
@@ -21,12 +23,33 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps the 
 
 PAD, STOP, CROSS = 0, 1, 2
 
+#: Rows of the int64 block :func:`expand_records` fills (``LANE`` only with a lane dimension).
+POSITION, SEQUENCE_ID, STEP, ANCHOR, LANE = range(5)
+#: Rows of its bool block.
+VALID, LEARNING, START = range(3)
 
-def _expand(flags, time, lanes, written, oldest, newest, back, forward, offsets, mode, out):
-    positions, valid, starts = out
+
+def _expand(flags, time, lanes, seam, geometry, ints, bools):
+    written, oldest, newest = seam
+    burn_in, length, stride, back, forward, mode = geometry
+    has_lanes = lanes.shape[0] > 0
     for b in range(time.shape[0]):
-        _expand_one(flags, time[b], lanes[b], written, oldest, newest, back, forward, offsets,
-                    mode, positions[b], valid[b], starts[b])  # fmt: skip
+        t = time[b]
+        lane = lanes[b] if has_lanes else 0
+        _expand_one(flags, t, lane, written, oldest, newest, back, forward, burn_in, stride,
+                    mode, ints[POSITION, b], bools[VALID, b], bools[START, b])  # fmt: skip
+        ints[SEQUENCE_ID, b, :] = b
+        ints[ANCHOR, b, :] = t
+        if has_lanes:
+            ints[LANE, b, :] = lane
+        _steps(burn_in, length, ints[STEP, b], bools[LEARNING, b])
+
+
+def _steps(burn_in, length, steps, learning):
+    """Step in the window and learning mask of one window."""
+    for k in range(steps.shape[0]):
+        steps[k] = k
+        learning[k] = burn_in <= k < burn_in + length
 
 
 def _wrap(position, written):
@@ -38,30 +61,66 @@ def _wrap(position, written):
     return position
 
 
-def _expand_one(flags, t, lane, written, oldest, newest, back, forward, offsets, mode,
+def _expand_one(flags, t, lane, written, oldest, newest, back, forward, burn_in, stride, mode,
                 positions, valid, starts):  # fmt: skip
     # reaches span at most back + forward < written records, so positions wrap at most once
     to_stop = min(_wrap(newest - t, written), forward)
     to_start = min(_wrap(t - oldest, written), back)
     has_flags = flags.shape[0] > 0
     if mode != CROSS and has_flags:
-        for j in range(to_stop):
-            if flags[_wrap(t + j, written), lane]:
-                to_stop = j
-                break
-        for j in range(1, to_start + 1):
-            if flags[_wrap(t - j, written), lane]:
-                to_start = j - 1
-                break
+        to_stop = _unflagged_run(flags, t, 1, to_stop, lane, written)
+        to_start = _unflagged_run(flags, t - 1, -1, to_start, lane, written)
     shift = min(max(0, forward - to_stop), to_start) if mode == STOP else 0
+    if mode == CROSS and has_flags:
+        _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride,
+                         positions, valid, starts)  # fmt: skip
+    else:
+        _clamped_window(t, written, to_start, to_stop, shift, burn_in, stride,
+                        positions, valid, starts)  # fmt: skip
+
+
+def _unflagged_run(flags, first, direction, count, lane, written):
+    """How many of the records ``first + direction * i`` (``i < count``) precede a done flag."""
+    last = first + direction * (count - 1)
+    if 0 <= min(first, last) and max(first, last) < written:
+        for i in range(count):  # no wrap: the common case, a plain scan
+            if flags[first + direction * i, lane]:
+                return i
+        return count
+    for i in range(count):
+        if flags[_wrap(first + direction * i, written), lane]:
+            return i
+    return count
+
+
+def _clamped_window(t, written, to_start, to_stop, shift, burn_in, stride,
+                    positions, valid, starts):  # fmt: skip
+    """A window clamped to ``[-to_start, to_stop]``; its valid records form one run."""
+    for k in range(positions.shape[0]):
+        rel = (k - burn_in) * stride - shift
+        clamped = min(max(rel, -to_start), to_stop)
+        positions[k] = _wrap(t + clamped, written)
+        valid[k] = clamped == rel
+        starts[k] = False
+    if positions.shape[0] > 0:
+        starts[0] = True
+    for k in range(positions.shape[0]):
+        if valid[k]:
+            starts[k] = True
+            break
+
+
+def _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride,
+                     positions, valid, starts):  # fmt: skip
+    """``"include_reset"`` with done flags: episodes starting inside the window also start."""
     previous = 0
-    for k in range(offsets.shape[0]):
-        rel = offsets[k] - shift
+    for k in range(positions.shape[0]):
+        rel = (k - burn_in) * stride
         clamped = min(max(rel, -to_start), to_stop)
         positions[k] = _wrap(t + clamped, written)
         valid[k] = clamped == rel
         start = k == 0 or (valid[k] and not valid[k - 1])
-        if mode == CROSS and k > 0 and has_flags:
+        if k > 0:
             for r in range(previous, clamped):
                 if flags[_wrap(t + r, written), lane]:
                     start = True
@@ -71,52 +130,55 @@ def _expand_one(flags, t, lane, written, oldest, newest, back, forward, offsets,
 
 if AVAILABLE:
     _wrap = numba.njit(cache=True, nogil=True, inline="always")(_wrap)
+    _steps = numba.njit(cache=True, nogil=True, inline="always")(_steps)
+    _unflagged_run = numba.njit(cache=True, nogil=True, inline="always")(_unflagged_run)
+    _clamped_window = numba.njit(cache=True, nogil=True, inline="always")(_clamped_window)
+    _crossing_window = numba.njit(cache=True, nogil=True)(_crossing_window)
     _expand_one = numba.njit(cache=True, nogil=True)(_expand_one)
     _expand = numba.njit(cache=True, nogil=True)(_expand)
 
 _NO_FLAGS = np.zeros((0, 1), dtype=np.bool_)
+_NO_LANES = np.zeros(0, dtype=np.int64)
 
 
-def expand_in_storage_order(
+def expand_records(
     flags: torch.Tensor | None,
     time: torch.Tensor,
     lanes: torch.Tensor | None,
     seam: tuple[int, int, int],
-    back: int,
-    forward: int,
-    offsets: torch.Tensor,
-    mode: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Returns ``(positions, valid, is_init)``, each ``[B, window]``, for CPU tensors.
+    geometry: tuple[int, int, int, int, int, int],
+    window: int,
+    ints: torch.Tensor,
+    bools: torch.Tensor,
+) -> None:
+    """Fills ``ints`` and ``bools`` with the windows of ``B`` anchors, for CPU tensors.
+
+    ``ints`` rows (``[B, window]`` each, or ``[B * window]``): ``POSITION`` (storage time
+    coordinates), ``SEQUENCE_ID``, ``STEP`` (step in the window), ``ANCHOR`` (the anchor's time
+    coordinate) and, with ``lanes``, ``LANE`` (the anchor's lane). ``bools`` rows: ``VALID``,
+    ``LEARNING`` (the learning mask) and ``START`` (``is_init``).
 
     Args:
         flags (torch.Tensor or None): done flags ``[capacity, lanes]`` (bool), or ``None``.
-        time (torch.Tensor): ``[B]`` anchor time coordinates (int64).
-        lanes (torch.Tensor or None): ``[B]`` anchor lanes (int64), ``None`` for one lane.
+        time (torch.Tensor): ``[B]`` anchor time coordinates (int64, contiguous).
+        lanes (torch.Tensor or None): ``[B]`` anchor lanes (int64, contiguous), ``None`` for
+            one lane.
         seam (tuple of int): ``(written, oldest, newest)``.
-        back (int): the farthest step before the anchor a window may reach.
-        forward (int): the farthest step after the anchor a window may reach.
-        offsets (torch.Tensor): ``[window]`` offsets of the records from the anchor (int64).
-        mode (int): ``PAD``, ``STOP`` or ``CROSS``.
+        geometry (tuple of int): ``(burn_in, length, stride, back, forward, mode)``: the
+            window's layout, the farthest steps before and after the anchor a window may reach,
+            and ``PAD``, ``STOP`` or ``CROSS``.
+        window (int): records per anchor.
+        ints (torch.Tensor): contiguous int64 ``[4 or 5, B, window]`` (or ``[rows, B * window]``)
+            output.
+        bools (torch.Tensor): contiguous bool ``[3, B, window]`` (or ``[3, B * window]``) output.
     """
-    num, window = time.shape[0], offsets.shape[0]
-    positions = torch.empty(num, window, dtype=torch.int64)
-    valid = torch.empty(num, window, dtype=torch.bool)
-    starts = torch.empty(num, window, dtype=torch.bool)
-    flag_array = _NO_FLAGS if flags is None else flags.numpy()
-    lane_array = np.zeros(num, dtype=np.int64) if lanes is None else lanes.numpy()
-    written, oldest, newest = seam
+    num = time.shape[0]
     _expand(
-        flag_array,
+        _NO_FLAGS if flags is None else flags.numpy(),
         time.numpy(),
-        lane_array,
-        written,
-        oldest,
-        newest,
-        back,
-        forward,
-        offsets.numpy(),
-        mode,
-        (positions.numpy(), valid.numpy(), starts.numpy()),
+        _NO_LANES if lanes is None else lanes.numpy(),
+        seam,
+        geometry,
+        ints.numpy().reshape(ints.shape[0], num, window),
+        bools.numpy().reshape(bools.shape[0], num, window),
     )
-    return positions, valid, starts

@@ -32,6 +32,7 @@ _MODES = {
     "stop": _window_kernels.STOP,
     "include_reset": _window_kernels.CROSS,
 }
+_CPU_DEVICES = ("cpu", torch.device("cpu"), "auto", None)
 
 
 class SampleUnit(_TorchRLSampleUnit):
@@ -319,9 +320,11 @@ class Sequence(SampleUnit, _TorchRLSequence):
         num = time.shape[0]
         expanded = self._expand_info(info, num)
         if self._compiled_applies(storage, time, lanes):
-            positions, valid, starts = self._windows_compiled(storage, time, lanes)
-        else:
-            positions, valid, starts = self._windows_vectorized(storage, time, lanes)
+            index, per_record = self._records_compiled(storage, time, lanes)
+            self._route_priorities(storage)
+            flat = self.layout == "flat"
+            return index, {**{k: _materialize(v, flat) for k, v in expanded.items()}, **per_record}
+        positions, valid, starts = self._windows_vectorized(storage, time, lanes)
         per_record = self._per_record(num, time.device)
         per_record["validity_mask"] = valid
         per_record["anchor_index"] = anchors.unsqueeze(1).expand(
@@ -340,19 +343,49 @@ class Sequence(SampleUnit, _TorchRLSequence):
             and self.traj_key is None
             and time.device.type == "cpu"
             and len(lanes) <= 1
-            and getattr(storage, "device", "cpu") in ("cpu", torch.device("cpu"), "auto", None)
+            and getattr(storage, "device", "cpu") in _CPU_DEVICES
         )
 
-    def _windows_compiled(self, storage, time, lanes):
-        flags = None if self.done_key is None else self._flag_columns(storage)
-        return _window_kernels.expand_in_storage_order(
-            flags,
+    def _records_compiled(self, storage, time, lanes):
+        """Record coordinates and per-record info, all written by one compiled loop.
+
+        Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view.
+        """
+        num, window = time.shape[0], self.window
+        shape = (num * window,) if self.layout == "flat" else (num, window)
+        ints = torch.empty(4 + len(lanes), *shape, dtype=torch.int64)
+        bools = torch.empty(3, *shape, dtype=torch.bool)
+        _window_kernels.expand_records(
+            None if self.done_key is None else self._flag_columns(storage),
             time.contiguous(),
             lanes[0].contiguous() if lanes else None,
             _episodes.seam(storage),
+            self._kernel_geometry(),
+            window,
+            ints,
+            bools,
+        )
+        positions, sequence_id, steps, anchor, *lane = ints.unbind(0)
+        valid, learning, starts = bools.unbind(0)
+        per_record = {
+            "sequence_id": sequence_id,
+            "step_in_sequence": steps,
+            "learning_mask": learning,
+            "validity_mask": valid,
+            "anchor_index": torch.stack((anchor, *lane), -1) if lane else anchor,
+        }
+        if self.layout == "batch_time":
+            per_record[self.is_init_key] = starts
+        return ((positions, *lane) if lane else positions), per_record
+
+    def _kernel_geometry(self) -> tuple[int, int, int, int, int, int]:
+        """``(burn_in, length, stride, back, forward, mode)`` for the compiled loop."""
+        return (
+            self.burn_in,
+            self.length,
+            self.stride,
             self._back,
             self._forward,
-            self._table(time.device)[3],
             _MODES[self.episode_boundary],
         )
 
