@@ -98,6 +98,16 @@ class Config:
         max_steps (int): step limit of an episode (a truncation, then a new course).
         return_window (int): fresh-course episodes averaged into the curve.
         eval_episodes (int): courses of the final deterministic evaluation.
+
+    Examples:
+        >>> from torchrl_ext.examples.ppo_course import Config
+        >>> cfg = Config(seed=1, num_envs=8, steps=16, frames=1024)
+        >>> cfg.frames_per_batch
+        128
+        >>> Config(frames=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: frames must be at least one batch (num_envs * steps = 4096), got frames=10.
     """
 
     seed: int = 0
@@ -160,6 +170,12 @@ class Result:
         timings (dict): seconds per section.
         csv_path (Path or None): the progress log.
         plot_path (Path or None): the learning-curve PNG.
+
+    Examples:
+        >>> from torchrl_ext.examples.ppo_course import Config, Result
+        >>> result = Result(Config(), 0, 0.0, [], 0, {}, {}, {})
+        >>> result.frames, result.csv_path is None
+        (0, True)
     """
 
     config: Config

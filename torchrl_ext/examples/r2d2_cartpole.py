@@ -79,6 +79,12 @@ class R2D2Config:
         log_every (int): collections between log rows.
         return_window (int): completed episodes averaged into the reported mean return.
         target_return (float): the mean return whose first crossing is reported.
+
+    Examples:
+        >>> from torchrl_ext.examples.r2d2_cartpole import R2D2Config
+        >>> cfg = R2D2Config(seed=3, burn_in=4, length=8)
+        >>> cfg.seed, cfg.burn_in + cfg.length
+        (3, 12)
     """
 
     seed: int = 0
