@@ -10,6 +10,7 @@ from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import Sequence as TorchRLSequence
 
 from torchrl_ext import Sequence
+from torchrl_ext.data import FastLazyTensorStorage
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 
@@ -19,6 +20,9 @@ LENGTH = 80
 FEATURES = 16
 CHUNK = 64
 PATHS = ("torchrl_ext", "torchrl_sequence", "slice_sampler")
+#: The storage every path reads from: torchrl's, or ours whose read gathers rows with
+#: ``index_select`` (identical data). Within one storage all three paths do the same read.
+STORAGES = {"stock": LazyTensorStorage, "fast": FastLazyTensorStorage}
 
 
 def episodes(num: int, generator: torch.Generator) -> TensorDict:
@@ -33,10 +37,12 @@ def episodes(num: int, generator: torch.Generator) -> TensorDict:
     )
 
 
-def make_buffer(path: str, capacity: int, seed: int = 0) -> TensorDictReplayBuffer:
-    """A wrapped buffer of ``capacity`` records sampling windows through ``path``."""
+def make_buffer(
+    path: str, capacity: int, seed: int = 0, storage: str = "stock"
+) -> TensorDictReplayBuffer:
+    """A wrapped buffer of ``capacity`` records on ``storage`` sampling windows through ``path``."""
     window = BURN_IN + LENGTH
-    kwargs = {"storage": LazyTensorStorage(capacity), "batch_size": BATCH}
+    kwargs = {"storage": STORAGES[storage](capacity), "batch_size": BATCH}
     if path == "torchrl_ext":
         kwargs["sample_unit"] = Sequence(LENGTH, burn_in=BURN_IN)
     elif path == "torchrl_sequence":

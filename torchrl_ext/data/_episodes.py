@@ -111,9 +111,12 @@ def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tens
 
 def seam(storage: TensorStorage) -> tuple[int, int, int]:
     """Returns ``(written, oldest, newest)`` time coordinates of a ring-buffer storage."""
-    written = int(storage.shape[0])
-    if not storage._is_full:
+    length, total = len(storage), storage._total_shape  # one length read: it takes a lock
+    if length != storage.max_size:  # what `_is_full` compares
+        lanes = total[1:].numel()
+        written = -(length // -lanes)  # time steps holding at least one record
         return written, 0, written - 1
+    written = int(total[0])
     cursor = storage._last_cursor_index
     if cursor is None:
         cursor = _writer_cursor(storage)
