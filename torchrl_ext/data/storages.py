@@ -23,12 +23,17 @@ class _Unsupported(Exception):
     """Raised inside a gather when a leaf needs the stock read."""
 
 
+def _written(leaf: torch.Tensor, rows: int) -> torch.Tensor:
+    """The first ``rows`` rows of a stored leaf (itself when the ring is full)."""
+    return leaf if leaf.shape[0] == rows else leaf.narrow(0, 0, rows)
+
+
 def _gather(td: TensorDict, index: torch.Tensor, rows: int) -> TensorDict:
     """Rows ``index`` (all in ``[0, rows)``) of every leaf of ``td``, nested batch dims kept."""
     out = {}
     for key, value in td.items():
         if isinstance(value, torch.Tensor):
-            out[key] = value.narrow(0, 0, rows).index_select(0, index)
+            out[key] = _written(value, rows).index_select(0, index)
         elif type(value) is TensorDict and not value._has_names():
             out[key] = _gather(value, index, rows)
         else:
@@ -40,7 +45,7 @@ def _gather(td: TensorDict, index: torch.Tensor, rows: int) -> TensorDict:
 def _read(stored: Any, index: torch.Tensor, rows: int) -> Any:
     """The gathered rows of a tensor or plain TensorDict storage; other kinds are unsupported."""
     if type(stored) is torch.Tensor:
-        return stored.narrow(0, 0, rows).index_select(0, index)
+        return _written(stored, rows).index_select(0, index)
     if type(stored) is TensorDict and not stored._has_names():
         return _gather(stored, index, rows)
     raise _Unsupported
