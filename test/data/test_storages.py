@@ -222,14 +222,22 @@ def test_seeded_samples_equal_stock(unit):
         assert torch.equal(ours[key], theirs[key]), key
 
 
-def test_plain_replay_buffer_and_round_trips(tmp_path):
-    buffer = ReplayBuffer(storage=FastLazyTensorStorage(10), batch_size=3)
+@pytest.mark.parametrize("cls", [FastLazyTensorStorage, FastLazyMemmapStorage])
+def test_plain_replay_buffer_and_round_trips(cls, tmp_path):
+    def make():
+        kwargs = (
+            {"scratch_dir": tempfile.mkdtemp(dir=tmp_path)} if cls is FastLazyMemmapStorage else {}
+        )
+        return ReplayBuffer(storage=cls(10, **kwargs), batch_size=3)
+
+    buffer = make()
     buffer.extend(records(12))
     buffer.dumps(tmp_path / "dump")
-    restored = ReplayBuffer(storage=FastLazyTensorStorage(10), batch_size=3)
+    restored = make()
     restored.loads(tmp_path / "dump")
     index = torch.tensor([0, 9, 4])
     assert_same(restored.storage.get(index), buffer.storage.get(index))
+    assert buffer.sample().shape == torch.Size([3])
     clone = pickle.loads(pickle.dumps(buffer.storage))
-    assert isinstance(clone, FastLazyTensorStorage)
+    assert isinstance(clone, cls)
     assert_same(clone.get(index), buffer.storage.get(index))
