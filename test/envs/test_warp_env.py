@@ -307,6 +307,31 @@ class TestWarpEnv:
                 assert torch.equal(rf["memory"][~done], memory[~done])
         assert partial > 5
 
+    def test_device_less_input_takes_the_fused_path_and_equals_torchrl(self):
+        # collectors hand the env their device-less carrier: the fused path must accept it
+        fast, stock = CartPoleEnv(N, seed=33, max_steps=6), _StockCartPole(N, seed=33, max_steps=6)
+        rf, rs = fast.reset(), stock.reset()
+        for t, a in enumerate(_random_actions(fast, 30, seed=34)):
+            for r in (rf, rs):
+                r["action"] = a.clone()
+                r["collector", "traj_ids"] = torch.arange(N) + t
+                r.clear_device_()
+            tf, rf_next = fast.step_and_maybe_reset(rf)
+            ts, rs = stock.step_and_maybe_reset(rs)
+            assert tf is rf  # written in place: no .to(device) copy of the input
+            _assert_td_equal(tf, ts)
+            _assert_td_equal(rf_next, rs)
+            rf = rf_next
+
+    def test_device_less_input_with_a_leaf_elsewhere_falls_back(self):
+        env = CartPoleEnv(N, seed=35)
+        root = env.reset()
+        root["action"] = torch.ones(N, dtype=torch.int64)
+        root.clear_device_()
+        root["elsewhere"] = torch.zeros(N, device="meta")
+        assert not env._on_env_device(root)
+        assert env._on_env_device(root.exclude("elsewhere"))
+
     def test_final_observation_is_true_and_root_is_the_reset_state(self):
         env = CartPoleEnv(64, seed=5, max_steps=None)
         finals = 0

@@ -62,11 +62,13 @@ def params_vector(values: list[float], dtype: torch.dtype) -> Any:
 
 def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
     """Set an entry the env built itself (right batch size and device) without re-validating it."""
-    if isinstance(key, str):
+    if not isinstance(tensordict, TensorDict):
+        tensordict.set(key, value)
+    elif isinstance(key, str):
         # the fast setter TorchRL's own EnvBase.any_done uses for values it made
         tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
     else:
-        tensordict.set(key, value)
+        tensordict._set_tuple(key, value, validated=True, inplace=False, non_blocking=False)
 
 
 def _check_num_envs(num_envs: Any) -> int:
@@ -317,6 +319,7 @@ class WarpEnv(EnvBase):
         n, dev = self.num_envs, self.device
         obs_keys = list(self.observation_spec.keys(True, True))
         self._obs_keys = obs_keys
+        self._produced_keys = frozenset(obs_keys) | frozenset(_DONE_KEYS)
         self._t = {
             "next": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
             "root": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
@@ -493,12 +496,28 @@ class WarpEnv(EnvBase):
         return self._make_td(source)
 
     def _fast_path_ok(self, tensordict: TensorDictBase) -> bool:
+        keys = tensordict.keys()
         return (
             self._post_step_mdp_hooks is None
             and not self.__dict__.get("_torchrl_native_autoreset", False)
-            and tensordict.device == self.device
-            and "_step" not in tensordict.keys()
-            and "next" not in tensordict.keys()
+            and "_step" not in keys
+            and "next" not in keys
+            and self._on_env_device(tensordict)
+        )
+
+    def _on_env_device(self, tensordict: TensorDictBase) -> bool:
+        """Whether ``tensordict`` is on the env's device, or device-less with every leaf there.
+
+        Collectors hand envs device-less tensordicts (their carrier) when no policy device is
+        set; TorchRL's generic path would move such an input with ``.to(device)``, which changes
+        nothing when every leaf is already on the env's device.
+        """
+        if tensordict.device is not None:
+            return tensordict.device == self.device
+        device = self.device
+        return all(
+            not isinstance(val, torch.Tensor) or val.device == device
+            for val in tensordict.values(True, True)
         )
 
     def _step_and_maybe_reset(
@@ -535,16 +554,12 @@ class WarpEnv(EnvBase):
         count = int(done.sum())
         if count in (0, self.num_envs):
             return
-        produced = set(self._obs_keys) | set(_DONE_KEYS)
         keep = ~done.view(self.num_envs)
-        for key in list(root.keys(True, True)):
-            val = root.get(key)
-            if key in produced or not isinstance(val, torch.Tensor):
+        for key, val in list(root.items(True, True)):
+            if key in self._produced_keys or not isinstance(val, torch.Tensor):
                 continue
             mask = keep.view(self.num_envs, *([1] * (val.dim() - 1)))
-            root.set(
-                key, torch.where(mask, val, torch.zeros((), dtype=val.dtype, device=val.device))
-            )
+            _put(root, key, torch.where(mask, val, torch.zeros((), dtype=val.dtype)))
 
     def rollout(
         self,
