@@ -22,6 +22,7 @@ from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
 from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
+from torchrl_ext.envs._memory import empty_output
 
 # Warp functions re-exported for writing new envs' kernels: per-env counter-based random streams
 # (``stream_key``, ``uniform_range``) and episode bookkeeping (``begin_episode``, ``count_step``).
@@ -240,10 +241,11 @@ class WarpEnv(EnvBase):
     def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch] | None:
         """Kernels running ``T`` auto-resetting steps into ``[N, T]`` outputs, or ``None``.
 
-        ``actions`` is time-major, ``[T, N, *action_shape]``; ``out`` holds Warp views of the
-        ``"root"`` and ``"next"`` observation dicts, ``"reward"`` and the three done flags, all
-        env-major ``[N, T, ...]``. Subclasses without such a kernel do not override it:
-        :meth:`rollout` then runs TorchRL's loop over fused steps.
+        ``actions`` is env-major, ``[N, T, *action_shape]`` (possibly a strided view: index it
+        ``[i, t]``); ``out`` holds Warp views of the ``"root"`` and ``"next"`` observation dicts,
+        ``"reward"`` and the three done flags, all env-major ``[N, T, ...]``. Subclasses without
+        such a kernel do not override it: :meth:`rollout` then runs TorchRL's loop over fused
+        steps.
         """
         return None
 
@@ -576,11 +578,11 @@ class WarpEnv(EnvBase):
         """Roll out ``max_steps`` steps, as TorchRL's :meth:`~torchrl.envs.EnvBase.rollout`.
 
         With no policy, ``break_when_any_done=False`` and ``auto_reset=True`` (and no callback,
-        ``actions`` or ``out``), the random actions of all steps are drawn from the action spec up
-        front (torch's global generator, as TorchRL's random policy does) and one kernel writes
-        the ``[num_envs, max_steps]`` result; the env auto-resets in between and is left un-reset
-        after the last step, as in TorchRL. Every other case runs TorchRL's loop over this env's
-        fused :meth:`step_and_maybe_reset`.
+        ``actions`` or ``out``), the random actions of all steps are drawn up front, uniformly
+        over the action spec from torch's global generator (as TorchRL's random policy does),
+        and one kernel writes the ``[num_envs, max_steps]`` result into fresh tensors; the env
+        auto-resets in between and is left un-reset after the last step, as in TorchRL. Every
+        other case runs TorchRL's loop over this env's fused :meth:`step_and_maybe_reset`.
 
         Args:
             max_steps (int): number of steps.
@@ -621,14 +623,18 @@ class WarpEnv(EnvBase):
         return self._fast_rollout(int(max_steps), tensordict)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
-        """``[T, N, ...]`` random actions from the action spec (torch's global generator)."""
-        return self.action_spec.rand((steps,))
+        """``[N, T, ...]`` random actions from the action spec (torch's global generator).
+
+        The base draws ``action_spec.rand((T,))`` and returns its env-major view; subclasses may
+        draw the same distribution faster.
+        """
+        return self.action_spec.rand((steps,)).movedim(0, 1)
 
     def _rollout_outputs(self, steps: int) -> dict:
         n, dev = self.num_envs, self.device
 
         def empty(spec: Any) -> torch.Tensor:
-            return torch.empty((n, steps, *spec.shape[1:]), dtype=spec.dtype, device=dev)
+            return empty_output((n, steps, *spec.shape[1:]), spec.dtype, dev)
 
         out = {
             "root": {k: empty(self.observation_spec[k]) for k in self._obs_keys},
@@ -636,7 +642,7 @@ class WarpEnv(EnvBase):
             "reward": empty(self.reward_spec),
         }
         for key in _DONE_KEYS:
-            out[key] = torch.empty(n, steps, 1, dtype=torch.bool, device=dev)
+            out[key] = empty_output((n, steps, 1), torch.bool, dev)
         return out
 
     def _fast_rollout(self, steps: int, tensordict: TensorDictBase | None) -> TensorDictBase:
@@ -661,10 +667,9 @@ class WarpEnv(EnvBase):
         for key in _DONE_KEYS:
             nxt[key] = out[key]
         root = dict(out["root"])
-        root[self.action_key] = actions.movedim(0, 1)
-        zeros = torch.zeros(self.num_envs, steps, 1, dtype=torch.bool, device=self.device)
+        root[self.action_key] = actions
         for key in _DONE_KEYS:
-            root[key] = zeros.clone()
+            root[key] = empty_output((self.num_envs, steps, 1), torch.bool, self.device).zero_()
         root["next"] = TensorDict(nxt, batch_size=batch, device=self.device)
         td = TensorDict(root, batch_size=batch, device=self.device)
         td.refine_names(..., "time")
