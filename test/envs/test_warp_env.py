@@ -332,6 +332,30 @@ class TestWarpEnv:
         assert not env._on_env_device(root)
         assert env._on_env_device(root.exclude("elsewhere"))
 
+    @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
+    def test_rand_action_is_torchrl_draw_set_in_place(self, env_cls):
+        env = env_cls(N, seed=36)
+        root = env.reset()
+        ref = root.clone()
+        torch.manual_seed(37)
+        out = env.rand_action(root)
+        torch.manual_seed(37)
+        EnvBase.rand_action(env, ref)
+        assert out is root
+        _assert_td_equal(root, ref)
+        assert env.action_spec.is_in(env.rand_action()["action"])
+
+    def test_collector_random_frames_use_the_env_rand_action(self):
+        env = CartPoleEnv(64, seed=38)
+        collector = Collector(
+            env, None, frames_per_batch=64 * 50, total_frames=64 * 50, init_random_frames=64 * 50
+        )
+        data = next(iter(collector))
+        collector.shutdown()
+        counts = torch.bincount(data["action"].flatten(), minlength=2).numpy()
+        assert counts.sum() == 64 * 50
+        assert stats.chisquare(counts).pvalue > 0.01
+
     def test_final_observation_is_true_and_root_is_the_reset_state(self):
         env = CartPoleEnv(64, seed=5, max_steps=None)
         finals = 0

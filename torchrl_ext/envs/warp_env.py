@@ -497,6 +497,27 @@ class WarpEnv(EnvBase):
         source.update(self._flags(None))
         return self._make_td(source)
 
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write a random action, drawn from the action spec, into ``tensordict``.
+
+        The same draw as :meth:`~torchrl.envs.EnvBase.rand_action` (``action_spec.rand()``, from
+        torch's global generator), set directly instead of through a TensorDict of the full
+        action spec: this is what a ``Collector`` calls for its ``init_random_frames``.
+
+        Args:
+            tensordict (TensorDictBase, optional): where the action is written. Defaults to
+                ``None`` (a new TensorDict holding only the action).
+
+        Returns:
+            ``tensordict`` (or the new TensorDict) with a fresh random action.
+        """
+        if tensordict is not None and tensordict.batch_size != self.batch_size:
+            return super().rand_action(tensordict)
+        if tensordict is None:
+            tensordict = self._make_td({})
+        _put(tensordict, self.action_key, self.action_spec.rand())
+        return tensordict
+
     def _fast_path_ok(self, tensordict: TensorDictBase) -> bool:
         keys = tensordict.keys()
         return (
