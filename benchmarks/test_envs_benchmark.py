@@ -6,6 +6,9 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
 * ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
 * ``ours_collector_lean``: the same with a one-op random policy and ``track_traj_ids=False``;
+* ``collector_floor``: the ``ours_collector`` Collector over ``NullCartPole`` (CartPole's specs, no
+  simulation, the same preallocated outputs every step): what the Collector and its random policy
+  cost alone, the ceiling of any env behind them;
 * ``ours_graph_step``: T replays of the captured fused step (``capture=True``), no TensorDicts;
 * ``stock_rollout``: the same kernels through TorchRL's generic ``step`` + partial ``reset``;
 * ``gym_vector``: gymnasium's numpy ``CartPoleVectorEnv``;
@@ -42,6 +45,37 @@ class StockCartPole(CartPoleEnv):
     rollout = EnvBase.rollout
 
 
+class NullCartPole(EnvBase):
+    """``CartPoleEnv``'s specs at zero simulation cost: every step returns the same outputs.
+
+    Not an env to learn from: the Collector over it measures the Collector's own per-step cost
+    (and its random policy's), with no simulation, no copies and no auto-reset behind it.
+    """
+
+    def __init__(self, num_envs: int, device: str = "cpu") -> None:
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        ref = CartPoleEnv(num_envs, device, seed=0)
+        self.observation_spec = ref.observation_spec.clone()
+        self.action_spec = ref.action_spec.clone()
+        self.reward_spec = ref.reward_spec.clone()
+        self.full_done_spec = ref.full_done_spec.clone()
+        self._root = ref.reset()
+        self._next = self._root.copy().set("reward", self.reward_spec.zero())
+
+    def _reset(self, tensordict=None, **kwargs):
+        return self._root.copy()
+
+    def _step(self, tensordict):
+        return self._next.copy()
+
+    def _set_seed(self, seed):
+        return seed
+
+    def _step_and_maybe_reset(self, tensordict):
+        tensordict.set("next", self._next.copy())
+        return tensordict, self._root.copy()
+
+
 def _synced(run: Callable[[], object], device: str) -> Callable[[], None]:
     """``run`` followed by a device synchronization (so CUDA timings cover the work)."""
 
@@ -69,14 +103,21 @@ def _ours_policy_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[]
     return _synced(lambda: env.rollout(steps, policy, break_when_any_done=False), device)
 
 
-def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+def _random_policy_collector(env: EnvBase, steps: int, device: str) -> Callable[[], None]:
     from torchrl.collectors import Collector
 
-    env = CartPoleEnv(n, device, seed=0)
-    collector = Collector(env, None, frames_per_batch=n * steps, total_frames=-1)
+    collector = Collector(env, None, frames_per_batch=env.batch_size[0] * steps, total_frames=-1)
     batches = iter(collector)
     next(batches)
     return _synced(lambda: next(batches), device)
+
+
+def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    return _random_policy_collector(CartPoleEnv(n, device, seed=0), steps, device)
+
+
+def _collector_floor(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    return _random_policy_collector(NullCartPole(n, device), steps, device)
 
 
 def _ours_collector_lean(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
@@ -156,6 +197,7 @@ WORKLOADS: dict[str, tuple[Callable[..., Callable[[], None]], float]] = {
     "ours_policy_rollout": (_ours_policy_rollout, 1.0),
     "ours_collector": (_ours_collector, 1.0),
     "ours_collector_lean": (_ours_collector_lean, 1.0),
+    "collector_floor": (_collector_floor, 1.0),
     "ours_graph_step": (_ours_graph_step, 1.0),
     "stock_rollout": (_stock_rollout, 1.0),
     "gym_vector": (_gym_vector, 1.0),
