@@ -428,7 +428,7 @@ class WarpEnv(EnvBase):
     # ------------------------------------------------------------------ validation
     def _load_action(self, action: Any) -> None:
         """Validate ``action`` against the action spec, then copy it into the action buffer."""
-        spec = self.action_spec
+        spec = self._t["action"]  # allocated from the action spec: its shape, dtype and device
         if not isinstance(action, torch.Tensor):
             raise TypeError(f"action must be a torch.Tensor, got action={action!r}.")
         if action.shape != spec.shape:
