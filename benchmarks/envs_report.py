@@ -146,6 +146,8 @@ def report(results: dict[int, dict[str, float]], device: str = "cpu", steps: int
         ratio = r["ours_rollout"] / r["stock_rollout"]
         print(_row("1024: ours_rollout / stock_rollout", ratio, 5, "x"))
         print(_row("1024: ours_collector (M env-steps/s)", r["ours_collector"] / 1e6, 5, "M"))
+        tuned = r["ours_collector_tuned"] / 1e6
+        print(_row("1024: ours_collector_tuned (M env-steps/s)", tuned, 5, "M"))
     if 16384 in results:
         rate = results[16384]["ours_rollout"] / 1e6
         print(_row("16384: ours_rollout (M env-steps/s)", rate, 30, "M"))

@@ -6,6 +6,9 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
 * ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
 * ``ours_collector_lean``: the same with a one-op random policy and ``track_traj_ids=False``;
+* ``ours_collector_tuned``: the same random-policy collection with the Collector options that cut
+  its per-step work: ``device`` (no per-step cast of the carrier), ``track_traj_ids=False`` and
+  every frame an ``init_random_frames`` frame (``env.rand_action`` instead of ``RandomPolicy``);
 * ``collector_floor``: the ``ours_collector`` Collector over ``NullCartPole`` (CartPole's specs, no
   simulation, the same preallocated outputs every step): what the Collector and its random policy
   cost alone, the ceiling of any env behind them;
@@ -22,6 +25,7 @@ or run ``python benchmarks/envs_report.py`` for the ratio table.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -116,6 +120,24 @@ def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], Non
     return _random_policy_collector(CartPoleEnv(n, device, seed=0), steps, device)
 
 
+def _ours_collector_tuned(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    from torchrl.collectors import Collector
+
+    frames = n * steps
+    collector = Collector(
+        CartPoleEnv(n, device, seed=0),
+        None,
+        frames_per_batch=frames,
+        total_frames=-1,
+        device=device,
+        track_traj_ids=False,
+        init_random_frames=frames * (sys.maxsize // frames),  # every frame is a random frame
+    )
+    batches = iter(collector)
+    next(batches)
+    return _synced(lambda: next(batches), device)
+
+
 def _collector_floor(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     return _random_policy_collector(NullCartPole(n, device), steps, device)
 
@@ -197,6 +219,7 @@ WORKLOADS: dict[str, tuple[Callable[..., Callable[[], None]], float]] = {
     "ours_policy_rollout": (_ours_policy_rollout, 1.0),
     "ours_collector": (_ours_collector, 1.0),
     "ours_collector_lean": (_ours_collector_lean, 1.0),
+    "ours_collector_tuned": (_ours_collector_tuned, 1.0),
     "collector_floor": (_collector_floor, 1.0),
     "ours_graph_step": (_ours_graph_step, 1.0),
     "stock_rollout": (_stock_rollout, 1.0),
