@@ -308,7 +308,7 @@ class TestWarpEnv:
         assert partial > 5
 
     def test_device_less_input_takes_the_fused_path_and_equals_torchrl(self):
-        # collectors hand the env their device-less carrier: the fused path must accept it
+        # a device-less input whose leaves are all on the env's device takes the fused path
         fast, stock = CartPoleEnv(N, seed=33, max_steps=6), _StockCartPole(N, seed=33, max_steps=6)
         rf, rs = fast.reset(), stock.reset()
         for t, a in enumerate(_random_actions(fast, 30, seed=34)):

@@ -40,6 +40,7 @@ _DONE_KEYS = ("done", "terminated", "truncated")
 _MAX_SEED = 2**64
 _NO_LIMIT = 2**31 - 1
 _FLOAT_DTYPES = (torch.float32, torch.float64)
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: entering it does nothing
 
 #: A kernel launch recipe: the kernel and its positional inputs (launched over ``num_envs``).
 Launch = tuple[Any, list]
@@ -214,6 +215,10 @@ class WarpEnv(EnvBase):
         self._graphs: dict[str, Any] = {}
         self._make_specs()
         self.full_done_spec = self._done_spec()
+        # specs are fixed from here on (the buffers are allocated from them): read them once
+        self._action_leaf_key = self.action_key
+        self._action_leaf_spec = self.action_spec
+        self._on_cuda = device.type == "cuda"
         self._allocate_buffers()
         self._allocate_state()
         self._set_seed(seed)
@@ -421,9 +426,9 @@ class WarpEnv(EnvBase):
 
     def _on_torch_stream(self) -> Any:
         """Context in which Warp launches are ordered with torch's work on the env's device."""
-        if self.device.type == "cuda":
+        if self._on_cuda:
             return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device)))
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     # ------------------------------------------------------------------ validation
     def _load_action(self, action: Any) -> None:
@@ -489,7 +494,7 @@ class WarpEnv(EnvBase):
 
     # ------------------------------------------------------------------ TorchRL API
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._load_action(tensordict.get(self.action_key))
+        self._load_action(tensordict.get(self._action_leaf_key))
         self._run("step")
         return self._next_td()
 
@@ -522,7 +527,7 @@ class WarpEnv(EnvBase):
             return super().rand_action(tensordict)
         if tensordict is None:
             tensordict = self._make_td({})
-        _put(tensordict, self.action_key, self.action_spec.rand())
+        _put(tensordict, self._action_leaf_key, self._action_leaf_spec.rand())
         return tensordict
 
     def _fast_path_ok(self, tensordict: TensorDictBase) -> bool:
@@ -538,9 +543,9 @@ class WarpEnv(EnvBase):
     def _on_env_device(self, tensordict: TensorDictBase) -> bool:
         """Whether ``tensordict`` is on the env's device, or device-less with every leaf there.
 
-        Collectors hand envs device-less tensordicts (their carrier) when no policy device is
-        set; TorchRL's generic path would move such an input with ``.to(device)``, which changes
-        nothing when every leaf is already on the env's device.
+        TorchRL's generic path moves a device-less input with ``.to(device)``, which changes
+        nothing when every leaf is already on the env's device: such inputs (e.g. a carrier on
+        which ``clear_device_()`` was called) take the fused path too.
         """
         if tensordict.device is not None:
             return tensordict.device == self.device
@@ -561,7 +566,7 @@ class WarpEnv(EnvBase):
         """
         if not self._fast_path_ok(tensordict):
             return super()._step_and_maybe_reset(tensordict)
-        self._load_action(tensordict.get(self.action_key))
+        self._load_action(tensordict.get(self._action_leaf_key))
         self._run("step_autoreset")
         _put(tensordict, "next", self._next_td())
         root = self._step_mdp(tensordict)
