@@ -6,9 +6,10 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
 * ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
 * ``ours_collector_lean``: the same with a one-op random policy and ``track_traj_ids=False``;
-* ``ours_collector_tuned``: the same random-policy collection with the Collector options that cut
-  its per-step work: ``device`` (no per-step cast of the carrier), ``track_traj_ids=False`` and
-  every frame an ``init_random_frames`` frame (``env.rand_action`` instead of ``RandomPolicy``);
+* ``ours_collector_tuned``: the same random-policy collection with the options that cut per-step
+  work: a captured env (``capture=True``: one graph replay per step), the Collector's ``device``
+  (no per-step cast of the carrier), ``track_traj_ids=False`` and every frame an
+  ``init_random_frames`` frame (``env.rand_action`` instead of ``RandomPolicy``);
 * ``collector_floor``: the ``ours_collector`` Collector over ``NullCartPole`` (CartPole's specs, no
   simulation, the same preallocated outputs every step): what the Collector and its random policy
   cost alone, the ceiling of any env behind them;
@@ -125,7 +126,7 @@ def _ours_collector_tuned(n: int, steps: int, device: str = "cpu") -> Callable[[
 
     frames = n * steps
     collector = Collector(
-        CartPoleEnv(n, device, seed=0),
+        CartPoleEnv(n, device, seed=0, capture=True),
         None,
         frames_per_batch=frames,
         total_frames=-1,

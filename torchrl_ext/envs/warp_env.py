@@ -586,7 +586,7 @@ class WarpEnv(EnvBase):
         fused path does the same, on fresh tensors.
         """
         done = self._flag_buffer[0]
-        count = int(done.sum())
+        count = int(done.count_nonzero())
         if count in (0, self.num_envs):
             return
         keep = ~done.view(self.num_envs)
