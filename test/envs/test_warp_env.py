@@ -285,7 +285,10 @@ class TestWarpEnv:
             dones += int(a["next", "done"].sum())
         assert dones > N
 
-    def test_carried_root_entries_are_zeroed_for_reset_envs_as_torchrl_does(self):
+    @pytest.mark.parametrize("named", [False, True])
+    def test_carried_root_entries_are_zeroed_for_reset_envs_as_torchrl_does(self, named):
+        # flat and nested carried entries; plain inputs build the root directly, named ones go
+        # through _step_mdp: both as TorchRL, and the input's entries are never modified
         fast, stock = (
             CartPoleEnv(N, seed=31, max_steps=None),
             _StockCartPole(N, seed=31, max_steps=None),
@@ -296,15 +299,22 @@ class TestWarpEnv:
             memory = torch.arange(N * 3, dtype=torch.float32).view(N, 3) + t + 1
             for r in (rf, rs):
                 r["action"], r["memory"] = a.clone(), memory.clone()
+                r["policy", "deep", "count"] = torch.full((N,), t + 1)
+                if named:
+                    r.refine_names("env")
+            before = rf.clone()
             tf, rf = fast.step_and_maybe_reset(rf)
             ts, rs = stock.step_and_maybe_reset(rs)
             _assert_td_equal(tf, ts)
             _assert_td_equal(rf, rs)
+            _assert_td_equal(tf.exclude("next"), before)
             done = tf["next", "done"][:, 0]
             if 0 < int(done.sum()) < N:
                 partial += 1
                 assert bool((rf["memory"][done] == 0).all())
                 assert torch.equal(rf["memory"][~done], memory[~done])
+                assert bool((rf["policy", "deep", "count"][done] == 0).all())
+                assert bool((rf["policy", "deep", "count"][~done] == t + 1).all())
         assert partial > 5
 
     def test_device_less_input_takes_the_fused_path_and_equals_torchrl(self):

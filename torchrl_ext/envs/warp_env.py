@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 import warp as wp
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
@@ -78,6 +78,12 @@ def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
 def _zero_scalar(dtype: torch.dtype) -> torch.Tensor:
     """A 0-dim CPU zero of ``dtype``: the fill ``torch.where`` takes on any device."""
     return torch.zeros((), dtype=dtype)
+
+
+def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of ``value`` (leading dim N) with the rows where ``keep`` is False zeroed."""
+    mask = keep.view(keep.shape[0], *([1] * (value.dim() - 1)))
+    return torch.where(mask, value, _zero_scalar(value.dtype))
 
 
 def _check_num_envs(num_envs: Any) -> int:
@@ -569,16 +575,21 @@ class WarpEnv(EnvBase):
         self._load_action(tensordict.get(self._action_leaf_key))
         self._run("step_autoreset")
         _put(tensordict, "next", self._next_td())
-        root = self._step_mdp(tensordict)
-        self._zero_carried_entries_of_reset_envs(root)
+        keep = self._keep_mask()
+        if self._plain_step_mdp(tensordict):
+            root = self._carried_root(tensordict, keep)
+        else:
+            root = self._step_mdp(tensordict)
+            if keep is not None:
+                self._zero_carried(root, keep, self._produced_keys)
         for key, val in self._obs("root").items():
             _put(root, key, val)
         for key, val in self._flags(None).items():
             _put(root, key, val)
         return tensordict, root
 
-    def _zero_carried_entries_of_reset_envs(self, root: TensorDictBase) -> None:
-        """Zero, for the envs that reset, the root entries a reset does not produce.
+    def _keep_mask(self) -> torch.Tensor | None:
+        """``[N]`` bool, True for the envs that did not reset; ``None`` if none or all did.
 
         TorchRL's partial reset merges with ``where(~_reset, old, reset_data, pad=0)``: entries
         the env's reset does not write (the previous action, policy outputs carried in the root)
@@ -586,15 +597,54 @@ class WarpEnv(EnvBase):
         fused path does the same, on fresh tensors.
         """
         done = self._flag_buffer[0]
-        count = int(done.count_nonzero())
-        if count in (0, self.num_envs):
-            return
-        keep = ~done.view(self.num_envs)
-        for key, val in list(root.items(True, True)):
-            if key in self._produced_keys or not isinstance(val, torch.Tensor):
+        if int(done.count_nonzero()) in (0, self.num_envs):
+            return None
+        return ~done.view(self.num_envs)
+
+    @staticmethod
+    def _zero_carried(tree: TensorDictBase, keep: torch.Tensor, skip: frozenset) -> None:
+        """Replace every tensor leaf of ``tree`` not in ``skip`` by a copy zeroed where not kept."""
+        for key, val in list(tree.items(True, True)):
+            if key not in skip and isinstance(val, torch.Tensor):
+                _put(tree, key, _kept(val, keep))
+
+    def _plain_step_mdp(self, tensordict: TensorDictBase) -> bool:
+        """Whether :meth:`_carried_root` builds exactly what ``_step_mdp`` would.
+
+        True for a plain, unnamed ``TensorDict`` when TorchRL's step-MDP excludes top-level keys
+        only and takes from ``"next"`` exactly the keys this env produces (observations and done
+        flags, all top-level): the root is then the input's other entries plus those keys.
+        """
+        mdp = self._step_mdp
+        return (
+            type(tensordict) is TensorDict
+            and all(sub is None for sub in mdp.exclude_from_root.values())
+            and all(sub is None for sub in mdp.keys_from_next.values())
+            and mdp.keys_from_next.keys() == self._produced_keys
+            and all(name is None for name in tensordict.names)
+        )
+
+    def _carried_root(self, tensordict: TensorDict, keep: torch.Tensor | None) -> TensorDict:
+        """The next root's carried entries, as ``_step_mdp`` copies them, zeroed where reset.
+
+        Nested tensordicts are shallow copies (as ``_step_mdp`` makes them), so replacing their
+        leaves never touches the input's.
+        """
+        excluded = self._step_mdp.exclude_from_root
+        source = {}
+        for key, val in tensordict.items():
+            if key in excluded:
                 continue
-            mask = keep.view(self.num_envs, *([1] * (val.dim() - 1)))
-            _put(root, key, torch.where(mask, val, _zero_scalar(val.dtype)))
+            if is_tensor_collection(val):
+                val = val.copy()
+                if keep is not None and isinstance(val, TensorDictBase):
+                    self._zero_carried(val, keep, frozenset())
+            elif keep is not None and key not in self._produced_keys:
+                val = _kept(val, keep)
+            source[key] = val
+        return TensorDict._new_unsafe(
+            source, batch_size=tensordict.batch_size, device=tensordict.device
+        )
 
     def rollout(
         self,
