@@ -18,6 +18,9 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``gym_vector``: gymnasium's numpy ``CartPoleVectorEnv``;
 * ``gym_sync``: gymnasium's ``SyncVectorEnv`` of ``CartPole-v1`` (few steps: it is slow).
 
+Our workloads and the stock path run once at full size before they are timed (a first rollout
+maps its fresh output memory, a first Collector batch builds its buffers).
+
 Sizes are small by default (CI runs this once with ``--benchmark-disable``); set
 ``TORCHRL_EXT_BENCH_ENVS`` (e.g. ``1024,16384``) and ``TORCHRL_EXT_BENCH_STEPS`` for real figures,
 or run ``python benchmarks/envs_report.py`` for the ratio table.
@@ -94,7 +97,7 @@ def _synced(run: Callable[[], object], device: str) -> Callable[[], None]:
 
 def _ours_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     env = CartPoleEnv(n, device, seed=0)
-    env.rollout(2, break_when_any_done=False)
+    env.rollout(steps, break_when_any_done=False)
     return _synced(lambda: env.rollout(steps, break_when_any_done=False), device)
 
 
@@ -104,7 +107,7 @@ def _ours_policy_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[]
     def policy(td):
         return td.set("action", torch.randint(0, 2, (n,), device=device))
 
-    env.rollout(2, policy, break_when_any_done=False)
+    env.rollout(steps, policy, break_when_any_done=False)
     return _synced(lambda: env.rollout(steps, policy, break_when_any_done=False), device)
 
 
@@ -182,7 +185,7 @@ def _ours_graph_step(n: int, steps: int, device: str = "cpu") -> Callable[[], No
 
 def _stock_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     env = StockCartPole(n, device, seed=0)
-    env.rollout(2, break_when_any_done=False)
+    env.rollout(steps, break_when_any_done=False)
     return _synced(lambda: env.rollout(steps, break_when_any_done=False), device)
 
 
