@@ -6,10 +6,20 @@ Every workload steps ``num_envs`` CartPoles for ``steps`` steps with random acti
 * ``ours_policy_rollout``: the same with a policy, i.e. T fused ``step_and_maybe_reset`` calls;
 * ``ours_collector``: ``torchrl.collectors.Collector`` over ``CartPoleEnv`` (one batch of N*T);
 * ``ours_collector_lean``: the same with a one-op random policy and ``track_traj_ids=False``;
+* ``ours_collector_tuned``: the same random-policy collection with the options that cut per-step
+  work: a captured env (``capture=True``: one graph replay per step), the Collector's ``device``
+  (no per-step cast of the carrier), ``track_traj_ids=False`` and every frame an
+  ``init_random_frames`` frame (``env.rand_action`` instead of ``RandomPolicy``);
+* ``collector_floor``: the ``ours_collector`` Collector over ``NullCartPole`` (CartPole's specs, no
+  simulation, the same preallocated outputs every step): what the Collector and its random policy
+  cost alone, the ceiling of any env behind them;
 * ``ours_graph_step``: T replays of the captured fused step (``capture=True``), no TensorDicts;
 * ``stock_rollout``: the same kernels through TorchRL's generic ``step`` + partial ``reset``;
 * ``gym_vector``: gymnasium's numpy ``CartPoleVectorEnv``;
 * ``gym_sync``: gymnasium's ``SyncVectorEnv`` of ``CartPole-v1`` (few steps: it is slow).
+
+Our workloads and the stock path run once at full size before they are timed (a first rollout
+maps its fresh output memory, a first Collector batch builds its buffers).
 
 Sizes are small by default (CI runs this once with ``--benchmark-disable``); set
 ``TORCHRL_EXT_BENCH_ENVS`` (e.g. ``1024,16384``) and ``TORCHRL_EXT_BENCH_STEPS`` for real figures,
@@ -19,6 +29,7 @@ or run ``python benchmarks/envs_report.py`` for the ratio table.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -42,6 +53,37 @@ class StockCartPole(CartPoleEnv):
     rollout = EnvBase.rollout
 
 
+class NullCartPole(EnvBase):
+    """``CartPoleEnv``'s specs at zero simulation cost: every step returns the same outputs.
+
+    Not an env to learn from: the Collector over it measures the Collector's own per-step cost
+    (and its random policy's), with no simulation, no copies and no auto-reset behind it.
+    """
+
+    def __init__(self, num_envs: int, device: str = "cpu") -> None:
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        ref = CartPoleEnv(num_envs, device, seed=0)
+        self.observation_spec = ref.observation_spec.clone()
+        self.action_spec = ref.action_spec.clone()
+        self.reward_spec = ref.reward_spec.clone()
+        self.full_done_spec = ref.full_done_spec.clone()
+        self._root = ref.reset()
+        self._next = self._root.copy().set("reward", self.reward_spec.zero())
+
+    def _reset(self, tensordict=None, **kwargs):
+        return self._root.copy()
+
+    def _step(self, tensordict):
+        return self._next.copy()
+
+    def _set_seed(self, seed):
+        return seed
+
+    def _step_and_maybe_reset(self, tensordict):
+        tensordict.set("next", self._next.copy())
+        return tensordict, self._root.copy()
+
+
 def _synced(run: Callable[[], object], device: str) -> Callable[[], None]:
     """``run`` followed by a device synchronization (so CUDA timings cover the work)."""
 
@@ -55,7 +97,7 @@ def _synced(run: Callable[[], object], device: str) -> Callable[[], None]:
 
 def _ours_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     env = CartPoleEnv(n, device, seed=0)
-    env.rollout(2, break_when_any_done=False)
+    env.rollout(steps, break_when_any_done=False)
     return _synced(lambda: env.rollout(steps, break_when_any_done=False), device)
 
 
@@ -65,18 +107,43 @@ def _ours_policy_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[]
     def policy(td):
         return td.set("action", torch.randint(0, 2, (n,), device=device))
 
-    env.rollout(2, policy, break_when_any_done=False)
+    env.rollout(steps, policy, break_when_any_done=False)
     return _synced(lambda: env.rollout(steps, policy, break_when_any_done=False), device)
 
 
-def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+def _random_policy_collector(env: EnvBase, steps: int, device: str) -> Callable[[], None]:
     from torchrl.collectors import Collector
 
-    env = CartPoleEnv(n, device, seed=0)
-    collector = Collector(env, None, frames_per_batch=n * steps, total_frames=-1)
+    collector = Collector(env, None, frames_per_batch=env.batch_size[0] * steps, total_frames=-1)
     batches = iter(collector)
     next(batches)
     return _synced(lambda: next(batches), device)
+
+
+def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    return _random_policy_collector(CartPoleEnv(n, device, seed=0), steps, device)
+
+
+def _ours_collector_tuned(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    from torchrl.collectors import Collector
+
+    frames = n * steps
+    collector = Collector(
+        CartPoleEnv(n, device, seed=0, capture=True),
+        None,
+        frames_per_batch=frames,
+        total_frames=-1,
+        device=device,
+        track_traj_ids=False,
+        init_random_frames=frames * (sys.maxsize // frames),  # every frame is a random frame
+    )
+    batches = iter(collector)
+    next(batches)
+    return _synced(lambda: next(batches), device)
+
+
+def _collector_floor(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
+    return _random_policy_collector(NullCartPole(n, device), steps, device)
 
 
 def _ours_collector_lean(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
@@ -118,7 +185,7 @@ def _ours_graph_step(n: int, steps: int, device: str = "cpu") -> Callable[[], No
 
 def _stock_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     env = StockCartPole(n, device, seed=0)
-    env.rollout(2, break_when_any_done=False)
+    env.rollout(steps, break_when_any_done=False)
     return _synced(lambda: env.rollout(steps, break_when_any_done=False), device)
 
 
@@ -156,6 +223,8 @@ WORKLOADS: dict[str, tuple[Callable[..., Callable[[], None]], float]] = {
     "ours_policy_rollout": (_ours_policy_rollout, 1.0),
     "ours_collector": (_ours_collector, 1.0),
     "ours_collector_lean": (_ours_collector_lean, 1.0),
+    "ours_collector_tuned": (_ours_collector_tuned, 1.0),
+    "collector_floor": (_collector_floor, 1.0),
     "ours_graph_step": (_ours_graph_step, 1.0),
     "stock_rollout": (_stock_rollout, 1.0),
     "gym_vector": (_gym_vector, 1.0),

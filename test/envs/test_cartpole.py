@@ -159,6 +159,20 @@ class TestCartPoleEnv:
         corr = np.corrcoef(obs.numpy().T)
         assert np.abs(corr - np.eye(4)).max() < 0.1
 
+    def test_rollout_random_actions_are_fair_independent_coin_flips(self):
+        # eight flips per random byte: check the marginal, neighbours in time and across envs
+        torch.manual_seed(0)
+        n, steps = 64, 251  # n * steps is not a multiple of 8
+        actions = CartPoleEnv(n, seed=3).rollout(steps, break_when_any_done=False)["action"]
+        assert actions.shape == (n, steps) and actions.dtype == torch.int64
+        assert actions.is_contiguous()
+        assert bool(((actions == 0) | (actions == 1)).all())
+        counts = torch.bincount(actions.flatten(), minlength=2).numpy()
+        assert stats.chisquare(counts).pvalue > 0.01
+        for a, b in ((actions[:, :-1], actions[:, 1:]), (actions[:-1], actions[1:])):
+            pairs = torch.bincount((2 * a + b).flatten(), minlength=4).numpy()
+            assert stats.chisquare(pairs).pvalue > 0.01
+
     def test_first_episode_lengths_match_gymnasium_distribution(self):
         # first episodes only: later ones are censored by the end of the window
         n = 1024

@@ -285,7 +285,10 @@ class TestWarpEnv:
             dones += int(a["next", "done"].sum())
         assert dones > N
 
-    def test_carried_root_entries_are_zeroed_for_reset_envs_as_torchrl_does(self):
+    @pytest.mark.parametrize("named", [False, True])
+    def test_carried_root_entries_are_zeroed_for_reset_envs_as_torchrl_does(self, named):
+        # flat and nested carried entries; plain inputs build the root directly, named ones go
+        # through _step_mdp: both as TorchRL, and the input's entries are never modified
         fast, stock = (
             CartPoleEnv(N, seed=31, max_steps=None),
             _StockCartPole(N, seed=31, max_steps=None),
@@ -296,16 +299,72 @@ class TestWarpEnv:
             memory = torch.arange(N * 3, dtype=torch.float32).view(N, 3) + t + 1
             for r in (rf, rs):
                 r["action"], r["memory"] = a.clone(), memory.clone()
+                r["policy", "deep", "count"] = torch.full((N,), t + 1)
+                if named:
+                    r.refine_names("env")
+            before = rf.clone()
             tf, rf = fast.step_and_maybe_reset(rf)
             ts, rs = stock.step_and_maybe_reset(rs)
             _assert_td_equal(tf, ts)
             _assert_td_equal(rf, rs)
+            _assert_td_equal(tf.exclude("next"), before)
             done = tf["next", "done"][:, 0]
             if 0 < int(done.sum()) < N:
                 partial += 1
                 assert bool((rf["memory"][done] == 0).all())
                 assert torch.equal(rf["memory"][~done], memory[~done])
+                assert bool((rf["policy", "deep", "count"][done] == 0).all())
+                assert bool((rf["policy", "deep", "count"][~done] == t + 1).all())
         assert partial > 5
+
+    def test_device_less_input_takes_the_fused_path_and_equals_torchrl(self):
+        # a device-less input whose leaves are all on the env's device takes the fused path
+        fast, stock = CartPoleEnv(N, seed=33, max_steps=6), _StockCartPole(N, seed=33, max_steps=6)
+        rf, rs = fast.reset(), stock.reset()
+        for t, a in enumerate(_random_actions(fast, 30, seed=34)):
+            for r in (rf, rs):
+                r["action"] = a.clone()
+                r["collector", "traj_ids"] = torch.arange(N) + t
+                r.clear_device_()
+            tf, rf_next = fast.step_and_maybe_reset(rf)
+            ts, rs = stock.step_and_maybe_reset(rs)
+            assert tf is rf  # written in place: no .to(device) copy of the input
+            _assert_td_equal(tf, ts)
+            _assert_td_equal(rf_next, rs)
+            rf = rf_next
+
+    def test_device_less_input_with_a_leaf_elsewhere_falls_back(self):
+        env = CartPoleEnv(N, seed=35)
+        root = env.reset()
+        root["action"] = torch.ones(N, dtype=torch.int64)
+        root.clear_device_()
+        root["elsewhere"] = torch.zeros(N, device="meta")
+        assert not env._on_env_device(root)
+        assert env._on_env_device(root.exclude("elsewhere"))
+
+    @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
+    def test_rand_action_is_torchrl_draw_set_in_place(self, env_cls):
+        env = env_cls(N, seed=36)
+        root = env.reset()
+        ref = root.clone()
+        torch.manual_seed(37)
+        out = env.rand_action(root)
+        torch.manual_seed(37)
+        EnvBase.rand_action(env, ref)
+        assert out is root
+        _assert_td_equal(root, ref)
+        assert env.action_spec.is_in(env.rand_action()["action"])
+
+    def test_collector_random_frames_use_the_env_rand_action(self):
+        env = CartPoleEnv(64, seed=38)
+        collector = Collector(
+            env, None, frames_per_batch=64 * 50, total_frames=64 * 50, init_random_frames=64 * 50
+        )
+        data = next(iter(collector))
+        collector.shutdown()
+        counts = torch.bincount(data["action"].flatten(), minlength=2).numpy()
+        assert counts.sum() == 64 * 50
+        assert stats.chisquare(counts).pvalue > 0.01
 
     def test_final_observation_is_true_and_root_is_the_reset_state(self):
         env = CartPoleEnv(64, seed=5, max_steps=None)

@@ -9,6 +9,7 @@ import warp as wp
 from torchrl.data import Categorical, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import cartpole as _k
+from torchrl_ext.envs._memory import empty_output
 from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
 
 __all__ = ["CartPoleEnv"]
@@ -31,6 +32,20 @@ def _cartpole_params() -> list[float]:
     params[_k.P_RESET_LOW] = -0.05
     params[_k.P_RESET_HIGH] = 0.05
     return params
+
+
+def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor:
+    """``[num_envs, steps]`` int64 fair coin flips from torch's global generator.
+
+    Each uniform random byte gives eight independent flips, so a rollout draws an eighth of the
+    random numbers ``torch.randint(0, 2, ...)`` would, for the same distribution.
+    """
+    total = num_envs * steps
+    draws = torch.randint(0, 256, (-(-total // 8),), dtype=torch.uint8, device=device)
+    shifts = torch.arange(8, dtype=torch.uint8, device=device)
+    flips = empty_output((draws.numel(), 8), torch.int64, device)
+    torch.bitwise_and(draws.unsqueeze(-1) >> shifts, 1, out=flips)
+    return flips.view(-1)[:total].view(num_envs, steps)
 
 
 class CartPoleEnv(WarpEnv):
@@ -158,7 +173,7 @@ class CartPoleEnv(WarpEnv):
             b["steps"],
             b["episode"],
             self.step_limit,
-            actions.shape[0],
+            actions.shape[1],
             int(self.observe_velocity),
             out["root"]["observation"],
             out["next"]["observation"],
@@ -168,6 +183,10 @@ class CartPoleEnv(WarpEnv):
             out["done"],
         ]
         return [(_k.cartpole_rollout, inputs)]
+
+    def _random_actions(self, steps: int) -> torch.Tensor:
+        """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""
+        return _coin_flips(self.num_envs, steps, self.device)
 
     def _check_action_values(self, action: torch.Tensor) -> None:
         low, high = torch.aminmax(action)

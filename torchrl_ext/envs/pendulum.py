@@ -134,10 +134,10 @@ class PendulumEnv(WarpEnv):
     def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
         inputs = [
             self._wp_state,
-            wp.from_torch(actions.view(actions.shape[0], actions.shape[1])),  # [T, N]
+            wp.from_torch(actions[..., 0]),  # [N, T], strided
             *self._counters(),
             self.step_limit,
-            actions.shape[0],
+            actions.shape[1],
             out["root"]["observation"],
             out["next"]["observation"],
             out["reward"],

@@ -11,17 +11,19 @@ walk-through).
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 from typing import Any
 
 import numpy as np
 import torch
 import warp as wp
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
 from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
+from torchrl_ext.envs._memory import empty_output
 
 # Warp functions re-exported for writing new envs' kernels: per-env counter-based random streams
 # (``stream_key``, ``uniform_range``) and episode bookkeeping (``begin_episode``, ``count_step``).
@@ -38,6 +40,7 @@ _DONE_KEYS = ("done", "terminated", "truncated")
 _MAX_SEED = 2**64
 _NO_LIMIT = 2**31 - 1
 _FLOAT_DTYPES = (torch.float32, torch.float64)
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: entering it does nothing
 
 #: A kernel launch recipe: the kernel and its positional inputs (launched over ``num_envs``).
 Launch = tuple[Any, list]
@@ -62,11 +65,25 @@ def params_vector(values: list[float], dtype: torch.dtype) -> Any:
 
 def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
     """Set an entry the env built itself (right batch size and device) without re-validating it."""
-    if isinstance(key, str):
+    if not isinstance(tensordict, TensorDict):
+        tensordict.set(key, value)
+    elif isinstance(key, str):
         # the fast setter TorchRL's own EnvBase.any_done uses for values it made
         tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
     else:
-        tensordict.set(key, value)
+        tensordict._set_tuple(key, value, validated=True, inplace=False, non_blocking=False)
+
+
+@functools.cache
+def _zero_scalar(dtype: torch.dtype) -> torch.Tensor:
+    """A 0-dim CPU zero of ``dtype``: the fill ``torch.where`` takes on any device."""
+    return torch.zeros((), dtype=dtype)
+
+
+def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of ``value`` (leading dim N) with the rows where ``keep`` is False zeroed."""
+    mask = keep.view(keep.shape[0], *([1] * (value.dim() - 1)))
+    return torch.where(mask, value, _zero_scalar(value.dtype))
 
 
 def _check_num_envs(num_envs: Any) -> int:
@@ -204,6 +221,10 @@ class WarpEnv(EnvBase):
         self._graphs: dict[str, Any] = {}
         self._make_specs()
         self.full_done_spec = self._done_spec()
+        # specs are fixed from here on (the buffers are allocated from them): read them once
+        self._action_leaf_key = self.action_key
+        self._action_leaf_spec = self.action_spec
+        self._on_cuda = device.type == "cuda"
         self._allocate_buffers()
         self._allocate_state()
         self._set_seed(seed)
@@ -238,10 +259,11 @@ class WarpEnv(EnvBase):
     def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch] | None:
         """Kernels running ``T`` auto-resetting steps into ``[N, T]`` outputs, or ``None``.
 
-        ``actions`` is time-major, ``[T, N, *action_shape]``; ``out`` holds Warp views of the
-        ``"root"`` and ``"next"`` observation dicts, ``"reward"`` and the three done flags, all
-        env-major ``[N, T, ...]``. Subclasses without such a kernel do not override it:
-        :meth:`rollout` then runs TorchRL's loop over fused steps.
+        ``actions`` is env-major, ``[N, T, *action_shape]`` (possibly a strided view: index it
+        ``[i, t]``); ``out`` holds Warp views of the ``"root"`` and ``"next"`` observation dicts,
+        ``"reward"`` and the three done flags, all env-major ``[N, T, ...]``. Subclasses without
+        such a kernel do not override it: :meth:`rollout` then runs TorchRL's loop over fused
+        steps.
         """
         return None
 
@@ -317,6 +339,7 @@ class WarpEnv(EnvBase):
         n, dev = self.num_envs, self.device
         obs_keys = list(self.observation_spec.keys(True, True))
         self._obs_keys = obs_keys
+        self._produced_keys = frozenset(obs_keys) | frozenset(_DONE_KEYS)
         self._t = {
             "next": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
             "root": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
@@ -409,14 +432,14 @@ class WarpEnv(EnvBase):
 
     def _on_torch_stream(self) -> Any:
         """Context in which Warp launches are ordered with torch's work on the env's device."""
-        if self.device.type == "cuda":
+        if self._on_cuda:
             return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device)))
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     # ------------------------------------------------------------------ validation
     def _load_action(self, action: Any) -> None:
         """Validate ``action`` against the action spec, then copy it into the action buffer."""
-        spec = self.action_spec
+        spec = self._t["action"]  # allocated from the action spec: its shape, dtype and device
         if not isinstance(action, torch.Tensor):
             raise TypeError(f"action must be a torch.Tensor, got action={action!r}.")
         if action.shape != spec.shape:
@@ -460,7 +483,7 @@ class WarpEnv(EnvBase):
             flags = torch.zeros_like(self._flag_buffer)
         else:
             flags = self._flag_buffer.clone()
-        return {key: flags[k] for k, key in enumerate(_DONE_KEYS)}
+        return dict(zip(_DONE_KEYS, flags.unbind(0), strict=True))
 
     def _obs(self, which: str) -> dict[str, torch.Tensor]:
         return {key: val.clone() for key, val in self._t[which].items()}
@@ -477,7 +500,7 @@ class WarpEnv(EnvBase):
 
     # ------------------------------------------------------------------ TorchRL API
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._load_action(tensordict.get(self.action_key))
+        self._load_action(tensordict.get(self._action_leaf_key))
         self._run("step")
         return self._next_td()
 
@@ -492,13 +515,50 @@ class WarpEnv(EnvBase):
         source.update(self._flags(None))
         return self._make_td(source)
 
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write a random action, drawn from the action spec, into ``tensordict``.
+
+        The same draw as :meth:`~torchrl.envs.EnvBase.rand_action` (``action_spec.rand()``, from
+        torch's global generator), set directly instead of through a TensorDict of the full
+        action spec: this is what a ``Collector`` calls for its ``init_random_frames``.
+
+        Args:
+            tensordict (TensorDictBase, optional): where the action is written. Defaults to
+                ``None`` (a new TensorDict holding only the action).
+
+        Returns:
+            ``tensordict`` (or the new TensorDict) with a fresh random action.
+        """
+        if tensordict is not None and tensordict.batch_size != self.batch_size:
+            return super().rand_action(tensordict)
+        if tensordict is None:
+            tensordict = self._make_td({})
+        _put(tensordict, self._action_leaf_key, self._action_leaf_spec.rand())
+        return tensordict
+
     def _fast_path_ok(self, tensordict: TensorDictBase) -> bool:
+        keys = tensordict.keys()
         return (
             self._post_step_mdp_hooks is None
             and not self.__dict__.get("_torchrl_native_autoreset", False)
-            and tensordict.device == self.device
-            and "_step" not in tensordict.keys()
-            and "next" not in tensordict.keys()
+            and "_step" not in keys
+            and "next" not in keys
+            and self._on_env_device(tensordict)
+        )
+
+    def _on_env_device(self, tensordict: TensorDictBase) -> bool:
+        """Whether ``tensordict`` is on the env's device, or device-less with every leaf there.
+
+        TorchRL's generic path moves a device-less input with ``.to(device)``, which changes
+        nothing when every leaf is already on the env's device: such inputs (e.g. a carrier on
+        which ``clear_device_()`` was called) take the fused path too.
+        """
+        if tensordict.device is not None:
+            return tensordict.device == self.device
+        device = self.device
+        return all(
+            not isinstance(val, torch.Tensor) or val.device == device
+            for _, val in tensordict.items(True, True)  # items(): cheaper than values() here
         )
 
     def _step_and_maybe_reset(
@@ -512,19 +572,24 @@ class WarpEnv(EnvBase):
         """
         if not self._fast_path_ok(tensordict):
             return super()._step_and_maybe_reset(tensordict)
-        self._load_action(tensordict.get(self.action_key))
+        self._load_action(tensordict.get(self._action_leaf_key))
         self._run("step_autoreset")
         _put(tensordict, "next", self._next_td())
-        root = self._step_mdp(tensordict)
-        self._zero_carried_entries_of_reset_envs(root)
+        keep = self._keep_mask()
+        if self._plain_step_mdp(tensordict):
+            root = self._carried_root(tensordict, keep)
+        else:
+            root = self._step_mdp(tensordict)
+            if keep is not None:
+                self._zero_carried(root, keep, self._produced_keys)
         for key, val in self._obs("root").items():
             _put(root, key, val)
         for key, val in self._flags(None).items():
             _put(root, key, val)
         return tensordict, root
 
-    def _zero_carried_entries_of_reset_envs(self, root: TensorDictBase) -> None:
-        """Zero, for the envs that reset, the root entries a reset does not produce.
+    def _keep_mask(self) -> torch.Tensor | None:
+        """``[N]`` bool, True for the envs that did not reset; ``None`` if none or all did.
 
         TorchRL's partial reset merges with ``where(~_reset, old, reset_data, pad=0)``: entries
         the env's reset does not write (the previous action, policy outputs carried in the root)
@@ -532,19 +597,54 @@ class WarpEnv(EnvBase):
         fused path does the same, on fresh tensors.
         """
         done = self._flag_buffer[0]
-        count = int(done.sum())
-        if count in (0, self.num_envs):
-            return
-        produced = set(self._obs_keys) | set(_DONE_KEYS)
-        keep = ~done.view(self.num_envs)
-        for key in list(root.keys(True, True)):
-            val = root.get(key)
-            if key in produced or not isinstance(val, torch.Tensor):
+        if int(done.count_nonzero()) in (0, self.num_envs):
+            return None
+        return ~done.view(self.num_envs)
+
+    @staticmethod
+    def _zero_carried(tree: TensorDictBase, keep: torch.Tensor, skip: frozenset) -> None:
+        """Replace every tensor leaf of ``tree`` not in ``skip`` by a copy zeroed where not kept."""
+        for key, val in list(tree.items(True, True)):
+            if key not in skip and isinstance(val, torch.Tensor):
+                _put(tree, key, _kept(val, keep))
+
+    def _plain_step_mdp(self, tensordict: TensorDictBase) -> bool:
+        """Whether :meth:`_carried_root` builds exactly what ``_step_mdp`` would.
+
+        True for a plain, unnamed ``TensorDict`` when TorchRL's step-MDP excludes top-level keys
+        only and takes from ``"next"`` exactly the keys this env produces (observations and done
+        flags, all top-level): the root is then the input's other entries plus those keys.
+        """
+        mdp = self._step_mdp
+        return (
+            type(tensordict) is TensorDict
+            and all(sub is None for sub in mdp.exclude_from_root.values())
+            and all(sub is None for sub in mdp.keys_from_next.values())
+            and mdp.keys_from_next.keys() == self._produced_keys
+            and all(name is None for name in tensordict.names)
+        )
+
+    def _carried_root(self, tensordict: TensorDict, keep: torch.Tensor | None) -> TensorDict:
+        """The next root's carried entries, as ``_step_mdp`` copies them, zeroed where reset.
+
+        Nested tensordicts are shallow copies (as ``_step_mdp`` makes them), so replacing their
+        leaves never touches the input's.
+        """
+        excluded = self._step_mdp.exclude_from_root
+        source = {}
+        for key, val in tensordict.items():
+            if key in excluded:
                 continue
-            mask = keep.view(self.num_envs, *([1] * (val.dim() - 1)))
-            root.set(
-                key, torch.where(mask, val, torch.zeros((), dtype=val.dtype, device=val.device))
-            )
+            if is_tensor_collection(val):
+                val = val.copy()
+                if keep is not None and isinstance(val, TensorDictBase):
+                    self._zero_carried(val, keep, frozenset())
+            elif keep is not None and key not in self._produced_keys:
+                val = _kept(val, keep)
+            source[key] = val
+        return TensorDict._new_unsafe(
+            source, batch_size=tensordict.batch_size, device=tensordict.device
+        )
 
     def rollout(
         self,
@@ -561,11 +661,11 @@ class WarpEnv(EnvBase):
         """Roll out ``max_steps`` steps, as TorchRL's :meth:`~torchrl.envs.EnvBase.rollout`.
 
         With no policy, ``break_when_any_done=False`` and ``auto_reset=True`` (and no callback,
-        ``actions`` or ``out``), the random actions of all steps are drawn from the action spec up
-        front (torch's global generator, as TorchRL's random policy does) and one kernel writes
-        the ``[num_envs, max_steps]`` result; the env auto-resets in between and is left un-reset
-        after the last step, as in TorchRL. Every other case runs TorchRL's loop over this env's
-        fused :meth:`step_and_maybe_reset`.
+        ``actions`` or ``out``), the random actions of all steps are drawn up front, uniformly
+        over the action spec from torch's global generator (as TorchRL's random policy does),
+        and one kernel writes the ``[num_envs, max_steps]`` result into fresh tensors; the env
+        auto-resets in between and is left un-reset after the last step, as in TorchRL. Every
+        other case runs TorchRL's loop over this env's fused :meth:`step_and_maybe_reset`.
 
         Args:
             max_steps (int): number of steps.
@@ -606,14 +706,18 @@ class WarpEnv(EnvBase):
         return self._fast_rollout(int(max_steps), tensordict)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
-        """``[T, N, ...]`` random actions from the action spec (torch's global generator)."""
-        return self.action_spec.rand((steps,))
+        """``[N, T, ...]`` random actions from the action spec (torch's global generator).
+
+        The base draws ``action_spec.rand((T,))`` and returns its env-major view; subclasses may
+        draw the same distribution faster.
+        """
+        return self.action_spec.rand((steps,)).movedim(0, 1)
 
     def _rollout_outputs(self, steps: int) -> dict:
         n, dev = self.num_envs, self.device
 
         def empty(spec: Any) -> torch.Tensor:
-            return torch.empty((n, steps, *spec.shape[1:]), dtype=spec.dtype, device=dev)
+            return empty_output((n, steps, *spec.shape[1:]), spec.dtype, dev)
 
         out = {
             "root": {k: empty(self.observation_spec[k]) for k in self._obs_keys},
@@ -621,7 +725,7 @@ class WarpEnv(EnvBase):
             "reward": empty(self.reward_spec),
         }
         for key in _DONE_KEYS:
-            out[key] = torch.empty(n, steps, 1, dtype=torch.bool, device=dev)
+            out[key] = empty_output((n, steps, 1), torch.bool, dev)
         return out
 
     def _fast_rollout(self, steps: int, tensordict: TensorDictBase | None) -> TensorDictBase:
@@ -646,10 +750,9 @@ class WarpEnv(EnvBase):
         for key in _DONE_KEYS:
             nxt[key] = out[key]
         root = dict(out["root"])
-        root[self.action_key] = actions.movedim(0, 1)
-        zeros = torch.zeros(self.num_envs, steps, 1, dtype=torch.bool, device=self.device)
+        root[self.action_key] = actions
         for key in _DONE_KEYS:
-            root[key] = zeros.clone()
+            root[key] = empty_output((self.num_envs, steps, 1), torch.bool, self.device).zero_()
         root["next"] = TensorDict(nxt, batch_size=batch, device=self.device)
         td = TensorDict(root, batch_size=batch, device=self.device)
         td.refine_names(..., "time")

@@ -218,7 +218,7 @@ def cartpole_rollout(
 ):
     """Run ``horizon`` auto-resetting steps into ``[N, T]`` outputs (no reset after the last).
 
-    ``actions`` is time-major, ``[T, N]``: row ``t`` holds every env's action at step ``t``.
+    ``actions`` is ``[N, T]``: ``actions[i, t]`` is env ``i``'s action at step ``t``.
     """
     i = wp.tid()
     p = params
@@ -227,7 +227,7 @@ def cartpole_rollout(
     for t in range(horizon):
         _observe_at(obs_root, i, t, x, x_dot, theta, theta_dot, full)
         x, x_dot, theta, theta_dot = _dynamics(
-            x, x_dot, theta, theta_dot, _force(actions[t, i], p), p
+            x, x_dot, theta, theta_dot, _force(actions[i, t], p), p
         )
         term = _fell(x, theta, p)
         trunc = count_step(steps, i, max_steps)

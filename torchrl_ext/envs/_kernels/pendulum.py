@@ -164,13 +164,13 @@ def pendulum_rollout(
 ):
     """Run ``horizon`` auto-resetting steps into ``[N, T]`` outputs (no reset after the last).
 
-    ``actions`` is time-major, ``[T, N]``: row ``t`` holds every env's action at step ``t``.
+    ``actions`` is ``[N, T]``: ``actions[i, t]`` is env ``i``'s action at step ``t``.
     """
     i = wp.tid()
     th, thdot = _load(state, i)
     for t in range(horizon):
         _observe_at(obs_root, i, t, th, thdot)
-        th, thdot, r = _dynamics(th, thdot, actions[t, i], params)
+        th, thdot, r = _dynamics(th, thdot, actions[i, t], params)
         trunc = count_step(steps, i, max_steps)
         _observe_at(obs_next, i, t, th, thdot)
         reward[i, t] = r
