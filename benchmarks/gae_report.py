@@ -28,6 +28,7 @@ from test_gae_benchmark import (
     plain_cases,
     plain_rollout,
     recurrent_cases,
+    settle_allocator,
 )
 
 from torchrl_ext.objectives import _gae_cpu
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    settle_allocator()
 
     plain = round_robin(
         {**plain_cases(*PLAIN_SIZE), **warm_kernel(*PLAIN_SIZE), **copy_floor(PLAIN_BYTES)},

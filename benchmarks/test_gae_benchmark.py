@@ -34,10 +34,23 @@ GAMMA, LMBDA = 0.99, 0.95
 P_TERMINATED, P_TRUNCATED = 0.01, 0.005
 
 
+def settle_allocator() -> None:
+    """Puts glibc's malloc in the state a long-running process is in before timing anything.
+
+    glibc raises its mmap threshold (up to 32 MiB) the first time a block that large is freed.
+    Until then every buffer above the threshold is mapped afresh and page-faulted on each
+    call, so a case's time would depend on what happened to run before it in the process
+    (loading Warp's kernels used to raise it as a side effect). One 32 MiB block freed settles
+    it for every case alike.
+    """
+    torch.empty(8 * 2**20 - 4096).fill_(0)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    settle_allocator()
     yield
     torch.set_num_threads(threads)
 
