@@ -277,7 +277,8 @@ class TestScanKernels:
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
     @pytest.mark.parametrize(
-        ("n", "t"), [(1, 1), (3, 1), (5, 7), (8, 12), (13, 37), (17, 256), (9, 600), (2, 513)]
+        ("n", "t"),
+        [(1, 1), (3, 1), (5, 7), (16, 12), (13, 37), (17, 256), (37, 20), (9, 600), (2, 513)],
     )
     def test_cpu_kernel_matches_reference(self, n, t, dtype):
         td, inputs = scan_inputs(n, t, dtype, seed=n * 1000 + t)
@@ -307,18 +308,19 @@ class TestScanKernels:
         warp_adv, warp_target, _ = _gae_kernels._gae_scan_warp(*inputs, 0.99, 0.95)
         assert torch.equal(adv, warp_adv) and torch.equal(target, warp_target)
 
-    @pytest.mark.parametrize("row", [0, 7, 12])
+    @pytest.mark.parametrize("row", [0, _gae_cpu.ROWS - 1, _gae_cpu.ROWS + 4])
     @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
     @pytest.mark.parametrize("which", [0, 1, 2])
     def test_cpu_kernel_reports_nonfinite(self, row, bad, which):
-        """Found in any input and row (row 12 is in the last, partial block of 13 rows),
-        also where a terminated step masks the next value or a done step cuts the trace."""
-        _, inputs = scan_inputs(13, 300, seed=row)
+        """Found in any input and row (the last row is in a partial block), also where a
+        terminated step masks the next value or a done step cuts the trace before it."""
+        n_rows = _gae_cpu.ROWS + 5
+        _, inputs = scan_inputs(n_rows, 300, seed=row)
         inputs[3][row, 150] = True
         inputs[4][row, 150] = True
         inputs[which][row, 150, 0] = bad
         assert _gae_cpu.gae_scan_cpu(*inputs, 0.9, 0.9)[2]
-        assert not _gae_cpu.gae_scan_cpu(*scan_inputs(13, 300, seed=row)[1], 0.9, 0.9)[2]
+        assert not _gae_cpu.gae_scan_cpu(*scan_inputs(n_rows, 300, seed=row)[1], 0.9, 0.9)[2]
 
     def test_layouts_it_declines(self):
         """Non-contiguous, several channels, mixed or half dtypes go to the Warp kernels."""
