@@ -120,6 +120,12 @@ def _tile(k, n_rows, n_steps):
     return (k // chunks) * ROWS, start, end - start
 
 
+def _unsigned(tile):
+    """A tile's ``(first row, first step, steps)`` as unsigned integers."""
+    first, start, steps = tile
+    return np.uint64(first), np.uint64(start), np.uint64(steps)
+
+
 def _emit_and_prepare(inputs, coefs, outputs, last_done, done_tile, advantages, next_tile,
                       scratch):  # fmt: skip
     """Emits tile ``done_tile`` from ``advantages`` and prepares ``next_tile`` into ``scratch``.
@@ -128,12 +134,15 @@ def _emit_and_prepare(inputs, coefs, outputs, last_done, done_tile, advantages, 
     """
     n_rows, n_steps = inputs[0].shape
     value, done = inputs[1], inputs[4]
-    first_e, start_e, steps_e = done_tile
-    first_p, start_p, steps_p = next_tile
+    # unsigned indices: numba then skips its negative-index wrap-around, which would turn
+    # the vectorized loops' loads and stores into gathers and scatters
+    first_e, start_e, steps_e = _unsigned(done_tile)
+    first_p, start_p, steps_p = _unsigned(next_tile)
     both = min(steps_e, steps_p)
+    last_row = np.uint64(n_rows - 1)
     for lane in range(ROWS):
-        row_e = min(first_e + lane, n_rows - 1)  # a last, partial block repeats its last row
-        row_p = min(first_p + lane, n_rows - 1)
+        row_e = min(first_e + np.uint64(lane), last_row)  # a partial block repeats its last row
+        row_p = min(first_p + np.uint64(lane), last_row)
         for s in range(both):
             _emit_step(advantages, lane, s, value, row_e, start_e + s, outputs)
             _prepare_step(inputs, coefs, row_p, start_p + s, scratch, lane, s)
@@ -142,7 +151,7 @@ def _emit_and_prepare(inputs, coefs, outputs, last_done, done_tile, advantages, 
         for s in range(both, steps_p):
             _prepare_step(inputs, coefs, row_p, start_p + s, scratch, lane, s)
         if steps_p > 0 and start_p + steps_p == n_steps:
-            last_done[row_p] = done[row_p, n_steps - 1]
+            last_done[row_p] = done[row_p, np.uint64(n_steps - 1)]
 
 
 def _scan_rows(inputs, coefs, outputs, last_done):
@@ -189,6 +198,7 @@ if AVAILABLE:
     _scan_tile = _jit_inline(_scan_tile)
     _zeros = _jit_inline(_zeros)
     _tile = _jit_inline(_tile)
+    _unsigned = _jit_inline(_unsigned)
     _emit_and_prepare = _jit_inline(_emit_and_prepare)
     _scan_rows = numba.njit(cache=True, nogil=True)(_scan_rows)
 
