@@ -34,10 +34,23 @@ GAMMA, LMBDA = 0.99, 0.95
 P_TERMINATED, P_TRUNCATED = 0.01, 0.005
 
 
+def settle_allocator() -> None:
+    """Puts glibc's malloc in the state a long-running process is in before timing anything.
+
+    glibc maps every block above its mmap threshold afresh (so it is page-faulted again on
+    each call) and raises the threshold to the size of a mapped block when one is freed, up to
+    32 MiB. A case's time would otherwise depend on what happened to run before it in the
+    process (loading Warp's kernels used to raise it as a side effect). Freeing one block just
+    under 32 MiB settles it for every case alike.
+    """
+    torch.empty(8 * 2**20 - 4096).fill_(0)  # float32: 32 MiB - 16 KiB
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    settle_allocator()
     yield
     torch.set_num_threads(threads)
 

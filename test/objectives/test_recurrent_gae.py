@@ -29,7 +29,7 @@ from torchrl.modules import (
 )
 from torchrl.objectives import ClipPPOLoss
 
-from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
+from torchrl_ext.objectives import RecurrentGAE, _gae_cpu, _gae_kernels, carry_recurrent_state
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -119,7 +119,8 @@ class TestRecurrentGAEScan:
     @pytest.mark.parametrize("steps", [9, 12])
     @pytest.mark.parametrize("device", DEVICES)
     def test_env_major_matches_reference(self, mode, dtype, steps, device):
-        """``steps=12`` in float32 takes the four-step contiguous kernel; others are strided."""
+        """float32/float64 take the numba kernel on the CPU (the four-step Warp kernel on CUDA
+        for float32 with ``steps=12``); float16/bfloat16 the strided Warp kernel."""
         td = make_rollout(mode=mode, dtype=dtype, seed=3, t=steps)
         out = RecurrentGAE(gamma=0.97, lmbda=0.9)(td.to(device))
         assert out["advantage"].device.type == device and out["advantage"].dtype == dtype
@@ -153,7 +154,7 @@ class TestRecurrentGAEScan:
         np.testing.assert_allclose(named["advantage"][..., 0].T, expected, atol=1e-10)
 
     def test_unaligned_contiguous_inputs(self):
-        """Contiguous float32 data starting at an odd offset takes the strided kernel."""
+        """Contiguous float32 data starting at an odd offset (the CPU kernel takes it)."""
         td = make_rollout(t=8, seed=10)
         expected, _ = reference_on(td, 0.9, 0.8)
         for key in ("state_value", ("next", "reward"), ("next", "done")):
@@ -255,6 +256,91 @@ class TestRecurrentGAEScan:
         gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
         assert ("next", "reward") in gae.in_keys and ("next", "state_value") in gae.in_keys
         assert {"advantage", "value_target", "is_init"} <= set(gae.out_keys)
+
+
+def scan_inputs(n, t, dtype=torch.float32, seed=0):
+    """``[N, T, 1]`` scan inputs (reward, value, next value, terminated, done) of a rollout."""
+    td = make_rollout(n=n, t=t, seed=seed, dtype=dtype)
+    keys = [("next", "reward"), "state_value", ("next", "state_value")]
+    flags = [("next", "terminated"), ("next", "done")]
+    return td, [td[key] for key in keys + flags]
+
+
+class TestScanKernels:
+    """Each scan kernel equals the float64 reference loop on its own, whatever the sizes.
+
+    The numba CPU kernel advances ``ROWS`` rows together over tiles of at most ``STEPS``
+    steps: row counts that leave a partial block, single steps and rows longer than a tile
+    are the edge cases. The Warp kernels (CUDA's path, kept for other layouts) are checked on
+    the CPU too.
+    """
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    @pytest.mark.parametrize(
+        ("n", "t"),
+        [(1, 1), (3, 1), (5, 7), (16, 12), (13, 37), (17, 256), (37, 20), (9, 600), (2, 513)],
+    )
+    def test_cpu_kernel_matches_reference(self, n, t, dtype):
+        td, inputs = scan_inputs(n, t, dtype, seed=n * 1000 + t)
+        assert _gae_cpu.applies(*inputs)
+        adv, target, nonfinite, last_done = _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9)
+        expected_adv, expected_target = reference_on(td, 0.97, 0.9)
+        tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
+        np.testing.assert_allclose(adv[..., 0].double(), expected_adv, **tol)
+        np.testing.assert_allclose(target[..., 0].double(), expected_target, **tol)
+        assert not nonfinite and adv.dtype == dtype and adv.shape == (n, t, 1)
+        assert torch.equal(last_done, td["next", "done"][:, -1, 0])
+
+    @pytest.mark.parametrize("t", [12, 9])
+    def test_warp_kernels_on_cpu_match_reference(self, t):
+        """``t=12``: the four-step kernel; ``t=9``: the strided one."""
+        td, inputs = scan_inputs(13, t, seed=t)
+        adv, target, last = _gae_kernels._gae_scan_warp(*inputs, 0.97, 0.9)
+        expected_adv, expected_target = reference_on(td, 0.97, 0.9)
+        np.testing.assert_allclose(adv[..., 0].double(), expected_adv, atol=1e-3, rtol=1e-4)
+        np.testing.assert_allclose(target[..., 0].double(), expected_target, atol=1e-3, rtol=1e-4)
+        assert not torch.isnan(last).any()
+
+    def test_cpu_kernel_equals_four_step_kernel(self):
+        """Same float32 arithmetic in the same order: identical to the bit."""
+        _, inputs = scan_inputs(21, 64, seed=5)
+        adv, target, _, _ = _gae_cpu.gae_scan_cpu(*inputs, 0.99, 0.95)
+        warp_adv, warp_target, _ = _gae_kernels._gae_scan_warp(*inputs, 0.99, 0.95)
+        assert torch.equal(adv, warp_adv) and torch.equal(target, warp_target)
+
+    @pytest.mark.parametrize("row", [0, _gae_cpu.ROWS - 1, _gae_cpu.ROWS + 4])
+    @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+    @pytest.mark.parametrize("which", [0, 1, 2])
+    def test_cpu_kernel_reports_nonfinite(self, row, bad, which):
+        """Found in any input and row (the last row is in a partial block), also where a
+        terminated step masks the next value or a done step cuts the trace before it."""
+        n_rows = _gae_cpu.ROWS + 5
+        _, inputs = scan_inputs(n_rows, 300, seed=row)
+        inputs[3][row, 150] = True
+        inputs[4][row, 150] = True
+        inputs[which][row, 150, 0] = bad
+        assert _gae_cpu.gae_scan_cpu(*inputs, 0.9, 0.9)[2]
+        assert not _gae_cpu.gae_scan_cpu(*scan_inputs(n_rows, 300, seed=row)[1], 0.9, 0.9)[2]
+
+    def test_layouts_it_declines(self):
+        """Non-contiguous, several channels, mixed or half dtypes go to the Warp kernels."""
+        _, inputs = scan_inputs(4, 8)
+        time_major = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in inputs]
+        assert not _gae_cpu.applies(*time_major)
+        two = [x.expand(4, 8, 2) for x in inputs]
+        assert not _gae_cpu.applies(*two)
+        mixed = [inputs[0].double(), *inputs[1:]]
+        assert not _gae_cpu.applies(*mixed)
+        assert not _gae_cpu.applies(*[x.half() for x in inputs[:3]], *inputs[3:])
+
+    @pytest.mark.parametrize("contiguous", [True, False])
+    def test_derive_is_init(self, contiguous):
+        done = torch.rand(5, 7, generator=torch.Generator().manual_seed(0)) < 0.3
+        first = torch.tensor([True, False, True, False, False])
+        rows = done if contiguous else done.T.contiguous().T
+        is_init = _gae_kernels.derive_is_init(rows, first)
+        assert torch.equal(is_init[:, 0], first)
+        assert torch.equal(is_init[:, 1:], done[:, :-1])
 
 
 class TestIsInit:
@@ -402,6 +488,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match="infinite values in \\['state_value'\\]"):
             gae(td)
         self._assert_untouched(td, gae)
+
+    def test_overflow_is_not_bad_input(self):
+        """Finite inputs whose advantage overflows raise nothing, as in a plain loop."""
+        td = make_rollout(mode="neither")
+        td["next", "reward"][0, :, 0] = 3e38
+        RecurrentGAE(gamma=1.0, lmbda=1.0)(td)
+        assert torch.isinf(td["advantage"][0, 0, 0]) and td["advantage"][1:].isfinite().all()
 
     def test_no_time_dim(self):
         td = TensorDict({}, batch_size=[])

@@ -1,11 +1,12 @@
-"""The fast GAE scan: Warp kernels walking each env row backwards in time.
+"""The fast GAE scan: kernels walking each env row backwards in time.
 
-Two kernels, one job each:
+On the CPU, contiguous env-major rows with one channel (what torchrl collectors produce), in
+float32 or float64, go to the numba kernel of :mod:`torchrl_ext.objectives._gae_cpu`, which
+advances eight rows together. Everything else runs one of two Warp kernels, one job each:
 
 * ``_gae_scan_rows4``: float32, one channel, contiguous env-major ``[N, T]`` rows with
-  ``T % 4 == 0`` (what torchrl collectors produce). One thread per row; it loads four steps
-  at a time as ``vec4`` values and four flags as one 32-bit word, and selects rather than
-  multiplies by flags: on Warp's CPU backend both cut its time by about 2x each.
+  ``T % 4 == 0``, on CUDA. One thread per row; it loads four steps at a time as ``vec4``
+  values and four flags as one 32-bit word, and selects rather than multiplies by flags.
 * ``_gae_scan_strided``: any float32/float64 ``[N, T, K]`` views with arbitrary strides
   (time-major data, broadcast flags, several agents). One thread per (row, channel).
 
@@ -21,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import warp as wp
+
+from torchrl_ext.objectives import _gae_cpu
 
 #: Dtypes the strided kernel runs natively; others are computed in float32 and cast back.
 _NATIVE_DTYPES = {torch.float32: wp.float32, torch.float64: wp.float64}
@@ -257,6 +260,35 @@ def _launch_strided(reward, value, next_value, terminated, done, gamma, lmbda, w
     return advantage, value_target, last
 
 
+class ScanResult(NamedTuple):
+    """What :func:`gae_scan` returns."""
+
+    advantage: torch.Tensor  # [N, T, K], the promoted input dtype
+    value_target: torch.Tensor  # [N, T, K]
+    nonfinite: bool  # some input was NaN or infinite (then the outputs are not meaningful)
+    is_init: torch.Tensor | None  # [N, T] bool, derived when first_is_init was given
+    last_done: torch.Tensor  # [N] bool: whether any flag of each row's last step is done
+
+
+def derive_is_init(done_rows: torch.Tensor, first_is_init: torch.Tensor) -> torch.Tensor:
+    """``is_init``: ``done`` one step later, with ``first_is_init`` as its first column.
+
+    Args:
+        done_rows (torch.Tensor): bool ``[N, T]``, whether any flag of the step is done.
+        first_is_init (torch.Tensor): bool ``[N]``.
+
+    Returns:
+        A new bool ``[N, T]`` tensor.
+    """
+    is_init = torch.empty_like(done_rows)
+    if done_rows.is_contiguous():  # one flat copy, row n's first step getting row n - 1's last
+        is_init.view(-1)[1:] = done_rows.view(-1)[:-1]
+    else:
+        is_init[:, 1:] = done_rows[:, :-1]
+    is_init[:, 0] = first_is_init.to(done_rows.device)
+    return is_init
+
+
 def gae_scan(
     reward: torch.Tensor,
     value: torch.Tensor,
@@ -265,8 +297,9 @@ def gae_scan(
     done: torch.Tensor,
     gamma: float,
     lmbda: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Runs the GAE scan over ``[N, T, K]`` inputs.
+    first_is_init: torch.Tensor | None = None,
+) -> ScanResult:
+    """Runs the GAE scan over ``[N, T, K]`` inputs (and derives the reset flags).
 
     Args:
         reward (torch.Tensor): rewards ``[N, T, K]`` (floating point, any strides).
@@ -276,12 +309,28 @@ def gae_scan(
         done (torch.Tensor): bool ``[N, T, K]``.
         gamma (float): discount.
         lmbda (float): GAE trace decay.
+        first_is_init (torch.Tensor, optional): bool ``[N]``; when given, ``is_init`` is
+            derived with it as its first column. Defaults to ``None``.
 
     Returns:
-        ``(advantage, value_target, last)``: two new ``[N, T, K]`` tensors of the promoted
-        input dtype, and each row's final running advantage ``[N, K]``, NaN where that row
-        held a NaN.
+        A :class:`ScanResult`. ``nonfinite`` may also be set by a result that overflowed.
     """
+    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
+    is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
+    if _gae_cpu.applies(reward, value, next_value, terminated, done):
+        advantage, value_target, nonfinite, last_done = _gae_cpu.gae_scan_cpu(
+            reward, value, next_value, terminated, done, gamma, lmbda
+        )
+        return ScanResult(advantage, value_target, nonfinite, is_init, last_done)
+    advantage, value_target, last = _gae_scan_warp(
+        reward, value, next_value, terminated, done, gamma, lmbda
+    )
+    nonfinite = bool(torch.isnan(last).any())
+    return ScanResult(advantage, value_target, nonfinite, is_init, done_rows[:, -1].clone())
+
+
+def _gae_scan_warp(reward, value, next_value, terminated, done, gamma, lmbda):
+    """The Warp kernels; also returns ``last``, each row's final running advantage ``[N, K]``."""
     wp_device = _ready(reward.device)
     if _rows4_ok(reward, value, next_value, terminated, done):
         return _launch_rows4(reward, value, next_value, terminated, done, gamma, lmbda, wp_device)

@@ -23,7 +23,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_ext.objectives._gae_kernels import gae_scan
+from torchrl_ext.objectives._gae_kernels import ScanResult, derive_is_init, gae_scan
 from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
 from torchrl_ext.objectives._value_pass import ValuePass
 
@@ -58,13 +58,27 @@ class _Rollout:
     reward: torch.Tensor  # [N, T, *feature]
     terminated: torch.Tensor  # [N, T, *flag_feature], bool
     done: torch.Tensor  # [N, T, *flag_feature], bool
-    done_rows: torch.Tensor  # [N, T], bool: any flag set at the step
-    is_init: torch.Tensor  # [N, T], bool
-    is_init_derived: bool
+    is_init: torch.Tensor | None  # [N, T], bool; None while still to be derived
+    first_is_init: torch.Tensor | None  # [N], bool: a derived is_init's first column
 
     @property
     def layout(self) -> tuple[int, int]:
         return len(self.batch_shape), self.time_dim
+
+    @property
+    def done_rows(self) -> torch.Tensor:
+        """``[N, T]`` bool: whether any done flag of the step is set."""
+        return _per_step(self.done)
+
+    @property
+    def is_init_derived(self) -> bool:
+        return self.first_is_init is not None
+
+    def derived_is_init(self) -> torch.Tensor:
+        """``is_init``, deriving it now if needed (the scan derives it too, at no cost)."""
+        if self.is_init is None:
+            self.is_init = derive_is_init(self.done_rows, self.first_is_init)
+        return self.is_init
 
 
 def _check_unit_interval(name: str, value: float) -> float:
@@ -110,6 +124,8 @@ def _check_float(key: NestedKey, x: torch.Tensor) -> None:
 
 
 def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, ref: NestedKey):
+    if flag.shape[2:] == feature:
+        return
     try:
         ok = torch.broadcast_shapes(flag.shape[2:], feature) == feature
     except RuntimeError:
@@ -129,20 +145,25 @@ def _per_step(flag: torch.Tensor) -> torch.Tensor:
 
 def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
     """``[N, T, *f]`` -> ``[N, T, K]`` (broadcasting ``f`` to ``feature`` without copying)."""
+    if len(feature) == 1 and x.shape[2:] == feature:
+        return x
     n_rows, steps = x.shape[:2]
     x = x.reshape(n_rows, steps, *([1] * (len(feature) - (x.ndim - 2))), *x.shape[2:])
     return x.expand(n_rows, steps, *feature).reshape(n_rows, steps, -1)
 
 
-def _raise_on_nan(last: torch.Tensor, inputs: dict[NestedKey, torch.Tensor]) -> None:
-    """Raises if the scan met a NaN or infinite input (``last`` is NaN for those rows)."""
-    if not bool(torch.isnan(last).any()):
-        return
+def _raise_on_nonfinite(inputs: dict[NestedKey, torch.Tensor]) -> None:
+    """Raises naming the inputs holding NaN (else infinite) values, if any do.
+
+    Called when the scan saw a non-finite number; finite inputs whose result overflowed do not
+    raise (as in a plain loop, the overflow shows in the output).
+    """
     found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
     if found:
         raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
     found = [key for key, x in inputs.items() if bool(torch.isinf(x).any())]
-    raise ValueError(f"RecurrentGAE got infinite values in {found}; nothing was written.")
+    if found:
+        raise ValueError(f"RecurrentGAE got infinite values in {found}; nothing was written.")
 
 
 class RecurrentGAE(ValueEstimatorBase):
@@ -364,9 +385,9 @@ class RecurrentGAE(ValueEstimatorBase):
         with torch.no_grad():
             rollout = self._read(tensordict, time_dim)
             value, next_value = self._values(tensordict, rollout, params)
-            advantage, value_target = self._scan(rollout, value, next_value)
-            self._write(tensordict, rollout, advantage, value_target, value, next_value)
-        self._carry = rollout.done_rows[:, -1].clone()
+            scan = self._scan(rollout, value, next_value)
+            self._write(tensordict, rollout, scan, value, next_value)
+        self._carry = scan.last_done
         return tensordict
 
     def _resolve_time_dim(self, td: TensorDictBase, time_dim: int | None) -> int:
@@ -405,42 +426,38 @@ class RecurrentGAE(ValueEstimatorBase):
             flag = flat_rows(flag, *layout)
             _check_broadcast(key, flag, reward.shape[2:], reward_key)
             flags[name] = flag
-        done_rows = _per_step(flags["done"])
-        is_init, derived = self._is_init(td, layout, done_rows)
+        is_init, first_is_init = self._is_init(td, layout, flags["done"])
         return _Rollout(
             batch_shape=td.batch_size,
             time_dim=tdim,
             reward=reward,
             terminated=flags["terminated"],
             done=flags["done"],
-            done_rows=done_rows,
             is_init=is_init,
-            is_init_derived=derived,
+            first_is_init=first_is_init,
         )
 
     def _is_init(
-        self, td: TensorDictBase, layout: tuple[int, int], done_rows: torch.Tensor
-    ) -> tuple[torch.Tensor, bool]:
+        self, td: TensorDictBase, layout: tuple[int, int], done: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(is_init, None)`` if given, else ``(None, first column to derive it with)``."""
         key = self._tensor_keys.is_init
         given = td.get(key, None)
         if given is not None:
             _check_flag(key, given)
             given = flat_rows(given, *layout)
-            return _per_step(given), False
-        n_rows = done_rows.shape[0]
+            return _per_step(given), None
+        n_rows = done.shape[0]
         carry = self._carry
         if carry is None:
-            carry = torch.ones(n_rows, dtype=torch.bool, device=done_rows.device)
+            carry = torch.ones(n_rows, dtype=torch.bool, device=done.device)
         elif carry.shape[0] != n_rows:
             raise ValueError(
                 f"{key!r} is missing and must be derived, but the carry kept from the previous "
                 f"call holds {carry.shape[0]} envs while this batch has {n_rows}. Pass {key!r} "
                 "in the input or call reset_carry() when the set of envs changes."
             )
-        is_init = torch.empty_like(done_rows)
-        is_init[:, 0] = carry.to(done_rows.device)
-        is_init[:, 1:] = done_rows[:, :-1]
-        return is_init, True
+        return None, carry.to(done.device)
 
     def _values(
         self, td: TensorDictBase, rollout: _Rollout, params: TensorDictBase | None
@@ -459,7 +476,7 @@ class RecurrentGAE(ValueEstimatorBase):
             return self._value_pass.run(
                 td,
                 rollout.layout,
-                rollout.is_init,
+                rollout.derived_is_init(),
                 rollout.done_rows,
                 keys.value,
                 self.initial_state,
@@ -474,9 +491,7 @@ class RecurrentGAE(ValueEstimatorBase):
             for key in self._value_pass.stored_state_keys():
                 _get(td, key, "stored recurrent state (initial_state='stored')")
 
-    def _scan(
-        self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _scan(self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor) -> ScanResult:
         keys = self._tensor_keys
         reward = rollout.reward
         for key, x in ((keys.value, value), (next_key(keys.value), next_value)):
@@ -486,7 +501,7 @@ class RecurrentGAE(ValueEstimatorBase):
                     f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
                 )
         feature = reward.shape[2:]
-        advantage, value_target, last = gae_scan(
+        scan = gae_scan(
             _to_channels(reward, feature),
             _to_channels(value, feature),
             _to_channels(next_value, feature),
@@ -494,27 +509,31 @@ class RecurrentGAE(ValueEstimatorBase):
             _to_channels(rollout.done, feature),
             self.gamma,
             self.lmbda,
+            first_is_init=rollout.first_is_init if rollout.is_init is None else None,
         )
-        _raise_on_nan(
-            last,
-            {next_key(keys.reward): reward, keys.value: value, next_key(keys.value): next_value},
-        )
+        if scan.nonfinite:
+            _raise_on_nonfinite(
+                {next_key(keys.reward): reward, keys.value: value, next_key(keys.value): next_value}
+            )
+        if scan.is_init is not None:
+            rollout.is_init = scan.is_init
         shape = reward.shape
-        return advantage.reshape(shape), value_target.reshape(shape)
+        return scan._replace(
+            advantage=scan.advantage.reshape(shape), value_target=scan.value_target.reshape(shape)
+        )
 
     def _write(
         self,
         td: TensorDictBase,
         rollout: _Rollout,
-        advantage: torch.Tensor,
-        value_target: torch.Tensor,
+        scan: ScanResult,
         value: torch.Tensor,
         next_value: torch.Tensor,
     ) -> None:
         keys = self._tensor_keys
         batch_shape, tdim = rollout.batch_shape, rollout.time_dim
-        td.set(keys.advantage, unflat_rows(advantage, batch_shape, tdim))
-        td.set(keys.value_target, unflat_rows(value_target, batch_shape, tdim))
+        td.set(keys.advantage, unflat_rows(scan.advantage, batch_shape, tdim))
+        td.set(keys.value_target, unflat_rows(scan.value_target, batch_shape, tdim))
         if self._value_pass is not None:
             td.set(keys.value, unflat_rows(value, batch_shape, tdim))
             td.set(next_key(keys.value), unflat_rows(next_value, batch_shape, tdim))
