@@ -26,6 +26,7 @@ myst_heading_anchors = 2
 html_theme = "furo"
 html_title = "torchrl_ext"
 html_static_path = ["_static"]
+templates_path = ["_templates"]
 autosummary_generate = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "description"
