@@ -54,6 +54,21 @@ def expand_only(buffer, rounds):
     return statistics.median(times) * 1e3
 
 
+def read_only(buffers, storages, rounds):
+    """Ms per storage read of the same 7,680 records (one index our unit drew), per storage."""
+    any_buffer = buffers[(storages[0], "torchrl_ext")]
+    index, info = any_buffer._sampler.sample(any_buffer.storage, any_buffer._batch_size)
+    index, _ = any_buffer._sample_unit.expand(index, info, any_buffer.storage)
+    reads = {name: buffers[(name, "torchrl_ext")].storage for name in storages}
+    times = {name: [] for name in storages}
+    for _ in range(rounds):
+        for name, storage in reads.items():
+            start = time.perf_counter()
+            storage.get(index)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
 def by_storage(medians: dict, storage: str) -> dict:
     """``{path: ms}`` of one storage out of ``{(storage, path): ms}``."""
     return {path: ms for (name, path), ms in medians.items() if name == storage}
@@ -74,6 +89,7 @@ def measure_capacity(capacity, storages, chunk, rounds, block):
         path: expand_only(buffers[(storages[0], path)], rounds)
         for path in ("torchrl_ext", "torchrl_sequence")
     }
+    units["read"] = read_only(buffers, storages, rounds)
     return [
         (capacity, name, by_storage(static, name), by_storage(online, name), units)
         for name in storages
@@ -175,6 +191,13 @@ def print_table(rows, block):
                 f"{units['torchrl_sequence']:>8.3f} {'':>7} "
                 f"{units['torchrl_sequence'] / units['torchrl_ext']:>9.2f}x  (sampler+expand)"
             )
+            reads = units["read"]
+            if "stock" in reads and "fast" in reads:
+                print(
+                    f"{capacity:>9} {'':>7} {'read':>7} stock {reads['stock']:.3f} "
+                    f"fast {reads['fast']:.3f}: {reads['stock'] / reads['fast']:.2f}x "
+                    "(storage.get of one sample's records)"
+                )
     print_scaling(rows)
 
 

@@ -111,61 +111,53 @@ def _ours_policy_rollout(n: int, steps: int, device: str = "cpu") -> Callable[[]
     return _synced(lambda: env.rollout(steps, policy, break_when_any_done=False), device)
 
 
-def _random_policy_collector(env: EnvBase, steps: int, device: str) -> Callable[[], None]:
+def _collecting(
+    env: EnvBase, steps: int, policy: object = None, **options: object
+) -> Callable[[], None]:
+    """One batch of ``N * steps`` frames from a warmed-up Collector over ``env`` per call."""
     from torchrl.collectors import Collector
 
-    collector = Collector(env, None, frames_per_batch=env.batch_size[0] * steps, total_frames=-1)
+    frames = env.batch_size[0] * steps
+    collector = Collector(env, policy, frames_per_batch=frames, total_frames=-1, **options)
     batches = iter(collector)
     next(batches)
-    return _synced(lambda: next(batches), device)
+    return _synced(lambda: next(batches), str(env.device))
 
 
 def _ours_collector(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
-    return _random_policy_collector(CartPoleEnv(n, device, seed=0), steps, device)
+    return _collecting(CartPoleEnv(n, device, seed=0), steps)
 
 
 def _ours_collector_tuned(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
-    from torchrl.collectors import Collector
-
     frames = n * steps
-    collector = Collector(
+    return _collecting(
         CartPoleEnv(n, device, seed=0, capture=True),
-        None,
-        frames_per_batch=frames,
-        total_frames=-1,
+        steps,
         device=device,
         track_traj_ids=False,
         init_random_frames=frames * (sys.maxsize // frames),  # every frame is a random frame
     )
-    batches = iter(collector)
-    next(batches)
-    return _synced(lambda: next(batches), device)
 
 
 def _collector_floor(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
-    return _random_policy_collector(NullCartPole(n, device), steps, device)
+    return _collecting(NullCartPole(n, device), steps)
 
 
 def _ours_collector_lean(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:
     from tensordict.nn import TensorDictModule
-    from torchrl.collectors import Collector
 
     class _Coin(torch.nn.Module):
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
             return torch.randint(0, 2, obs.shape[:-1])
 
     policy = TensorDictModule(_Coin(), in_keys=["observation"], out_keys=["action"])
-    collector = Collector(
+    return _collecting(
         CartPoleEnv(n, device, seed=0),
+        steps,
         policy,
-        frames_per_batch=n * steps,
-        total_frames=-1,
         track_traj_ids=False,
         auto_register_policy_transforms=False,
     )
-    batches = iter(collector)
-    next(batches)
-    return _synced(lambda: next(batches), device)
 
 
 def _ours_graph_step(n: int, steps: int, device: str = "cpu") -> Callable[[], None]:

@@ -126,26 +126,34 @@ def test_out_of_range_raises_like_stock(fast_cls, stock_cls, tmp_path):
 
 def test_fast_path_is_taken_for_flat_tensor_indices(monkeypatch):
     calls = []
-    real = storages_module._read
-    monkeypatch.setattr(storages_module, "_read", lambda *args: calls.append(1) or real(*args))
+    real = storages_module._gather
+    monkeypatch.setattr(
+        storages_module, "_gather", lambda *args: calls.append(args[0]) or real(*args)
+    )
     storage = FastLazyTensorStorage(10)
     storage.set(torch.arange(4), records(4))
     storage.get(torch.tensor([1, 2]))
+    assert calls and calls[0] is storage._storage  # the whole contents, then each entry
+    calls.clear()
     storage.get(slice(0, 2))
-    assert calls == [1]
+    assert calls == []
 
 
-def test_plain_tensor_storage():
-    fast, stock = FastLazyTensorStorage(6), LazyTensorStorage(6)
-    for storage in (fast, stock):
+@pytest.mark.parametrize(("fast_cls", "stock_cls"), PAIRS)
+def test_plain_tensor_storage(fast_cls, stock_cls, tmp_path):
+    reads = []
+    for cls in (fast_cls, stock_cls):
+        memmap = "Memmap" in cls.__name__
+        kwargs = {"scratch_dir": tempfile.mkdtemp(dir=tmp_path)} if memmap else {}
+        storage = cls(6, **kwargs)
         storage.set(torch.arange(4), torch.arange(8.0).view(4, 2))
-    index = torch.tensor([3, 0, 3])
-    assert_same(fast.get(index), stock.get(index))
-    with pytest.raises(IndexError):
-        fast.get(torch.tensor([4]))
+        reads.append(storage.get(torch.tensor([3, 0, 3])))
+        with pytest.raises(IndexError):
+            storage.get(torch.tensor([4]))
+    assert_same(*reads)
 
 
-def test_non_tensor_leaves_fall_back():
+def test_non_tensor_leaves_fall_back(monkeypatch):
     data = TensorDict({"obs": torch.arange(4.0)}, [4])
     data["tag"] = NonTensorData("level-1", batch_size=[4])
     fast, stock = FastLazyTensorStorage(4), LazyTensorStorage(4)
@@ -155,6 +163,12 @@ def test_non_tensor_leaves_fall_back():
     ours, theirs = fast.get(index), stock.get(index)
     assert torch.equal(ours["obs"], theirs["obs"])
     assert ours["tag"] == theirs["tag"]
+    # the unsupported layout is remembered: later reads go straight to the stock read
+    calls = []
+    real = storages_module._gather
+    monkeypatch.setattr(storages_module, "_gather", lambda *args: calls.append(1) or real(*args))
+    assert torch.equal(fast.get(index)["obs"], theirs["obs"])
+    assert calls == []
 
 
 def test_two_dimensional_storage_falls_back():

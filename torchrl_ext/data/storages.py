@@ -23,32 +23,20 @@ class _Unsupported(Exception):
     """Raised inside a gather when a leaf needs the stock read."""
 
 
-def _written(leaf: torch.Tensor, rows: int) -> torch.Tensor:
-    """The first ``rows`` rows of a stored leaf (itself when the ring is full)."""
-    return leaf if leaf.shape[0] == rows else leaf.narrow(0, 0, rows)
+def _gather(stored: Any, index: torch.Tensor, rows: int) -> Any:
+    """Rows ``index`` (all in ``[0, rows)``) of a stored tensor or plain TensorDict.
 
-
-def _gather(td: TensorDict, index: torch.Tensor, rows: int) -> TensorDict:
-    """Rows ``index`` (all in ``[0, rows)``) of every leaf of ``td``, nested batch dims kept."""
-    out = {}
-    for key, value in td.items():
-        if isinstance(value, torch.Tensor):
-            out[key] = _written(value, rows).index_select(0, index)
-        elif type(value) is TensorDict and not value._has_names():
-            out[key] = _gather(value, index, rows)
-        else:
-            raise _Unsupported
-    batch_size = torch.Size([index.numel(), *td.batch_size[1:]])
-    return TensorDict._new_unsafe(out, batch_size=batch_size, device=td.device)
-
-
-def _read(stored: Any, index: torch.Tensor, rows: int) -> Any:
-    """The gathered rows of a tensor or plain TensorDict storage; other kinds are unsupported."""
-    if type(stored) is torch.Tensor:
-        return _written(stored, rows).index_select(0, index)
-    if type(stored) is TensorDict and not stored._has_names():
-        return _gather(stored, index, rows)
-    raise _Unsupported
+    Nested batch dims are kept. Raises ``_Unsupported`` for anything else (non-tensor leaves,
+    named dims, lazy stacks), which the stock read handles.
+    """
+    if isinstance(stored, torch.Tensor):
+        written = stored if stored.shape[0] == rows else stored.narrow(0, 0, rows)
+        return written.index_select(0, index)
+    if type(stored) is not TensorDict or stored._has_names():
+        raise _Unsupported
+    out = {key: _gather(value, index, rows) for key, value in stored.items()}
+    batch_size = torch.Size([index.numel(), *stored.batch_size[1:]])
+    return TensorDict._new_unsafe(out, batch_size=batch_size, device=stored.device)
 
 
 class _IndexSelectRead:
@@ -61,13 +49,16 @@ class _IndexSelectRead:
             and index.dtype in (torch.int64, torch.int32)
             and self.ndim == 1
             and self.initialized
+            # contents found unsupported once stay so (their layout is fixed at init)
+            and self.__dict__.get("_stock_read_contents") is not self._storage
         )
         if fast:
-            rows = len(self)  # written records; one lookup, as it takes a lock
             try:
-                return _read(self._storage, index, rows)
-            except (_Unsupported, IndexError, RuntimeError):
-                pass  # non-tensor leaves, negative or out-of-range indices: stock semantics
+                return _gather(self._storage, index, len(self))  # len(): one lookup (a lock)
+            except _Unsupported:
+                self._stock_read_contents = self._storage
+            except (IndexError, RuntimeError):
+                pass  # negative or out-of-range indices: the stock read's semantics and errors
         return super().get(index)
 
 
