@@ -8,15 +8,25 @@ four times faster on a row of 16 floats. The storages here take that path for a 
 index and hand everything else (ranges, slices, tuples, multi-dimensional storages,
 non-tensor leaves, named dims) to the stock read, so the data returned is identical in every
 case: same values, dtypes, batch sizes and devices, never aliasing the storage.
+
+Long CPU indices (a batch of sequence windows: thousands of rows in runs) go further: the leaves
+with narrow rows are read in one pass by the prefetching kernel of :mod:`._gather`, which keeps
+many cache misses in flight and copies each run of rows as one block (about 1.6x faster than
+``index_select`` with warm caches, 1.2-1.3x with cold ones, on 64 windows of 120 rows). Which
+leaves it copies is worked out once per layout of the contents (``_Level``) and checked, by
+identity, at every read.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
+
+from torchrl_ext.data import _gather as _rows
 
 
 class _Unsupported(Exception):
@@ -39,6 +49,77 @@ def _gather(stored: Any, index: torch.Tensor, rows: int) -> Any:
     return TensorDict._new_unsafe(out, batch_size=batch_size, device=stored.device)
 
 
+class _Level:
+    """How one TensorDict of the contents is read: each entry copied, selected or nested.
+
+    ``entries`` holds ``(key, kind, value, spec)``: a leaf the kernel copies (``_COPY``, spec
+    ``(trailing shape, dtype, row bytes)``), a leaf read by ``index_select`` (``_SELECT``), or
+    a nested TensorDict (``_NESTED``, spec its ``_Level``).
+    """
+
+    __slots__ = ("contents", "device", "entries", "tail")
+
+    def __init__(self, contents: TensorDict) -> None:
+        if type(contents) is not TensorDict or contents._has_names():
+            raise _Unsupported
+        self.contents = contents
+        self.tail = tuple(contents.batch_size[1:])
+        self.device = contents.device
+        self.entries = tuple(_entry(key, value) for key, value in contents.items())
+
+    def matches(self, contents: Any) -> bool:
+        """Whether ``contents`` still holds exactly the objects this plan was made of."""
+        if contents is not self.contents or contents._has_names():
+            return False
+        stored = contents._tensordict
+        if len(stored) != len(self.entries):
+            return False
+        for key, kind, value, spec in self.entries:
+            if stored.get(key) is not value or (kind == _NESTED and not spec.matches(value)):
+                return False
+        return True
+
+    def read(self, index: torch.Tensor, rows: int, copies: list) -> TensorDict:
+        """Allocates this level's sample; leaves to copy are appended to ``copies``."""
+        n = index.shape[0]
+        out = {}
+        for key, kind, value, spec in self.entries:
+            if kind == _COPY:
+                out[key] = torch.empty((n, *spec[0]), dtype=spec[1])
+                copies.append((value, out[key], spec[2]))
+            elif kind == _SELECT:
+                written = value if value.shape[0] == rows else value.narrow(0, 0, rows)
+                out[key] = written.index_select(0, index)
+            else:
+                out[key] = spec.read(index, rows, copies)
+        return TensorDict._new_unsafe(
+            out, batch_size=torch.Size([n, *self.tail]), device=self.device
+        )
+
+
+_COPY, _SELECT, _NESTED = 0, 1, 2  # compared with ==: a pickled plan holds copies
+
+
+def _entry(key: str, value: Any) -> tuple:
+    """``(key, kind, value, spec)`` of one entry of a ``_Level``."""
+    if not isinstance(value, torch.Tensor):
+        level = _Level(value)
+        return key, _NESTED, value, level
+    if _rows.supports(value):
+        row_bytes = math.prod(value.shape[1:]) * value.element_size()
+        return key, _COPY, value, (tuple(value.shape[1:]), value.dtype, row_bytes)
+    return key, _SELECT, value, None
+
+
+def _read(level: _Level, index: torch.Tensor, rows: int) -> TensorDict | None:
+    """The sample at ``index`` read through ``level``; ``None`` for an index out of range."""
+    copies = []
+    out = level.read(index, rows, copies)
+    if copies and not _rows.copy_rows(index, rows, copies):
+        return None
+    return out
+
+
 class _IndexSelectRead:
     """Mixin: the ``index_select`` read for flat integer indices, the stock read otherwise."""
 
@@ -54,12 +135,24 @@ class _IndexSelectRead:
         )
         if fast:
             try:
-                return _gather(self._storage, index, len(self))  # len(): one lookup (a lock)
+                rows = len(self)  # one lookup (a lock)
+                if not _rows.takes(index):
+                    return _gather(self._storage, index, rows)
+                out = _read(self._read_plan(), index, rows)
+                if out is not None:
+                    return out
             except _Unsupported:
                 self._stock_read_contents = self._storage
             except (IndexError, RuntimeError):
                 pass  # negative or out-of-range indices: the stock read's semantics and errors
         return super().get(index)
+
+    def _read_plan(self) -> _Level:
+        """How the contents are read, made once for each layout (raises ``_Unsupported``)."""
+        plan = self.__dict__.get("_plan")
+        if plan is None or not plan.matches(self._storage):
+            plan = self._plan = _Level(self._storage)
+        return plan
 
 
 class FastLazyTensorStorage(_IndexSelectRead, LazyTensorStorage):
