@@ -1,18 +1,20 @@
 """Prints the sequence-replay ratio table of issue 2 (1 torch thread, medians).
 
 Usage: ``python benchmarks/sequence_report.py [--capacities 10000,100000,1000000] [--rounds 200]
-[--storages stock,fast] [--block 1] [--output docs/benchmarks] [--name sequence]`` (``--output``
-also writes ``<name>.txt`` and ``<name>.png``).
+[--storages stock,fast] [--timing interleaved] [--output docs/benchmarks] [--name sequence]``
+(``--output`` also writes ``<name>.txt`` and ``<name>.png``).
 
 Each path samples B=64 windows (burn-in 40, learning 80) from a wrapped buffer of 16 float
 features and episodes of 100-300 records. Static: nothing is written between samples. Online:
 64 records are written before each sample (the write is not timed). Each path is timed on
 torchrl's ``LazyTensorStorage`` ("stock") and on our ``FastLazyTensorStorage`` ("fast"), whose
-read returns the same data; all paths and storages are timed in interleaved rounds so that
-machine noise hits all of them alike. With ``--block 1`` (the default) every timed sample follows
-samples of the other paths, so it starts with caches holding their data, as a sample in a
-training loop follows a learner step; ``--block 10`` times ten back-to-back samples of one path
-per round, warm, as a tight sampling loop (or pytest-benchmark) sees it.
+read returns the same data. Capacities, paths and storages take turns in the same rounds, in an
+order shuffled every round (seeded), so that machine noise hits all of them alike.
+
+``--timing interleaved`` (the default) times one sample per path and round, so every sample
+starts with caches holding other paths' data, as a sample in a training loop follows other
+work. ``--timing warm`` times ten back-to-back samples of one path per round, as a tight
+sampling loop (or pytest-benchmark) sees it.
 """
 
 from __future__ import annotations
@@ -21,19 +23,44 @@ import argparse
 import contextlib
 import io
 import pathlib
+import random
 import statistics
 import time
 
 import torch
 from _sequence_setup import CHUNK, PATHS, STORAGES, episodes, make_buffer
 
+#: Back-to-back samples per path and round in the warm timing.
+WARM_BLOCK = 10
 
-def measure(buffers, chunk, rounds, online, block=1):
-    """Median ms per sample of each buffer: ``block`` samples back-to-back per buffer and round."""
+
+class Timing:
+    """How samples are timed: ``interleaved`` (one per path and round) or ``warm`` (blocks).
+
+    Either way the paths take turns in an order shuffled every round (seeded), so no path
+    always follows the same other one: at 1e6 records the slice sampler's pass over the whole
+    storage leaves the caches full of its data, which a fixed order would hand to one path.
+    """
+
+    def __init__(self, name: str, seed: int = 0):
+        self.name = name
+        self.block = 1 if name == "interleaved" else WARM_BLOCK
+        self._rng = random.Random(seed)
+
+    def order(self, keys) -> list:
+        """The keys in this round's order."""
+        keys = list(keys)
+        self._rng.shuffle(keys)
+        return keys
+
+
+def measure(buffers, chunk, rounds, online, timing):
+    """Median ms per sample of each buffer."""
     times = {key: [] for key in buffers}
     for _ in range(rounds):
-        for key, buffer in buffers.items():
-            for _ in range(block):
+        for key in timing.order(buffers):
+            buffer = buffers[key]
+            for _ in range(timing.block):
                 if online:
                     buffer.extend(chunk)
                 start = time.perf_counter()
@@ -42,58 +69,80 @@ def measure(buffers, chunk, rounds, online, block=1):
     return {key: statistics.median(t) * 1e3 for key, t in times.items()}
 
 
-def expand_only(buffer, rounds):
-    """The sample unit's own share: sampler + expand, without the storage read."""
-    storage, sampler, unit = buffer.storage, buffer._sampler, buffer._sample_unit
-    times = []
+def expand_only(buffers, rounds, timing):
+    """Ms of each sample unit's own share: sampler + expand, without the storage read."""
+    times = {key: [] for key in buffers}
     for _ in range(rounds):
-        start = time.perf_counter()
-        index, info = sampler.sample(storage, buffer._batch_size)
-        unit.expand(index, info, storage)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for key in timing.order(buffers):
+            buffer = buffers[key]
+            storage, sampler, unit = buffer.storage, buffer._sampler, buffer._sample_unit
+            for _ in range(timing.block):
+                start = time.perf_counter()
+                index, info = sampler.sample(storage, buffer._batch_size)
+                unit.expand(index, info, storage)
+                times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(t) * 1e3 for key, t in times.items()}
 
 
-def read_only(buffers, storages, rounds):
-    """Ms per storage read of the same 7,680 records (one index our unit drew), per storage."""
-    any_buffer = buffers[(storages[0], "torchrl_ext")]
-    index, info = any_buffer._sampler.sample(any_buffer.storage, any_buffer._batch_size)
-    index, _ = any_buffer._sample_unit.expand(index, info, any_buffer.storage)
-    reads = {name: buffers[(name, "torchrl_ext")].storage for name in storages}
-    times = {name: [] for name in storages}
+def read_only(buffers, capacities, storages, rounds, timing):
+    """Ms per storage read of one sample's 7,680 records (a fresh draw of our unit each)."""
+    times = {(capacity, name): [] for capacity in capacities for name in storages}
     for _ in range(rounds):
-        for name, storage in reads.items():
-            start = time.perf_counter()
-            storage.get(index)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+        for capacity in timing.order(capacities):
+            drawn = buffers[(capacity, storages[0], "torchrl_ext")]
+            for name in timing.order(storages):
+                storage = buffers[(capacity, name, "torchrl_ext")].storage
+                for _ in range(timing.block):
+                    index, info = drawn._sampler.sample(drawn.storage, drawn._batch_size)
+                    index, _ = drawn._sample_unit.expand(index, info, drawn.storage)
+                    start = time.perf_counter()
+                    storage.get(index)
+                    times[(capacity, name)].append(time.perf_counter() - start)
+    return {key: statistics.median(t) * 1e3 for key, t in times.items()}
 
 
-def by_storage(medians: dict, storage: str) -> dict:
-    """``{path: ms}`` of one storage out of ``{(storage, path): ms}``."""
-    return {path: ms for (name, path), ms in medians.items() if name == storage}
+def select(medians: dict, capacity: int, storage: str) -> dict:
+    """``{path: ms}`` of one capacity and storage out of ``{(capacity, storage, path): ms}``."""
+    return {path: ms for (c, name, path), ms in medians.items() if (c, name) == (capacity, storage)}
 
 
-def measure_capacity(capacity, storages, chunk, rounds, block):
-    """Rows ``(capacity, storage, static, online, units)``, all paths and storages interleaved."""
+def measure_all(capacities, storages, chunk, rounds, timing):
+    """Rows ``(capacity, storage, static, online, units)``.
+
+    Every capacity, storage and path is timed in the same rounds (and so are the unit and read
+    rows), so that a change in the machine's load between the start and the end of the run
+    moves all of them alike; the ratios between capacities (the scaling target) depend on it
+    as much as those between paths.
+    """
     buffers = {
-        (name, path): make_buffer(path, capacity, storage=name)
+        (capacity, name, path): make_buffer(path, capacity, storage=name)
+        for capacity in capacities
         for name in storages
         for path in PATHS
     }
     for buffer in buffers.values():
         buffer.sample()
-    static = measure(buffers, chunk, rounds, online=False, block=block)
-    online = measure(buffers, chunk, rounds, online=True, block=block)
-    units = {
-        path: expand_only(buffers[(storages[0], path)], rounds)
-        for path in ("torchrl_ext", "torchrl_sequence")
-    }
-    units["read"] = read_only(buffers, storages, rounds)
-    return [
-        (capacity, name, by_storage(static, name), by_storage(online, name), units)
-        for name in storages
-    ]
+    static = measure(buffers, chunk, rounds, online=False, timing=timing)
+    online = measure(buffers, chunk, rounds, online=True, timing=timing)
+    units = expand_only(
+        {
+            (capacity, path): buffers[(capacity, storages[0], path)]
+            for capacity in capacities
+            for path in ("torchrl_ext", "torchrl_sequence")
+        },
+        rounds,
+        timing,
+    )
+    reads = read_only(buffers, capacities, storages, rounds, timing)
+    rows = []
+    for capacity in capacities:
+        mine = {path: ms for (c, path), ms in units.items() if c == capacity}
+        mine["read"] = {name: ms for (c, name), ms in reads.items() if c == capacity}
+        rows += [
+            (capacity, name, select(static, capacity, name), select(online, capacity, name), mine)
+            for name in storages
+        ]
+    return rows
 
 
 def main():
@@ -102,11 +151,11 @@ def main():
     parser.add_argument("--storages", default="stock,fast", help=f"of {sorted(STORAGES)}")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument(
-        "--block",
-        type=int,
-        default=1,
-        help="samples per path back-to-back in each round: 1 times every sample after the "
-        "other paths ran (cold caches, the default); 10 times warm back-to-back samples",
+        "--timing",
+        choices=("interleaved", "warm"),
+        default="interleaved",
+        help="interleaved: one sample per path and round, each after other paths' samples "
+        f"(the default); warm: {WARM_BLOCK} back-to-back samples per path and round",
     )
     parser.add_argument("--output", default=None, help="folder for the table and chart")
     parser.add_argument("--name", default="sequence", help="file stem of the table and chart")
@@ -114,12 +163,11 @@ def main():
     torch.set_num_threads(1)
     chunk = episodes(CHUNK, torch.Generator().manual_seed(1))
     storages = args.storages.split(",")
-    rows = []
-    for capacity in [int(c) for c in args.capacities.split(",")]:
-        rows += measure_capacity(capacity, storages, chunk, args.rounds, args.block)
+    capacities = [int(c) for c in args.capacities.split(",")]
+    rows = measure_all(capacities, storages, chunk, args.rounds, Timing(args.timing))
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        print_table(rows, args.block)
+        print_table(rows, args.timing)
     print(text.getvalue(), end="")
     if args.output:
         folder = pathlib.Path(args.output)
@@ -161,7 +209,7 @@ def plot(rows, path):
     fig.savefig(path, dpi=100)
 
 
-def print_table(rows, block):
+def print_table(rows, timing):
     """The ratio table; ``ceiling`` is the ratio a sample unit costing nothing would reach.
 
     The ceiling takes our unit's own time (sampler + expand, timed alone) out of our sample:
@@ -170,8 +218,11 @@ def print_table(rows, block):
     print(
         "ms per sample (median), 1 torch thread; ratio = theirs / ours; B=64, burn-in 40, length 80"
     )
-    timing = "each sample after the other paths ran" if block == 1 else f"{block} back-to-back"
-    print(f"timing: {timing}")
+    described = {
+        "interleaved": "one call per path and round, paths in a shuffled order",
+        "warm": f"{WARM_BLOCK} back-to-back calls per path and round, paths in a shuffled order",
+    }
+    print(f"timing: {timing}, {described[timing]}")
     print(
         f"{'capacity':>9} {'storage':>7} {'regime':>7} {'ours':>7} {'torchrl':>8} {'slice':>7} "
         f"{'vs torchrl':>10} {'vs slice':>9} {'ceiling':>8}"
