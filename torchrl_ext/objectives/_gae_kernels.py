@@ -315,13 +315,13 @@ def gae_scan(
     Returns:
         A :class:`ScanResult`. ``nonfinite`` may also be set by a result that overflowed.
     """
-    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
-    is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
     if _gae_cpu.applies(reward, value, next_value, terminated, done):
-        advantage, value_target, nonfinite, last_done = _gae_cpu.gae_scan_cpu(
-            reward, value, next_value, terminated, done, gamma, lmbda
+        advantage, value_target, nonfinite, last_done, is_init = _gae_cpu.gae_scan_cpu(
+            reward, value, next_value, terminated, done, gamma, lmbda, first_is_init
         )
         return ScanResult(advantage, value_target, nonfinite, is_init, last_done)
+    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
+    is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
     advantage, value_target, last = _gae_scan_warp(
         reward, value, next_value, terminated, done, gamma, lmbda
     )
