@@ -1,8 +1,9 @@
 """The fast GAE scan: kernels walking each env row backwards in time.
 
 On the CPU, contiguous env-major rows with one channel (what torchrl collectors produce), in
-float32 or float64, go to the numba kernel of :mod:`torchrl_ext.objectives._gae_cpu`, which
-advances eight rows together. Everything else runs one of two Warp kernels, one job each:
+float32 or float64, go to the numba kernels of :mod:`torchrl_ext.objectives._gae_cpu`, which
+advance eight rows together (float32 in vector registers) and also derive ``is_init``.
+Everything else runs one of two Warp kernels, one job each:
 
 * ``_gae_scan_rows4``: float32, one channel, contiguous env-major ``[N, T]`` rows with
   ``T % 4 == 0``, on CUDA. One thread per row; it loads four steps at a time as ``vec4``
