@@ -12,6 +12,10 @@
 
 No fast-math flags are set: ``fmul`` and ``fadd`` stay two roundings (no FMA contraction),
 so the results are those of the scalar kernels, to the bit.
+
+numba's disk cache of the kernels in :mod:`~torchrl_ext.objectives._gae_cpu` is keyed on that
+file only: after editing this one, touch ``_gae_cpu.py`` (or clear its ``__pycache__``), or
+the old code keeps running.
 """
 
 from __future__ import annotations
