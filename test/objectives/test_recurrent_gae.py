@@ -283,7 +283,7 @@ class TestScanKernels:
     def test_cpu_kernel_matches_reference(self, n, t, dtype):
         td, inputs = scan_inputs(n, t, dtype, seed=n * 1000 + t)
         assert _gae_cpu.applies(*inputs)
-        adv, target, nonfinite, last_done = _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9)
+        adv, target, nonfinite, last_done, _ = _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9)
         expected_adv, expected_target = reference_on(td, 0.97, 0.9)
         tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
         np.testing.assert_allclose(adv[..., 0].double(), expected_adv, **tol)
@@ -304,7 +304,7 @@ class TestScanKernels:
     def test_cpu_kernel_equals_four_step_kernel(self):
         """Same float32 arithmetic in the same order: identical to the bit."""
         _, inputs = scan_inputs(21, 64, seed=5)
-        adv, target, _, _ = _gae_cpu.gae_scan_cpu(*inputs, 0.99, 0.95)
+        adv, target, _, _, _ = _gae_cpu.gae_scan_cpu(*inputs, 0.99, 0.95)
         warp_adv, warp_target, _ = _gae_kernels._gae_scan_warp(*inputs, 0.99, 0.95)
         assert torch.equal(adv, warp_adv) and torch.equal(target, warp_target)
 
@@ -341,6 +341,101 @@ class TestScanKernels:
         is_init = _gae_kernels.derive_is_init(rows, first)
         assert torch.equal(is_init[:, 0], first)
         assert torch.equal(is_init[:, 1:], done[:, :-1])
+
+
+def bits(x):
+    """The float32 bit patterns of ``x`` (``-0.0`` and ``0.0`` differ, so do NaN payloads)."""
+    return np.ascontiguousarray(x).view(np.int32)
+
+
+def scalar_kernel(inputs, coefs):
+    """The float64/scalar numba kernel on float32 ``[N, T]`` numpy inputs: the oracle."""
+    n, t = inputs[0].shape
+    outputs = (np.zeros((n, t), np.float32), np.zeros((n, t), np.float32))
+    last_done = np.zeros(n, np.bool_)
+    nonfinite = _gae_cpu._scan_rows_scalar(inputs, coefs, outputs, last_done)
+    return outputs, last_done, nonfinite
+
+
+def numpy_inputs(n, t, seed, p_done=0.1):
+    """Float32 ``[N, T]`` kernel inputs, with some signed zeros among the rewards and values."""
+    rng = np.random.default_rng(seed)
+    floats = [rng.standard_normal((n, t)).astype(np.float32) for _ in range(3)]
+    for x in floats[:2]:
+        x[rng.random((n, t)) < 0.05] = rng.choice([0.0, -0.0])
+    terminated = rng.random((n, t)) < p_done
+    done = terminated | (rng.random((n, t)) < p_done)
+    return (*floats, terminated, done)
+
+
+def offset_outputs(n, t, offsets):
+    """``(advantage, value_target)`` views starting ``offsets`` floats into fresh buffers."""
+    return tuple(np.zeros(n * t + 16, np.float32)[o : o + n * t].reshape(n, t) for o in offsets)
+
+
+class TestVectorKernel:
+    """The float32 kernel (8x8 transposed vector scan, non-temporal stores, fused ``is_init``)
+    equals the scalar kernel to the bit, whatever the sizes and output alignments.
+
+    Edge cases: ``T % 8 != 0`` (identity steps pad each tile's first chunk), ``T > 256`` (a
+    row in several tiles, the first one short), ``N % 8 != 0`` (a partial block repeats its
+    last row), outputs not on a cache line or at different offsets (plain stores), and
+    ``gamma`` or ``lmbda`` at 0 and 1.
+    """
+
+    SIZES = [(1, 1), (3, 5), (8, 8), (9, 15), (16, 16), (7, 33), (13, 255), (8, 256)]
+    SIZES += [(5, 257), (11, 300), (2, 520), (17, 64)]
+
+    @pytest.mark.parametrize(("n", "t"), SIZES)
+    @pytest.mark.parametrize(("gamma", "lmbda"), [(0.99, 0.95), (0.0, 0.9), (1.0, 1.0), (0.9, 0)])
+    def test_equals_scalar_kernel(self, n, t, gamma, lmbda):
+        inputs = numpy_inputs(n, t, seed=n * 1000 + t)
+        coefs = (np.float32(gamma), np.float32(gamma * lmbda))
+        expected, expected_last, expected_nonfinite = scalar_kernel(inputs, coefs)
+        outputs = offset_outputs(n, t, (0, 0))
+        last_done = np.zeros(n, np.bool_)
+        nonfinite = _gae_cpu._scan_rows(inputs, coefs, outputs, last_done)
+        for got, want in zip(outputs, expected, strict=True):
+            np.testing.assert_array_equal(bits(got), bits(want))
+        assert np.array_equal(last_done, expected_last)
+        assert nonfinite == expected_nonfinite
+
+    @pytest.mark.parametrize("offsets", [(0, 0), (4, 4), (1, 1), (3, 3), (0, 1), (16, 5)])
+    @pytest.mark.parametrize(("n", "t"), [(9, 40), (8, 256), (3, 301), (10, 17)])
+    def test_unaligned_outputs(self, offsets, n, t):
+        """Outputs off a cache line, or at different offsets to one, get the same bits."""
+        inputs = numpy_inputs(n, t, seed=t)
+        coefs = (np.float32(0.97), np.float32(0.97 * 0.9))
+        expected, _, _ = scalar_kernel(inputs, coefs)
+        outputs = offset_outputs(n, t, offsets)
+        _gae_cpu._scan_rows(inputs, coefs, outputs, np.zeros(n, np.bool_))
+        for got, want in zip(outputs, expected, strict=True):
+            np.testing.assert_array_equal(bits(got), bits(want))
+
+    @pytest.mark.parametrize("which", [0, 1, 2])
+    @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+    def test_nonfinite_in_a_padded_chunk(self, which, bad):
+        """A bad input among the first steps of a row with ``T % 8 != 0`` is reported."""
+        inputs = numpy_inputs(10, 21, seed=which)
+        inputs[which][9, 1] = bad
+        coefs = (np.float32(0.9), np.float32(0.81))
+        assert _gae_cpu._scan_rows(inputs, coefs, offset_outputs(10, 21, (0, 0)), np.zeros(10))
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    @pytest.mark.parametrize(("n", "t"), [(1, 1), (5, 7), (9, 33), (16, 256), (3, 600)])
+    def test_fused_is_init_matches_loop(self, dtype, n, t):
+        """``is_init`` from the scan: ``is_init[n, 0] = first[n]``, ``[n, t] = done[n, t-1]``."""
+        td, inputs = scan_inputs(n, t, dtype, seed=t)
+        first = torch.rand(n, generator=torch.Generator().manual_seed(n)) < 0.5
+        done = td["next", "done"][..., 0]
+        expected = torch.empty(n, t, dtype=torch.bool)
+        for row in range(n):
+            expected[row, 0] = first[row]
+            for step in range(1, t):
+                expected[row, step] = done[row, step - 1]
+        *_, is_init = _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9, first_is_init=first)
+        assert is_init.dtype == torch.bool and torch.equal(is_init, expected)
+        assert _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9)[4] is None
 
 
 class TestIsInit:

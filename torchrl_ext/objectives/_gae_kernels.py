@@ -1,8 +1,9 @@
 """The fast GAE scan: kernels walking each env row backwards in time.
 
 On the CPU, contiguous env-major rows with one channel (what torchrl collectors produce), in
-float32 or float64, go to the numba kernel of :mod:`torchrl_ext.objectives._gae_cpu`, which
-advances eight rows together. Everything else runs one of two Warp kernels, one job each:
+float32 or float64, go to the numba kernels of :mod:`torchrl_ext.objectives._gae_cpu`, which
+advance eight rows together (float32 in vector registers) and also derive ``is_init``.
+Everything else runs one of two Warp kernels, one job each:
 
 * ``_gae_scan_rows4``: float32, one channel, contiguous env-major ``[N, T]`` rows with
   ``T % 4 == 0``, on CUDA. One thread per row; it loads four steps at a time as ``vec4``
@@ -315,13 +316,13 @@ def gae_scan(
     Returns:
         A :class:`ScanResult`. ``nonfinite`` may also be set by a result that overflowed.
     """
-    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
-    is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
     if _gae_cpu.applies(reward, value, next_value, terminated, done):
-        advantage, value_target, nonfinite, last_done = _gae_cpu.gae_scan_cpu(
-            reward, value, next_value, terminated, done, gamma, lmbda
+        advantage, value_target, nonfinite, last_done, is_init = _gae_cpu.gae_scan_cpu(
+            reward, value, next_value, terminated, done, gamma, lmbda, first_is_init
         )
         return ScanResult(advantage, value_target, nonfinite, is_init, last_done)
+    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
+    is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
     advantage, value_target, last = _gae_scan_warp(
         reward, value, next_value, terminated, done, gamma, lmbda
     )
