@@ -18,6 +18,10 @@ Rows are copied as raw bytes, whatever their dtype. The storage uses the kernel 
 measured faster: indices of ``MIN_ROWS`` rows or more (below, its fixed cost on cold caches is
 more than what it saves), and leaves with rows of at most ``MAX_ROW_BYTES`` bytes that
 :func:`supports` takes; ``index_select`` reads the rest.
+
+:mod:`~torchrl_ext.data._window_kernels` uses ``_prefetch`` too. numba's disk cache of its
+kernels is keyed on that file only: after editing the intrinsic here, touch
+``_window_kernels.py`` (or clear its ``__pycache__``), or the old code keeps running.
 """
 
 from __future__ import annotations
