@@ -4,14 +4,16 @@ Usage::
 
     PYTHONPATH=. python benchmarks/gae_report.py [--rounds 15]
 
-Cases are timed round-robin (one call of each per round) so that load from other processes
-hits all of them alike; the table shows per-case medians and the ratios the issue targets.
+Cases are timed round-robin (one call of each per round, in an order shuffled every round) so
+that load from other processes hits all of them alike; the table shows per-case medians and
+the ratios the issue targets.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import time
@@ -40,15 +42,23 @@ RECURRENT_SIZE = (256, 128)
 PLAIN_BYTES = PLAIN_SIZE[0] * PLAIN_SIZE[1] * (3 * 4 + 2 + 2 * 4)
 
 
-def round_robin(cases: dict, rounds: int) -> dict[str, float]:
-    """Median seconds per case, timing one call of each case per round after a warm-up."""
+def round_robin(cases: dict, rounds: int, seed: int = 0) -> dict[str, float]:
+    """Median seconds per case, timing one call of each case per round after a warm-up.
+
+    The order is shuffled every round (seeded): in a fixed order each case would always run
+    right after the same other one, with the caches in the state that one leaves (after
+    ``ours``, torchrl's call finds the same rollout already in the cache; after the memory
+    copy, ``ours`` finds it evicted).
+    """
     times = {name: [] for name in cases}
     for fn in cases.values():
         fn()
+    order, rng = list(cases), random.Random(seed)
     for _ in range(rounds):
-        for name, fn in cases.items():
+        rng.shuffle(order)
+        for name in order:
             start = time.perf_counter()
-            fn()
+            cases[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
