@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import statistics
 import sys
 import time
@@ -90,6 +91,14 @@ def warm_kernel(n_envs: int, steps: int) -> dict:
     return {"ours_kernel_warm_outputs": launch}
 
 
+def page_faults(fn, calls: int = 3) -> float:
+    """Minor page faults per call of ``fn`` (fresh pages the kernel had to map)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
@@ -105,6 +114,7 @@ def main() -> None:
     slow = {"torchrl_gae_deactivate_vmap": cases.pop("torchrl_gae_deactivate_vmap")}
     # ours and the raw LSTM alternate tightly; torchrl's slow call is timed on its own
     recurrent = round_robin(cases, args.rounds * 2)
+    faults = {name: page_faults(fn) for name, fn in cases.items()}
     recurrent.update(round_robin(slow, max(3, args.rounds // 3)))
 
     ms = {k: v * 1e3 for k, v in {**plain, **recurrent}.items()}
@@ -130,7 +140,8 @@ def main() -> None:
         f"\n## Recurrent recompute, LSTM hidden {HIDDEN}, {RECURRENT_SIZE[0]}x{RECURRENT_SIZE[1]}"
     )
     for name in recurrent:
-        print(f"  {name:28s} {ms[name]:9.2f} ms")
+        fault_note = f"  ({faults[name]:.0f} page faults per call)" if name in faults else ""
+        print(f"  {name:28s} {ms[name]:9.2f} ms{fault_note}")
     raw = recurrent["raw_nn_lstm_T_plus_1"]
     print(f"  ours / raw nn.LSTM [N, T+1]   {recurrent['ours'] / raw:9.2f}x  (target <= 1.3)")
     print(
