@@ -127,14 +127,14 @@ def test_out_of_range_raises_like_stock(fast_cls, stock_cls, tmp_path):
 
 def test_fast_path_is_taken_for_flat_tensor_indices(monkeypatch):
     calls = []
-    real = storages_module._gather
+    real = storages_module._read
     monkeypatch.setattr(
-        storages_module, "_gather", lambda *args: calls.append(args[0]) or real(*args)
+        storages_module, "_read", lambda *args: calls.append(args[0]) or real(*args)
     )
     storage = FastLazyTensorStorage(10)
     storage.set(torch.arange(4), records(4))
     storage.get(torch.tensor([1, 2]))
-    assert calls and calls[0] is storage._storage  # the whole contents, then each entry
+    assert calls and calls[0].contents is storage._storage  # read through the contents' plan
     calls.clear()
     storage.get(slice(0, 2))
     assert calls == []
@@ -166,8 +166,8 @@ def test_non_tensor_leaves_fall_back(monkeypatch):
     assert ours["tag"] == theirs["tag"]
     # the unsupported layout is remembered: later reads go straight to the stock read
     calls = []
-    real = storages_module._gather
-    monkeypatch.setattr(storages_module, "_gather", lambda *args: calls.append(1) or real(*args))
+    real = storages_module._read
+    monkeypatch.setattr(storages_module, "_read", lambda *args: calls.append(1) or real(*args))
     assert torch.equal(fast.get(index)["obs"], theirs["obs"])
     assert calls == []
 

@@ -353,7 +353,8 @@ def scalar_kernel(inputs, coefs):
     n, t = inputs[0].shape
     outputs = (np.zeros((n, t), np.float32), np.zeros((n, t), np.float32))
     last_done = np.zeros(n, np.bool_)
-    nonfinite = _gae_cpu._scan_rows_scalar(inputs, coefs, outputs, last_done)
+    no_is_init = (np.zeros(0, np.bool_), np.zeros((0, 0), np.bool_))
+    nonfinite = _gae_cpu._scan_rows_scalar(inputs, coefs, outputs, last_done, *no_is_init)
     return outputs, last_done, nonfinite
 
 

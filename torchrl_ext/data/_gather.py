@@ -19,9 +19,7 @@ measured faster: indices of ``MIN_ROWS`` rows or more (below, its fixed cost on 
 more than what it saves), and leaves with rows of at most ``MAX_ROW_BYTES`` bytes that
 :func:`supports` takes; ``index_select`` reads the rest.
 
-:mod:`~torchrl_ext.data._window_kernels` uses ``_prefetch`` too. numba's disk cache of its
-kernels is keyed on that file only: after editing the intrinsic here, touch
-``_window_kernels.py`` (or clear its ``__pycache__``), or the old code keeps running.
+The prefetch is :func:`torchrl_ext._intrinsics.prefetch` (see there about numba's cache).
 """
 
 from __future__ import annotations
@@ -36,6 +34,8 @@ try:
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.extending import intrinsic
+
+    from torchrl_ext._intrinsics import prefetch
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - numba is a dependency
@@ -54,33 +54,10 @@ MIN_ROWS = 4096
 MAX_ROW_BYTES = 1024
 #: Bytes of a cache line.
 LINE = 64
-#: Word dtypes a row is copied in, widest first: ``(bytes, torch dtype)``.
-_WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8))
 
 
 if AVAILABLE:
     _BYTE_POINTER = ir.IntType(8).as_pointer()
-    _INT32 = ir.IntType(32)
-
-    @intrinsic
-    def _prefetch(typingctx, address):
-        """``llvm.prefetch`` (read, locality 2: into L2, not L1) of the byte at ``address``.
-
-        Prefetching into L2 rather than L1 measured about 15% faster on a storage larger
-        than the last-level cache (and the same on one that fits): the line arrives in L2
-        ahead of the copy, without holding one of L1's few miss buffers while it does.
-        """
-
-        def codegen(context, builder, sig, args):
-            pointer = builder.inttoptr(args[0], _BYTE_POINTER)
-            function_type = ir.FunctionType(ir.VoidType(), [_BYTE_POINTER, _INT32, _INT32, _INT32])
-            function = cgutils.get_or_insert_function(
-                builder.module, function_type, "llvm.prefetch.p0"
-            )
-            builder.call(function, [pointer, _INT32(0), _INT32(2), _INT32(1)])
-            return context.get_dummy_value()
-
-        return types.void(address), codegen
 
     @intrinsic
     def _memcpy(typingctx, destination, source, size):
@@ -143,7 +120,7 @@ if AVAILABLE:
             begin = source + first * size
             end = min(source + (last + 1) * size, begin + PREFETCH_RUN)
             for address in range(begin - begin % LINE, end, LINE):
-                _prefetch(address)
+                prefetch(address)
                 lines += 1
         return lines
 

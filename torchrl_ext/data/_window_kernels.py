@@ -47,7 +47,7 @@ def _prefetch_reaches(flags, time, lanes, back, forward):
         column = base + (lanes[b] if has_lanes else 0) * flags.strides[1]
         first, last = max(time[b] - back, 0), min(time[b] + forward, last_row)
         for address in range(column + first * row, column + last * row + 1, step):
-            _prefetch(address)
+            prefetch(address)
 
 
 def _expand(flags, time, lanes, seam, geometry, ints, bools):
@@ -151,7 +151,7 @@ def _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride
 
 
 if AVAILABLE:
-    from torchrl_ext.data._gather import _prefetch
+    from torchrl_ext._intrinsics import prefetch
 
     _prefetch_reaches = numba.njit(cache=True, nogil=True)(_prefetch_reaches)
     _wrap = numba.njit(cache=True, nogil=True, inline="always")(_wrap)

@@ -30,23 +30,7 @@ from torchrl_ext.data import _gather as _rows
 
 
 class _Unsupported(Exception):
-    """Raised inside a gather when a leaf needs the stock read."""
-
-
-def _gather(stored: Any, index: torch.Tensor, rows: int) -> Any:
-    """Rows ``index`` (all in ``[0, rows)``) of a stored tensor or plain TensorDict.
-
-    Nested batch dims are kept. Raises ``_Unsupported`` for anything else (non-tensor leaves,
-    named dims, lazy stacks), which the stock read handles.
-    """
-    if isinstance(stored, torch.Tensor):
-        written = stored if stored.shape[0] == rows else stored.narrow(0, 0, rows)
-        return written.index_select(0, index)
-    if type(stored) is not TensorDict or stored._has_names():
-        raise _Unsupported
-    out = {key: _gather(value, index, rows) for key, value in stored.items()}
-    batch_size = torch.Size([index.numel(), *stored.batch_size[1:]])
-    return TensorDict._new_unsafe(out, batch_size=batch_size, device=stored.device)
+    """Raised while planning a read when an entry needs the stock read."""
 
 
 class _Level:
@@ -79,15 +63,20 @@ class _Level:
                 return False
         return True
 
-    def read(self, index: torch.Tensor, rows: int, copies: list) -> TensorDict:
-        """Allocates this level's sample; leaves to copy are appended to ``copies``."""
+    def read(self, index: torch.Tensor, rows: int, copies: list | None) -> TensorDict:
+        """This level's sample at ``index`` (all in ``[0, rows)``), nested batch dims kept.
+
+        With a ``copies`` list, the leaves the kernel copies are allocated and appended to it
+        (for :func:`~torchrl_ext.data._gather.copy_rows` to fill); with ``None``, every leaf is
+        read by ``index_select``.
+        """
         n = index.shape[0]
         out = {}
         for key, kind, value, spec in self.entries:
-            if kind == _COPY:
+            if kind == _COPY and copies is not None:
                 out[key] = torch.empty((n, *spec[0]), dtype=spec[1])
                 copies.append((value, out[key], spec[2]))
-            elif kind == _SELECT:
+            elif kind != _NESTED:
                 written = value if value.shape[0] == rows else value.narrow(0, 0, rows)
                 out[key] = written.index_select(0, index)
             else:
@@ -112,8 +101,11 @@ def _entry(key: str, value: Any) -> tuple:
 
 
 def _read(level: _Level, index: torch.Tensor, rows: int) -> TensorDict | None:
-    """The sample at ``index`` read through ``level``; ``None`` for an index out of range."""
-    copies = []
+    """The sample at ``index`` read through ``level``; ``None`` for an index out of range.
+
+    Long indices (:func:`~torchrl_ext.data._gather.takes`) use the row kernel where it applies.
+    """
+    copies = [] if _rows.takes(index) else None
     out = level.read(index, rows, copies)
     if copies and not _rows.copy_rows(index, rows, copies):
         return None
@@ -136,8 +128,6 @@ class _IndexSelectRead:
         if fast:
             try:
                 rows = len(self)  # one lookup (a lock)
-                if not _rows.takes(index):
-                    return _gather(self._storage, index, rows)
                 out = _read(self._read_plan(), index, rows)
                 if out is not None:
                     return out

@@ -35,8 +35,8 @@ in the cache, 0.1-0.25 ms less at 4096 x 256; no gain on warm inputs).
 
 **float64** (``_scan_rows_scalar``) keeps the scalar kernel: ``_scan_tile`` interleaves the
 eight rows' chains with scalar accumulators in registers, and emitting a tile and preparing
-the next one share one loop (``_emit_and_prepare``, two scratch buffers); ``is_init`` is then
-copied in a pass of its own.
+the next one share one loop (``_emit_and_prepare``, two scratch buffers); ``is_init`` is
+written per tile as in the float32 kernel.
 
 Both pick each row's last ``done`` flag (the next batch's first ``is_init``) while preparing,
 as they read ``done`` anyway: a strided gather over cold rows costs more.
@@ -60,6 +60,7 @@ import torch
 try:
     import numba
 
+    from torchrl_ext._intrinsics import prefetch
     from torchrl_ext.objectives import _gae_simd
 
     AVAILABLE = _gae_simd.AVAILABLE
@@ -88,24 +89,33 @@ def _any_nonfinite(values):
     return found
 
 
-def _prepare_step(inputs, coefs, row, t, scratch, lane, s):
-    """TD error and trace decay of ``(row, t)``, into ``scratch[:, lane, s]``."""
+def _td_step(inputs, coefs, row, t):
+    """``(TD error, trace decay)`` of ``(row, t)``, in the inputs' dtype."""
     reward, value, next_value, terminated, done = inputs
     gamma, gamma_lmbda = coefs
-    delta, decay = scratch
     zero = gamma - gamma  # a zero of the input's dtype
     nv = next_value[row, t]
     boot = zero if terminated[row, t] else gamma * nv
-    delta[lane, s] = (reward[row, t] - value[row, t]) + boot + (nv - nv)
-    decay[lane, s] = zero if done[row, t] else gamma_lmbda
+    delta = (reward[row, t] - value[row, t]) + boot + (nv - nv)
+    return delta, zero if done[row, t] else gamma_lmbda
+
+
+def _prepare_step(inputs, coefs, row, t, scratch, lane, s):
+    """TD error and trace decay of ``(row, t)``, into ``scratch[:, lane, s]``."""
+    delta, decay = scratch
+    delta[lane, s], decay[lane, s] = _td_step(inputs, coefs, row, t)
+
+
+def _write_step(outputs, value, row, t, a):
+    """Writes advantage ``a`` of ``(row, t)`` and its value target."""
+    advantage, value_target = outputs
+    advantage[row, t] = a
+    value_target[row, t] = a + value[row, t]
 
 
 def _emit_step(advantages, lane, s, value, row, t, outputs):
-    """Writes the outputs of ``(row, t)``."""
-    advantage, value_target = outputs
-    a = advantages[lane, s]
-    advantage[row, t] = a
-    value_target[row, t] = a + value[row, t]
+    """Writes the outputs of ``(row, t)`` from ``advantages[lane, s]``."""
+    _write_step(outputs, value, row, t, advantages[lane, s])
 
 
 def _scan_tile(delta, decay, steps, carry):
@@ -184,14 +194,11 @@ def _emit_and_prepare(inputs, coefs, outputs, last_done, done_tile, advantages, 
             last_done[row_p] = done[row_p, np.uint64(n_steps - 1)]
 
 
-def _scan_rows_scalar(inputs, coefs, outputs, last_done):
-    """GAE over ``[N, T]`` rows; returns whether any input (or result) was not finite.
+def _scan_rows_scalar(inputs, coefs, outputs, last_done, first_is_init, is_init):
+    """The float64 kernel: :func:`_scan_rows` with the scan in scalar registers.
 
-    Args:
-        inputs: ``(reward, value, next_value, terminated, done)``, ``[N, T]`` each.
-        coefs: ``(gamma, gamma * lmbda)`` as scalars of the inputs' dtype.
-        outputs: ``(advantage, value_target)``, ``[N, T]`` each, written.
-        last_done: bool ``[N]``, written: each row's last ``done`` flag.
+    ``is_init`` (bool ``[N, T]``) is written from ``first_is_init`` (``[N]``) when it has
+    rows.
     """
     n_rows, n_steps = inputs[0].shape
     delta = np.empty((2, ROWS, STEPS), dtype=inputs[0].dtype)
@@ -217,6 +224,8 @@ def _scan_rows_scalar(inputs, coefs, outputs, last_done):
         upcoming = _tile(k + 1, n_rows, n_steps)
         scratch = (delta[nxt], decay[nxt])
         _emit_and_prepare(inputs, coefs, outputs, last_done, tile, delta[cur], upcoming, scratch)
+        if is_init.shape[0] > 0:
+            _shift_done(inputs[4], first_is_init, tile, is_init)
         k += 1
 
 
@@ -233,10 +242,8 @@ def _prepare_tile(inputs, coefs, tile, scratch, last_done):
     is ``a`` for every ``a``, so they leave the scan's results and carry as they are.
     """
     n_rows, n_steps = inputs[0].shape
-    reward, value, next_value, terminated, done = inputs
-    gamma, gamma_lmbda = coefs
+    done = inputs[4]
     delta, decay = scratch
-    zero = gamma - gamma
     first, start, steps = _unsigned(tile)
     width = _width(steps)
     pad = width - steps
@@ -249,11 +256,7 @@ def _prepare_tile(inputs, coefs, tile, scratch, last_done):
             decay[base + j] = 1.0
         base += pad
         for s in range(steps):
-            t = start + s
-            nv = next_value[row, t]
-            boot = zero if terminated[row, t] else gamma * nv
-            delta[base + s] = (reward[row, t] - value[row, t]) + boot + (nv - nv)
-            decay[base + s] = zero if done[row, t] else gamma_lmbda
+            delta[base + s], decay[base + s] = _td_step(inputs, coefs, row, start + s)
         if start + steps == n_steps:
             last_done[row] = done[row, np.uint64(n_steps - 1)]
 
@@ -282,11 +285,8 @@ def _streamable(outputs):
 
 def _emit_plain(delta, src, value, outputs, row, start, begin, end):
     """Plain stores of steps ``begin:end`` of a tile row (``delta[src:]`` is its scratch row)."""
-    advantage, value_target = outputs
     for s in range(begin, end):
-        a = delta[src + s]
-        advantage[row, start + s] = a
-        value_target[row, start + s] = a + value[row, start + s]
+        _write_step(outputs, value, row, start + s, delta[src + s])
 
 
 def _emit_tile(value, outputs, tile, delta, stream):
@@ -334,7 +334,7 @@ def _prefetch_rows(rows, tile, lanes):
             row = min(first + np.uint64(lane), np.uint64(n_rows - 1))
             begin = x.ctypes.data + (row * np.uint64(n_steps) + start) * size
             for address in range(begin - begin % line, begin + steps * size, line):
-                _gae_simd.prefetch(address)
+                prefetch(address)
 
 
 def _scan_and_prefetch(inputs, scratch, carry, tile, upcoming):
@@ -408,6 +408,8 @@ def _scan_rows_vector(inputs, coefs, outputs, last_done, first_is_init, is_init)
 if AVAILABLE:
     _jit_inline = numba.njit(cache=True, nogil=True, inline="always")
     _any_nonfinite = _jit_inline(_any_nonfinite)
+    _td_step = _jit_inline(_td_step)
+    _write_step = _jit_inline(_write_step)
     _prepare_step = _jit_inline(_prepare_step)
     _emit_step = _jit_inline(_emit_step)
     _scan_tile = _jit_inline(_scan_tile)
@@ -415,7 +417,6 @@ if AVAILABLE:
     _tile = _jit_inline(_tile)
     _unsigned = _jit_inline(_unsigned)
     _emit_and_prepare = _jit_inline(_emit_and_prepare)
-    _scan_rows_scalar = numba.njit(cache=True, nogil=True)(_scan_rows_scalar)
     _width = _jit_inline(_width)
     _prepare_tile = _jit_inline(_prepare_tile)
     _shift_done = _jit_inline(_shift_done)
@@ -425,6 +426,7 @@ if AVAILABLE:
     _aligned_scratch = _jit_inline(_aligned_scratch)
     _prefetch_rows = _jit_inline(_prefetch_rows)
     _scan_and_prefetch = _jit_inline(_scan_and_prefetch)
+    _scan_rows_scalar = numba.njit(cache=True, nogil=True)(_scan_rows_scalar)
     _scan_rows_vector = numba.njit(cache=True, nogil=True)(_scan_rows_vector)
 
 
@@ -445,15 +447,9 @@ def _scan_rows(inputs, coefs, outputs, last_done, is_init=None):
         is_init: ``None``, or ``(first_is_init, is_init)``: bool ``[N]`` read and bool
             ``[N, T]`` written (``done`` one step later, ``first_is_init`` first).
     """
-    if inputs[0].dtype == np.float32:
-        first, out = (_NO_ROWS, _NO_IS_INIT) if is_init is None else is_init
-        return _scan_rows_vector(inputs, coefs, outputs, last_done, first, out)
-    nonfinite = _scan_rows_scalar(inputs, coefs, outputs, last_done)
-    if is_init is not None:
-        first, out = is_init
-        out[:, 0] = first
-        out[:, 1:] = inputs[4][:, :-1]
-    return nonfinite
+    first, out = (_NO_ROWS, _NO_IS_INIT) if is_init is None else is_init
+    kernel = _scan_rows_vector if inputs[0].dtype == np.float32 else _scan_rows_scalar
+    return kernel(inputs, coefs, outputs, last_done, first, out)
 
 
 def applies(

@@ -7,7 +7,6 @@
   are transposed back and stored in place.
 * :func:`emit8`: eight outputs ``advantage = x`` and ``value_target = x + value``, stored with
   ``!nontemporal`` hints (they bypass the caches on their way to memory).
-* :func:`prefetch`: a software prefetch of one cache line into L2.
 * :func:`store_fence`: a full fence, to be issued after the last non-temporal store.
 
 No fast-math flags are set: ``fmul`` and ``fadd`` stay two roundings (no FMA contraction),
@@ -15,7 +14,7 @@ so the results are those of the scalar kernels, to the bit.
 
 numba's disk cache of the kernels in :mod:`~torchrl_ext.objectives._gae_cpu` is keyed on that
 file only: after editing this one, touch ``_gae_cpu.py`` (or clear its ``__pycache__``), or
-the old code keeps running.
+the old code keeps running (as for :mod:`torchrl_ext._intrinsics`).
 """
 
 from __future__ import annotations
@@ -45,9 +44,7 @@ _HALVES = ((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))
 
 
 if AVAILABLE:
-    _I32 = ir.IntType(32)
     _I64 = ir.IntType(64)
-    _BYTE_POINTER = ir.IntType(8).as_pointer()
     _VEC = ir.VectorType(ir.FloatType(), LANES)
     _VEC_POINTER = _VEC.as_pointer()
     _MASK = ir.VectorType(ir.IntType(32), LANES)
@@ -115,21 +112,6 @@ if AVAILABLE:
             return context.get_dummy_value()
 
         return types.void(delta, decay, width, carry, begin, end), codegen
-
-    @intrinsic
-    def prefetch(typingctx, address):
-        """``llvm.prefetch`` (read, into L2) of the cache line holding ``address``."""
-
-        def codegen(context, builder, sig, args):
-            pointer = builder.inttoptr(args[0], _BYTE_POINTER)
-            function_type = ir.FunctionType(ir.VoidType(), [_BYTE_POINTER, _I32, _I32, _I32])
-            function = cgutils.get_or_insert_function(
-                builder.module, function_type, "llvm.prefetch.p0"
-            )
-            builder.call(function, [pointer, _I32(0), _I32(2), _I32(1)])
-            return context.get_dummy_value()
-
-        return types.void(address), codegen
 
     @intrinsic
     def emit8(typingctx, advantage, value_target, source, value):

@@ -1,0 +1,45 @@
+"""LLVM intrinsics shared by the package's numba kernels (emitted with llvmlite).
+
+* :func:`prefetch`: a software prefetch of one cache line into L2.
+
+numba's disk cache of a kernel is keyed on the kernel's own file: after editing an intrinsic
+here, touch the files whose kernels use it (``data/_gather.py``, ``data/_window_kernels.py``,
+``objectives/_gae_cpu.py``) or clear their ``__pycache__``, or the old code keeps running.
+A fresh install or clone is not affected.
+"""
+
+from __future__ import annotations
+
+try:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - numba is a dependency
+    AVAILABLE = False
+
+
+if AVAILABLE:
+    _BYTE_POINTER = ir.IntType(8).as_pointer()
+    _I32 = ir.IntType(32)
+
+    @intrinsic
+    def prefetch(typingctx, address):
+        """``llvm.prefetch`` (read, locality 2: into L2, not L1) of the line at ``address``.
+
+        Into L2 rather than L1 measured about 15% faster on storage reads larger than the
+        last-level cache (and the same below it): the line arrives ahead of its use without
+        holding one of L1's few miss buffers meanwhile. A prefetch never faults.
+        """
+
+        def codegen(context, builder, sig, args):
+            pointer = builder.inttoptr(args[0], _BYTE_POINTER)
+            function_type = ir.FunctionType(ir.VoidType(), [_BYTE_POINTER, _I32, _I32, _I32])
+            function = cgutils.get_or_insert_function(
+                builder.module, function_type, "llvm.prefetch.p0"
+            )
+            builder.call(function, [pointer, _I32(0), _I32(2), _I32(1)])
+            return context.get_dummy_value()
+
+        return types.void(address), codegen
