@@ -864,6 +864,23 @@ class TestRecurrentCritic:
         torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
 
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    @pytest.mark.parametrize("initial_state", ["zeros", "stored"])
+    def test_long_rows_match_step_loop(self, kind, initial_state):
+        # segments of 71, 42 and 30 steps (bootstrap included) run as pieces of 64, 32, 16, 8,
+        # 4, 2 and 1 steps, each piece starting from the state the one before it reached
+        critic, rnn, head = make_critic(kind, num_layers=2)
+        td = make_obs_rollout(n=3, t=70, mode="neither", seed=34, num_layers=2)
+        td["next", "truncated"][1, 40] = True
+        td["next", "done"][1, 40] = True
+        td["is_init"][1, 41] = True
+        td["is_init"][2, 0] = False
+        with torch.no_grad():
+            value, next_value = reference_values(rnn, head, td, initial_state)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state=initial_state)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
     def test_time_major_input(self):
         critic, _, _ = make_critic("lstm")
         td = make_obs_rollout(seed=37)
