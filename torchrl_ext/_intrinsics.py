@@ -1,6 +1,8 @@
 """LLVM intrinsics shared by the package's numba kernels (emitted with llvmlite).
 
 * :func:`prefetch`: a software prefetch of one cache line into L2.
+* :func:`voidptr`: an integer address as a ``void *`` (for ``numba.carray``).
+* :func:`memcpy`: ``llvm.memcpy`` between two addresses.
 
 numba's disk cache of a kernel is keyed on the kernel's own file: after editing an intrinsic
 here, touch the files whose kernels use it (``data/_gather.py``, ``data/_window_kernels.py``,
@@ -43,3 +45,33 @@ if AVAILABLE:
             return context.get_dummy_value()
 
         return types.void(address), codegen
+
+    @intrinsic
+    def voidptr(typingctx, address):
+        """The integer ``address`` as a ``void *``, to view memory with ``numba.carray``.
+
+        Lets a kernel take a torch tensor by ``data_ptr()``: a numpy view costs a few
+        microseconds per tensor on the Python side, more than a small kernel call.
+        """
+
+        def codegen(context, builder, sig, args):
+            return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+        return types.voidptr(address), codegen
+
+    @intrinsic
+    def memcpy(typingctx, destination, source, size):
+        """``memcpy(destination, source, size)`` on integer addresses (``llvm.memcpy``)."""
+
+        def codegen(context, builder, sig, args):
+            destination, source, size = args
+            cgutils.raw_memcpy(
+                builder,
+                builder.inttoptr(destination, _BYTE_POINTER),
+                builder.inttoptr(source, _BYTE_POINTER),
+                size,
+                1,
+            )
+            return context.get_dummy_value()
+
+        return types.void(destination, source, size), codegen

@@ -31,11 +31,8 @@ import torch
 
 try:
     import numba
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.extending import intrinsic
 
-    from torchrl_ext._intrinsics import prefetch
+    from torchrl_ext._intrinsics import memcpy, prefetch
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - numba is a dependency
@@ -57,24 +54,6 @@ LINE = 64
 
 
 if AVAILABLE:
-    _BYTE_POINTER = ir.IntType(8).as_pointer()
-
-    @intrinsic
-    def _memcpy(typingctx, destination, source, size):
-        """``memcpy(destination, source, size)`` on addresses (``llvm.memcpy``)."""
-
-        def codegen(context, builder, sig, args):
-            destination, source, size = args
-            cgutils.raw_memcpy(
-                builder,
-                builder.inttoptr(destination, _BYTE_POINTER),
-                builder.inttoptr(source, _BYTE_POINTER),
-                size,
-                1,
-            )
-            return context.get_dummy_value()
-
-        return types.void(destination, source, size), codegen
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def _run_end(index, i):
@@ -131,13 +110,13 @@ if AVAILABLE:
         count = end - begin
         destination = out + begin * size
         if count == 1 or index[begin + 1] != index[begin]:
-            _memcpy(destination, source + index[begin] * size, count * size)
+            memcpy(destination, source + index[begin] * size, count * size)
             return
-        _memcpy(destination, source + index[begin] * size, size)
+        memcpy(destination, source + index[begin] * size, size)
         filled = 1  # a repeated row: double the copies already made
         while filled < count:
             more = min(filled, count - filled)
-            _memcpy(destination + filled * size, destination, more * size)
+            memcpy(destination + filled * size, destination, more * size)
             filled += more
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)

@@ -391,16 +391,17 @@ class RecurrentGAE(ValueEstimatorBase):
         return tensordict
 
     def _resolve_time_dim(self, td: TensorDictBase, time_dim: int | None) -> int:
-        if td.batch_dims < 1:
+        batch_dims = td.batch_dims
+        if batch_dims < 1:
             raise ValueError(
                 "RecurrentGAE needs a tensordict with a time batch dim, got batch_size=()."
             )
         if time_dim is None:
             time_dim = self.time_dim
         if time_dim is None:
-            names = td.names if td._has_names() else []
-            time_dim = names.index("time") if "time" in names else td.batch_dims - 1
-        if not -td.batch_dims <= time_dim < td.batch_dims:
+            named = td._has_names() and "time" in td.names
+            time_dim = td.names.index("time") if named else batch_dims - 1
+        elif not -batch_dims <= time_dim < batch_dims:
             raise ValueError(
                 f"time_dim={time_dim} is out of range for batch_size={tuple(td.batch_size)}."
             )
@@ -408,7 +409,7 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 f"RecurrentGAE got an empty rollout, batch_size={tuple(td.batch_size)}."
             )
-        return time_dim % td.batch_dims
+        return time_dim % batch_dims
 
     def _read(self, td: TensorDictBase, time_dim: int | None) -> _Rollout:
         keys = self._tensor_keys
@@ -501,12 +502,11 @@ class RecurrentGAE(ValueEstimatorBase):
                     f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
                 )
         feature = reward.shape[2:]
+        inputs = (reward, value, next_value, rollout.terminated, rollout.done)
+        if len(feature) != 1 or any(x.shape[2:] != feature for x in inputs[3:]):
+            inputs = tuple(_to_channels(x, feature) for x in inputs)
         scan = gae_scan(
-            _to_channels(reward, feature),
-            _to_channels(value, feature),
-            _to_channels(next_value, feature),
-            _to_channels(rollout.terminated, feature),
-            _to_channels(rollout.done, feature),
+            *inputs,
             self.gamma,
             self.lmbda,
             first_is_init=rollout.first_is_init if rollout.is_init is None else None,
@@ -517,6 +517,8 @@ class RecurrentGAE(ValueEstimatorBase):
             )
         if scan.is_init is not None:
             rollout.is_init = scan.is_init
+        if scan.advantage.shape == reward.shape:
+            return scan
         shape = reward.shape
         return scan._replace(
             advantage=scan.advantage.reshape(shape), value_target=scan.value_target.reshape(shape)
