@@ -23,6 +23,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
+from torchrl_ext.objectives._fast_path import plain_gae
 from torchrl_ext.objectives._gae_kernels import ScanResult, derive_is_init, gae_scan
 from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
 from torchrl_ext.objectives._value_pass import ValuePass
@@ -383,6 +384,12 @@ class RecurrentGAE(ValueEstimatorBase):
         """
         del target_params
         with torch.no_grad():
+            if self._value_pass is None and time_dim is None and self.time_dim is None:
+                keys, carry = self._tensor_keys, self._carry
+                carry = plain_gae(tensordict, keys, self.gamma, self.lmbda, carry)
+                if carry is not None:  # the common case, handled in full
+                    self._carry = carry
+                    return tensordict
             rollout = self._read(tensordict, time_dim)
             value, next_value = self._values(tensordict, rollout, params)
             scan = self._scan(rollout, value, next_value)
