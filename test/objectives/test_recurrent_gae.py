@@ -423,7 +423,7 @@ class TestVectorKernel:
         assert _gae_cpu._scan_rows(inputs, coefs, offset_outputs(10, 21, (0, 0)), np.zeros(10))
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-    @pytest.mark.parametrize(("n", "t"), [(1, 1), (5, 7), (9, 33), (16, 256), (3, 600)])
+    @pytest.mark.parametrize(("n", "t"), [(1, 1), (5, 7), (9, 33), (7, 130), (16, 256), (3, 600)])
     def test_fused_is_init_matches_loop(self, dtype, n, t):
         """``is_init`` from the scan: ``is_init[n, 0] = first[n]``, ``[n, t] = done[n, t-1]``."""
         td, inputs = scan_inputs(n, t, dtype, seed=t)

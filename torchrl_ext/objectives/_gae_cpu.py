@@ -31,7 +31,8 @@ row by row measured no faster).
 
 When ``first_is_init`` is given, ``is_init`` (``done`` one step later) is written per tile
 from the ``done`` rows just read, instead of in a separate pass over the flags (on inputs not
-in the cache, 0.1-0.25 ms less at 4096 x 256; no gain on warm inputs).
+in the cache, 0.1-0.25 ms less at 4096 x 256; no gain on warm inputs), and streamed out like
+the other outputs (see :func:`_shift_done`).
 
 **float64** (``_scan_rows_scalar``) keeps the scalar kernel: ``_scan_tile`` interleaves the
 eight rows' chains with scalar accumulators in registers, and emitting a tile and preparing
@@ -210,10 +211,14 @@ def _scan_rows_scalar(inputs, coefs, outputs, last_done, first_is_init, is_init)
     scratch = (delta[0], decay[0])
     _emit_and_prepare(inputs, coefs, outputs, last_done, no_tile, delta[1], first, scratch)
     nonfinite = False
+    derive = is_init.shape[0] > 0
+    row = np.empty(STEPS, dtype=np.bool_)
     k = 0
     while True:
         tile = _tile(k, n_rows, n_steps)
         if tile[2] == 0:
+            if derive:
+                _gae_simd.store_fence()
             return nonfinite
         if tile[1] + tile[2] == n_steps:  # a block's last steps come first: start afresh
             carry = _zeros(zero)
@@ -224,8 +229,8 @@ def _scan_rows_scalar(inputs, coefs, outputs, last_done, first_is_init, is_init)
         upcoming = _tile(k + 1, n_rows, n_steps)
         scratch = (delta[nxt], decay[nxt])
         _emit_and_prepare(inputs, coefs, outputs, last_done, tile, delta[cur], upcoming, scratch)
-        if is_init.shape[0] > 0:
-            _shift_done(inputs[4], first_is_init, tile, is_init)
+        if derive:
+            _shift_done(inputs[4], first_is_init, tile, is_init, row)
         k += 1
 
 
@@ -261,23 +266,36 @@ def _prepare_tile(inputs, coefs, tile, scratch, last_done):
             last_done[row] = done[row, np.uint64(n_steps - 1)]
 
 
-def _shift_done(done, first_is_init, tile, is_init):
+def _shift_done(done, first_is_init, tile, is_init, row):
     """``is_init`` of ``tile``'s rows: ``done`` one step later, ``first_is_init`` first.
 
-    Each row is one ``memcpy`` (a byte loop does not vectorize, as the two bool arrays may
-    alias: it took 0.2 ms at 4096 x 256).
+    Each shifted row is assembled in ``row`` (a small buffer, in L1) with ``memcpy`` (a byte
+    loop does not vectorize: the bool arrays may alias), then streamed out: its whole cache
+    lines with non-temporal stores, its unaligned ends with plain ones. Plain stores of the
+    1 MB of ``is_init`` at 4096 x 256 cost 0.1-0.2 ms more, reading each line first.
     """
     n_rows, n_steps = done.shape
     first, start, steps = _unsigned(tile)
     last_row = np.uint64(n_rows - 1)
+    line = np.uint64(LINE)
+    buffer = row.ctypes.data
     for lane in range(ROWS):
-        row = min(first + np.uint64(lane), last_row)
-        skip = np.uint64(0)
+        r = min(first + np.uint64(lane), last_row)
+        offset = r * np.uint64(n_steps) + start
         if start == 0:
-            is_init[row, 0] = first_is_init[row]
-            skip = np.uint64(1)
-        offset = row * np.uint64(n_steps) + start + skip
-        memcpy(is_init.ctypes.data + offset, done.ctypes.data + offset - 1, steps - skip)
+            row[0] = first_is_init[r]
+            memcpy(buffer + 1, done.ctypes.data + offset, steps - 1)
+        else:
+            memcpy(buffer, done.ctypes.data + offset - 1, steps)
+        out = is_init.ctypes.data + offset
+        head = min(steps, (line - out % line) % line)
+        memcpy(out, buffer, head)
+        s = head
+        while s + line <= steps:
+            _gae_simd.stream32(out + s, buffer + s)
+            _gae_simd.stream32(out + s + np.uint64(32), buffer + s + np.uint64(32))
+            s += line
+        memcpy(out + s, buffer + s, steps - s)
 
 
 def _streamable(outputs):
@@ -385,6 +403,7 @@ def _scan_rows_vector(inputs, coefs, outputs, last_done, first_is_init, is_init)
     carry = np.zeros(ROWS, dtype=np.float32)
     stream = _streamable(outputs)
     derive = is_init.shape[0] > 0
+    row = np.empty(STEPS, dtype=np.bool_)
     nonfinite = False
     tile = _tile(0, n_rows, n_steps)
     if tile[2] > 0:
@@ -399,12 +418,12 @@ def _scan_rows_vector(inputs, coefs, outputs, last_done, first_is_init, is_init)
             nonfinite |= _any_nonfinite(carry)
         _emit_tile(inputs[1], outputs, tile, delta, stream)
         if derive:
-            _shift_done(inputs[4], first_is_init, tile, is_init)
+            _shift_done(inputs[4], first_is_init, tile, is_init, row)
         k += 1
         tile = upcoming
         if tile[2] > 0:
             _prepare_tile(inputs, coefs, tile, scratch, last_done)
-    if stream:
+    if stream or derive:
         _gae_simd.store_fence()
     return nonfinite
 

@@ -7,6 +7,7 @@
   are transposed back and stored in place.
 * :func:`emit8`: eight outputs ``advantage = x`` and ``value_target = x + value``, stored with
   ``!nontemporal`` hints (they bypass the caches on their way to memory).
+* :func:`stream32`: 32 bytes copied to an aligned address with a ``!nontemporal`` store.
 * :func:`store_fence`: a full fence, to be issued after the last non-temporal store.
 
 No fast-math flags are set: ``fmul`` and ``fadd`` stay two roundings (no FMA contraction),
@@ -133,6 +134,23 @@ if AVAILABLE:
             return context.get_dummy_value()
 
         return types.void(advantage, value_target, source, value), codegen
+
+    @intrinsic
+    def stream32(typingctx, destination, source):
+        """Copies the 32 bytes at ``source`` (any alignment) to ``destination``, non-temporally.
+
+        ``destination`` must be aligned to :data:`VECTOR_BYTES`.
+        """
+
+        def codegen(context, builder, sig, args):
+            destination, source = args
+            hint = builder.module.add_metadata([ir.IntType(32)(1)])
+            x = builder.load(builder.inttoptr(source, _VEC_POINTER), align=1)
+            pointer = builder.inttoptr(destination, _VEC_POINTER)
+            builder.store(x, pointer, align=VECTOR_BYTES).set_metadata("nontemporal", hint)
+            return context.get_dummy_value()
+
+        return types.void(destination, source), codegen
 
     @intrinsic
     def store_fence(typingctx):
