@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 try:
     import numba
+
+    from torchrl_ext._intrinsics import memcpy
 except ImportError:  # pragma: no cover - numba is a dependency; this keeps the torch path alive
     numba = None
 
@@ -95,6 +98,47 @@ def plan_segments(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | No
     if numba is not None and is_init.device.type == "cpu":
         return _plan_compiled(is_init, done, chunk_len)
     return plan_segments_torch(is_init, done, chunk_len)
+
+
+def gather_steps(root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor) -> torch.Tensor:
+    """The critic's inputs in the calls' layout: row ``p`` is row ``reads[p]`` of both, stacked.
+
+    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations. On
+    the CPU a compiled loop copies the rows: 0.07 ms at 256 x 128 with 8 floats a row, where
+    joining the two and ``index_select`` take 0.16 ms.
+    """
+    if (
+        numba is not None
+        and root.is_cpu
+        and final.is_cpu
+        and root.dtype == final.dtype
+        and reads.is_cpu
+        and root.is_contiguous()
+        and final.is_contiguous()
+        and root.numel() > 0
+    ):
+        out = root.new_empty((reads.numel(), *root.shape[1:]))
+        _copy_rows(_bytes(root), _bytes(final), reads.numpy(), _bytes(out))
+        return out
+    return torch.cat([root, final]).index_select(0, reads)
+
+
+def _bytes(x: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor's rows as a ``[rows, row_bytes]`` uint8 array (a view)."""
+    return x.reshape(x.shape[0], -1).view(torch.uint8).numpy()
+
+
+def _copy_rows(first, second, reads, out):
+    """``out[p] = (first, second stacked)[reads[p]]``, row by row with ``memcpy``."""
+    size = out.shape[1]
+    n_first = first.shape[0]
+    for p in range(reads.size):
+        r = reads[p]
+        if r < n_first:
+            source = first.ctypes.data + r * size
+        else:
+            source = second.ctypes.data + (r - n_first) * size
+        memcpy(out.ctypes.data + p * size, source, size)
 
 
 # ------------------------------------------------------------------ torch (any device)
@@ -174,54 +218,57 @@ def _plan_compiled(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | N
     init_np = is_init.contiguous().numpy()
     done_np = done.contiguous().numpy()
     n_steps = done_np.size
-    first = torch.empty(n_steps, dtype=torch.long)
-    continues = torch.empty(n_steps, dtype=torch.bool)
-    lengths = torch.empty(n_steps, dtype=torch.long)
-    booted = torch.empty(n_steps, dtype=torch.long)
-    boot_idx = torch.empty(n_steps, dtype=torch.long)
-    n_seg, n_boot = _find_segments(
-        init_np,
-        done_np,
-        chunk_len or 0,
-        first.numpy(),
-        continues.numpy(),
-        lengths.numpy(),
-        booted.numpy(),
-        boot_idx.numpy(),
+    segments = np.empty((4, n_steps), dtype=np.int64)  # first, continues, lengths, booted
+    steps = np.empty((3, 2 * n_steps), dtype=np.int64)  # index, reads, sources
+    boot_idx = np.empty(n_steps, dtype=np.int64)
+    calls = np.zeros((2, 64), dtype=np.int64)  # lanes and offsets per bit
+    n_seg, n_boot, n_bits = _plan(
+        init_np, done_np, chunk_len or 0, segments, boot_idx, calls, steps
     )
-    first, continues, lengths = first[:n_seg], continues[:n_seg], lengths[:n_seg]
-    n_bits = int(lengths.max()).bit_length()
-    lanes = torch.empty(n_bits, dtype=torch.long)
-    offsets = torch.empty(n_bits, dtype=torch.long)
-    sources = torch.empty(n_seg * n_bits, dtype=torch.long)
-    index = torch.empty(n_steps + n_boot, dtype=torch.long)
-    reads = torch.empty(n_steps + n_boot, dtype=torch.long)
-    _schedule(
-        first.numpy(),
-        lengths.numpy(),
-        booted.numpy(),
-        n_steps,
-        lanes.numpy(),
-        offsets.numpy(),
-        sources.numpy(),
-        index.numpy(),
-        reads.numpy(),
-    )
-    calls, start = [], 0
+    size = n_steps + n_boot
+    sources = torch.from_numpy(steps[2])
+    plan_calls, start = [], 0
     for j in reversed(range(n_bits)):
-        count = int(lanes[j])
+        count = int(calls[0, j])
         if count:
             call_sources = sources[start : start + count]
-            calls.append(Call(int(offsets[j]), count, 1 << j, call_sources, n_seg + start))
+            plan_calls.append(Call(int(calls[1, j]), count, 1 << j, call_sources, n_seg + start))
             start += count
     return Plan(
-        boot_idx=boot_idx[:n_boot],
-        first=first,
-        continues=continues,
-        index=index,
-        reads=reads,
-        calls=calls,
+        boot_idx=torch.from_numpy(boot_idx[:n_boot]),
+        first=torch.from_numpy(segments[0, :n_seg]),
+        continues=torch.from_numpy(segments[1, :n_seg].astype(np.bool_)),
+        index=torch.from_numpy(steps[0, :size]),
+        reads=torch.from_numpy(steps[1, :size]),
+        calls=plan_calls,
     )
+
+
+def _plan(is_init, done, chunk_len, segments, boot_idx, calls, steps):
+    """The whole plan in two passes; returns the segment, bootstrap-step and bit counts."""
+    first, continues, lengths, booted = segments[0], segments[1], segments[2], segments[3]
+    n_seg, n_boot = _find_segments(
+        is_init, done, chunk_len, first, continues, lengths, booted, boot_idx
+    )
+    longest = 0
+    for s in range(n_seg):
+        longest = max(longest, lengths[s])
+    n_bits = 0
+    while (1 << n_bits) <= longest:
+        n_bits += 1
+    index, reads, sources = steps[0], steps[1], steps[2]
+    _schedule(
+        first[:n_seg],
+        lengths[:n_seg],
+        booted[:n_seg],
+        done.size,
+        calls[0, :n_bits],
+        calls[1, :n_bits],
+        sources,
+        index,
+        reads,
+    )
+    return n_seg, n_boot, n_bits
 
 
 def _find_segments(is_init, done, chunk_len, first, continues, lengths, booted, boot_idx):
@@ -294,5 +341,7 @@ def _schedule(first, lengths, booted, n_steps, lanes, offsets, sources, index, r
 
 
 if numba is not None:
-    _find_segments = numba.njit(cache=True, nogil=True)(_find_segments)
-    _schedule = numba.njit(cache=True, nogil=True)(_schedule)
+    _find_segments = numba.njit(cache=True, nogil=True, inline="always")(_find_segments)
+    _schedule = numba.njit(cache=True, nogil=True, inline="always")(_schedule)
+    _plan = numba.njit(cache=True, nogil=True)(_plan)
+    _copy_rows = numba.njit(cache=True, nogil=True)(_copy_rows)

@@ -25,7 +25,13 @@ from torch import nn
 from torchrl.modules import GRUModule, LSTMModule
 
 from torchrl_ext.objectives._layout import flat_rows, next_key
-from torchrl_ext.objectives._segments import Call, Plan, boot_steps, plan_segments
+from torchrl_ext.objectives._segments import (
+    Call,
+    Plan,
+    boot_steps,
+    gather_steps,
+    plan_segments,
+)
 
 _RECURRENT = (LSTMModule, GRUModule)
 
@@ -131,7 +137,7 @@ class ValuePass:
             if reads is None:
                 steps = torch.cat([root, final[boot_idx]])
             else:
-                steps = torch.cat([root, final]).index_select(0, reads)
+                steps = gather_steps(root, final, reads)
             if flat is None:
                 flat = TensorDict(batch_size=[steps.shape[0]], device=steps.device)
             flat.set(key, steps)
