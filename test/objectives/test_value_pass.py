@@ -1,0 +1,114 @@
+"""The critic's pass over the calls' layout (``torchrl_ext.objectives._value_pass``).
+
+Contract: the leaves after the last recurrent layer run call by call when they are plain
+``TensorDictModule``s (reading the layer's output and any critic input), and on the joined
+outputs otherwise; both give the values of a step-by-step loop.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from torch import nn
+from torchrl.modules import LSTMModule
+
+from torchrl_ext.objectives import RecurrentGAE
+from torchrl_ext.objectives._value_pass import ValuePass
+
+OBS, HIDDEN = 3, 6
+
+
+class _Halve(TensorDictModuleBase):
+    """Not a plain TensorDictModule: the tail must then run on the joined outputs."""
+
+    in_keys = ["state_value"]
+    out_keys = ["state_value"]
+
+    def forward(self, td):
+        return td.set("state_value", td["state_value"] / 2)
+
+
+def critic(tail: str, seed: int = 0):
+    torch.manual_seed(seed)  # test-only; the autouse fixture restores the global RNG
+    lstm = LSTMModule(
+        input_size=OBS,
+        hidden_size=HIDDEN,
+        in_keys=["observation", "rs_h", "rs_c"],
+        out_keys=["embed", ("next", "rs_h"), ("next", "rs_c")],
+    )
+    mix = TensorDictModule(
+        lambda embed, obs: torch.cat([embed, obs], -1), ["embed", "observation"], ["mixed"]
+    )
+    head = TensorDictModule(nn.Linear(HIDDEN + OBS, 1), ["mixed"], ["state_value"])
+    leaves = [lstm, mix, head] + ([_Halve()] if tail == "custom" else [])
+    return TensorDictSequential(*leaves), lstm, leaves[1:]
+
+
+def rollout(n=3, t=40, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    done = torch.rand(n, t, 1, generator=gen) < 0.08
+    is_init = torch.zeros_like(done)
+    is_init[:, 0] = True
+    is_init[:, 1:] = done[:, :-1]
+    return TensorDict(
+        {
+            "observation": torch.randn(n, t, OBS, generator=gen),
+            "is_init": is_init,
+            "next": {
+                "observation": torch.randn(n, t, OBS, generator=gen),
+                "reward": torch.randn(n, t, 1, generator=gen),
+                "terminated": done,
+                "truncated": torch.zeros_like(done),
+                "done": done,
+            },
+        },
+        batch_size=[n, t],
+    )
+
+
+def loop_values(lstm, tail, td):
+    """One env and one step at a time, resetting the state after every done step."""
+    n, t = td.batch_size
+    value, next_value = torch.zeros(n, t, 1), torch.zeros(n, t, 1)
+
+    def step(obs, state):
+        out, state = lstm.lstm(obs.view(1, 1, -1), state)
+        small = TensorDict({"embed": out.view(1, -1), "observation": obs.view(1, -1)}, [1])
+        for module in tail:
+            small = module(small)
+        return small["state_value"].view(1), state
+
+    for row in range(n):
+        state = None
+        for s in range(t):
+            if td["is_init"][row, s]:
+                state = None
+            value[row, s], state = step(td["observation"][row, s], state)
+            next_value[row, s], _ = step(td["next", "observation"][row, s], state)
+        keep = ~td["next", "done"][row, :-1]
+        next_value[row, :-1] = torch.where(keep, value[row, 1:], next_value[row, :-1])
+    return value, next_value
+
+
+class TestTail:
+    @pytest.mark.parametrize(("tail", "direct"), [("plain", True), ("custom", False)])
+    def test_values_match_step_loop(self, tail, direct):
+        network, lstm, leaves = critic(tail)
+        assert ValuePass(network).direct_tail is direct
+        td = rollout()
+        with torch.no_grad():
+            value, next_value = loop_values(lstm, leaves, td)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=network)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_per_call_equals_joined(self):
+        network, _, _ = critic("plain")
+        per_call = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=network)
+        joined = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=network)
+        joined._value_pass.direct_tail = False
+        a, b = per_call(rollout()), joined(rollout())
+        for key in ("state_value", ("next", "state_value"), "advantage"):
+            torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-6)
