@@ -112,6 +112,7 @@ def gather_steps(root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor) -
         and root.is_cpu
         and final.is_cpu
         and root.dtype == final.dtype
+        and root.shape[1:] == final.shape[1:]
         and reads.is_cpu
         and root.is_contiguous()
         and final.is_contiguous()
