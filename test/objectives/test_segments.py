@@ -182,7 +182,7 @@ class TestPlanners:
         )
 
     @pytest.mark.parametrize("device", DEVICES)
-    def test_torch_planner_on_device(self, device):
+    def test_plan_on_device(self, device):
         is_init, done = flags(4, 30, 0.1, seed=5)
         plan = plan_segments(is_init.to(device), done.to(device), None)
         assert plan.index.device.type == device

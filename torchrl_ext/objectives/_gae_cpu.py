@@ -530,11 +530,6 @@ def applies(
     return all(x.is_contiguous() for x in inputs)
 
 
-def _flags(x: torch.Tensor) -> np.ndarray:
-    """``x`` as a contiguous bool numpy array on the CPU."""
-    return x.to(device="cpu", dtype=torch.bool).contiguous().numpy()
-
-
 def gae_scan_cpu(
     reward: torch.Tensor,
     value: torch.Tensor,
@@ -575,7 +570,8 @@ def gae_scan_cpu(
         tensors += [first_is_init.to(device="cpu", dtype=torch.bool).contiguous(), is_init]
     # the kernel views the tensors by address: numpy views of ten tensors cost more than the
     # kernel on small inputs (17 vs 8 us a call at 8 x 8)
-    addresses = np.array([x.data_ptr() for x in tensors] + [0, 0], dtype=np.int64)
+    addresses = np.zeros(10, dtype=np.int64)  # the last two stay 0 without is_init
+    addresses[: len(tensors)] = [x.data_ptr() for x in tensors]
     if reward.dtype == torch.float32:
         coefs = np.array([gamma, gamma * lmbda], dtype=np.float32)
         nonfinite = _vector_at(addresses, n_rows, n_steps, coefs, is_init is not None)
