@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 
 import pytest
@@ -825,17 +826,6 @@ class TestSequenceDevicesAndTypes:
         assert torch.equal(clone.expand(torch.tensor([0, 3]), {}, rb.storage)[0], before)
 
 
-def test_changing_geometry_after_construction():
-    """Attributes changed after construction (as with torchrl's unit) take effect."""
-    rb = fill(30, [False] * 30)
-    unit = Sequence(3)
-    assert unit.expand(torch.tensor([4]), {}, rb.storage)[0].tolist() == [4, 5, 6]
-    unit.burn_in, unit.stride = 1, 2
-    index, info = unit.expand(torch.tensor([4]), {}, rb.storage)
-    assert index.tolist() == [2, 4, 6, 8]
-    assert info["learning_mask"].tolist() == [False, True, True, True]
-
-
 class TestSequenceBuilders:
     """The compiled loop and the batched tensor ops return the same batch, in fresh memory."""
 
@@ -898,3 +888,309 @@ class TestSequenceBuilders:
         for tensor in second:
             tensor.zero_()
         assert all(torch.equal(a, b) for a, b in zip(first, before, strict=True))
+
+
+SETTINGS_OF_SEQUENCE = {
+    "length": 5,
+    "burn_in": 1,
+    "bootstrap": 1,
+    "stride": 2,
+    "dilation": 2,
+    "episode_boundary": "stop",
+    "layout": "batch_time",
+    "done_key": "done",
+    "traj_key": "traj",
+    "priority_reduction": "mean",
+    "priority_eta": 0.5,
+    "priority_learning_only": True,
+    "is_init_key": "reset",
+}
+
+
+def two_dim_buffer(steps: int = 6, lanes: int = 3) -> TensorDictReplayBuffer:
+    """A ``[time, lane]`` storage, extended in the collector layout ``[lanes, time]``."""
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(steps * lanes, ndim=2))
+    done = torch.zeros(lanes, steps, 1, dtype=torch.bool)
+    done[:, 2] = True
+    rb.extend(
+        TensorDict({"obs": torch.zeros(lanes, steps), ("next", "done"): done}, [lanes, steps])
+    )
+    return rb
+
+
+def storage_snapshot(rb) -> TensorDict:
+    return rb.storage._storage.clone()
+
+
+class TestSequenceHardening:
+    """Bad input is refused before it reaches compiled code, the storage or the sum tree."""
+
+    @pytest.mark.parametrize("anchor", [10**12, 30, 31, -1, -(10**12)])
+    def test_out_of_range_anchors_raise_index_error(self, anchor):
+        rb = fill(40, [i % 7 == 6 for i in range(30)])  # 30 of 40 slots written
+        with pytest.raises(IndexError, match=f"coordinate {anchor} is out of range"):
+            Sequence(4, burn_in=2).expand(torch.tensor([3, anchor]), {}, rb.storage)
+
+    def test_last_written_anchor_is_accepted(self):
+        rb = fill(40, [False] * 30)
+        index, info = Sequence(2).expand(torch.tensor([29]), {}, rb.storage)
+        assert index.tolist() == [29, 29] and info["validity_mask"].tolist() == [True, False]
+
+    @pytest.mark.parametrize("lane", [3, 10**11, -1])
+    def test_out_of_range_lanes_raise_index_error(self, lane):
+        rb = two_dim_buffer()
+        anchors = (torch.tensor([1, 2]), torch.tensor([0, lane]))
+        with pytest.raises(IndexError, match="lane 0 coordinate"):
+            Sequence(2, burn_in=1).expand(anchors, {}, rb.storage)
+
+    def test_out_of_range_anchor_with_traj_key(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16))
+        rb.extend(TensorDict({"traj": torch.tensor([0, 1] * 4)}, [8]))
+        with pytest.raises(IndexError, match="coordinate 8"):
+            Sequence(2, traj_key="traj").expand(torch.tensor([8]), {}, rb.storage)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+    def test_non_integer_anchors_raise_type_error(self, dtype):
+        rb = fill(20, [False] * 20)
+        with pytest.raises(TypeError, match="integer storage indices"):
+            Sequence(2).expand(torch.tensor([1, 3]).to(dtype), {}, rb.storage)
+
+    def test_huge_anchor_exits_cleanly_in_a_fresh_process(self):
+        """The compiled loop once read far out of bounds here; the process must survive."""
+        import subprocess
+        import sys
+
+        code = (
+            "import torch\n"
+            "from tensordict import TensorDict\n"
+            "from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer\n"
+            "from torchrl_ext import Sequence\n"
+            "rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))\n"
+            "rb.extend(TensorDict({('next', 'done'): torch.zeros(8, 1, dtype=torch.bool)}, [8]))\n"
+            "try:\n"
+            "    Sequence(3, burn_in=2).expand(torch.tensor([10**12]), {}, rb.storage)\n"
+            "except IndexError:\n"
+            "    print('refused')\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().endswith("refused")
+
+    @pytest.mark.parametrize("name, value", SETTINGS_OF_SEQUENCE.items())
+    def test_settings_are_fixed_after_construction(self, name, value):
+        rb = fill(30, [False] * 30)
+        unit = Sequence(3)
+        before = unit.expand(torch.tensor([4]), {}, rb.storage)[0]
+        with pytest.raises(AttributeError, match=f"Sequence.{name} is fixed.*build a new unit"):
+            setattr(unit, name, value)
+        assert torch.equal(unit.expand(torch.tensor([4]), {}, rb.storage)[0], before)
+        assert unit.length == 3 and unit.stride == 1
+
+    def test_numpy_integers_are_accepted(self):
+        np = pytest.importorskip("numpy")
+        unit = Sequence(np.int64(4), burn_in=np.int32(2), stride=np.int16(3))
+        assert (unit.length, unit.burn_in, unit.stride) == (4, 2, 3)
+        assert type(unit.length) is int
+
+    @pytest.mark.parametrize("stride", [2**62, 2**31])
+    def test_reach_past_32_bits_is_refused(self, stride):
+        with pytest.raises(ValueError, match="stride="):
+            Sequence(4, stride=stride)
+
+    @pytest.mark.parametrize("bad", [0.5, float("nan"), float("inf")])
+    def test_non_integral_trajectory_ids_are_refused(self, bad):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16))
+        ids = torch.tensor([0.0, 1.0, 0.0, bad, 0.0, 1.0])
+        rb.extend(TensorDict({"traj": ids}, [6]))
+        with pytest.raises(ValueError, match="whole numbers"):
+            Sequence(2, traj_key="traj").expand(torch.tensor([0]), {}, rb.storage)
+
+    def test_bad_ids_written_after_first_sample_are_refused_at_extend(self):
+        unit = Sequence(2, traj_key="traj")
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sample_unit=unit)
+        rb.extend(TensorDict({"traj": torch.tensor([0.0, 1.0, 0.0, 1.0])}, [4]))
+        good = unit.expand(torch.tensor([0]), {}, rb.storage)[0]
+        with pytest.raises(ValueError, match=r"got 2\.5"):
+            rb.extend(TensorDict({"traj": torch.tensor([2.5, 1.0])}, [2]))
+        with pytest.raises(ValueError, match="whole numbers"):  # and never sampled silently
+            unit.expand(torch.tensor([0]), {}, rb.storage)
+        assert good.tolist() == [0, 2]
+
+    def test_whole_float_ids_equal_integer_ids(self):
+        ids = [0, 1, 0, 1, 1, 0, 2, 2]
+        out = []
+        for dtype in (torch.int64, torch.float32):
+            rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+            rb.extend(TensorDict({"traj": torch.tensor(ids, dtype=dtype)}, [8]))
+            out.append(Sequence(3, traj_key="traj").expand(torch.arange(8), {}, rb.storage))
+        assert torch.equal(out[0][0], out[1][0])
+        assert torch.equal(out[0][1]["validity_mask"], out[1][1]["validity_mask"])
+
+    @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+    def test_non_finite_done_flags_are_refused(self, bad):
+        done = torch.zeros(20, 1)
+        done[5] = bad
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+        rb.extend(TensorDict({("next", "done"): done}, [20]))
+        with pytest.raises(ValueError, match="done flags must be finite"):
+            Sequence(3, burn_in=2).expand(torch.tensor([4]), {}, rb.storage)
+
+    def _prioritized(self, **kwargs):
+        unit = Sequence(4, burn_in=2, **kwargs)
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0,
+            beta=1.0,
+            storage=LazyTensorStorage(50),
+            sample_unit=unit,
+            batch_size=6,
+            generator=torch.Generator().manual_seed(0),
+        )
+        rb.extend(episodes_td([i % 10 == 9 for i in range(50)]))
+        return unit, rb
+
+    @pytest.mark.parametrize("layout", ["flat", "batch_time"])
+    def test_priority_update_without_learning_mask(self, layout):
+        unit, rb = self._prioritized(layout=layout)
+        sample = rb.sample()
+        sample.set("td_error", torch.rand(sample.shape, generator=torch.Generator().manual_seed(2)))
+        expected = unit.reduce_priority(sample, sample["td_error"])
+        sample = sample.exclude("learning_mask")  # as torchrl's own unit's users may pass it
+        rb.update_tensordict_priority(sample)
+        tree = rb._sampler._sum_tree
+        got = torch.tensor([tree[int(a)] for a in expected[0]])
+        assert torch.allclose(got, expected[1].float() + rb._sampler._eps, atol=1e-6)
+
+    def test_priority_update_without_any_mask_reduces_all_records(self):
+        unit, rb = self._prioritized()
+        sample = rb.sample().exclude("learning_mask", "validity_mask")
+        td_error = torch.arange(sample.numel(), dtype=torch.float32)
+        anchors, reduced = unit.reduce_priority(sample, td_error)
+        per_window = td_error.view(-1, unit.window).amax(1)  # every record counts
+        first = sample["anchor_index"].view(-1, unit.window)[:, 0]
+        for anchor, value in zip(anchors.tolist(), reduced.tolist(), strict=True):
+            assert value == per_window[first == anchor].max().item()
+
+    @pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), -float("inf")])
+    def test_bad_priorities_never_reach_the_tree(self, bad):
+        unit, rb = self._prioritized()
+        sample = rb.sample()
+        td_error = torch.ones(sample.shape)
+        td_error[3] = bad  # record 3 of window 0: a valid learning record
+        sample.set("td_error", td_error)
+        tree = rb._sampler._sum_tree
+        before = [tree[i] for i in range(50)]
+        with pytest.raises(ValueError, match=r"record 3 of window 0"):
+            rb.update_tensordict_priority(sample)
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            unit.reduce_priority(sample, td_error)
+        assert [tree[i] for i in range(50)] == before
+        assert rb.sample().shape == sample.shape  # the buffer still samples
+
+    def test_bad_priority_on_an_invalid_record_is_ignored(self):
+        """Records the reduction never reads (padding) cannot reach the tree."""
+        rb = fill(20, [False] * 9 + [True] + [False] * 10)
+        unit = Sequence(3, burn_in=1)
+        _, info = unit.expand(torch.tensor([9]), {}, rb.storage)  # records 10, 11 are padding
+        priority = torch.tensor([1.0, 2.0, float("nan"), float("nan")])
+        assert unit.reduce_priority(info, priority)[1].tolist() == [2.0]
+
+    @pytest.mark.parametrize("stored", ["validity_mask", "sequence_id", "anchor_index"])
+    def test_stored_key_colliding_with_info_is_refused(self, stored):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), sample_unit=Sequence(2))
+        rb.extend(TensorDict({stored: torch.ones(10), ("next", "done"): torch.zeros(10, 1)}, [10]))
+        with pytest.raises(ValueError, match=f"entry '{stored}'"):
+            rb.sample(4)
+
+    def test_is_init_key_naming_stored_data_is_refused(self):
+        unit = Sequence(2, layout="batch_time", is_init_key="obs")
+        rb = fill(10, [False] * 10)
+        with pytest.raises(ValueError, match="is_init_key"):
+            unit.expand(torch.tensor([1]), {}, rb.storage)
+
+    def test_stored_reset_flags_are_superseded_by_the_window_flags(self):
+        """Collectors store is_init; a batch_time window must still open with a reset."""
+        data = episodes_td([False] * 10)
+        data["is_init"] = torch.zeros(10, 1, dtype=torch.bool)
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(10),
+            sample_unit=Sequence(3, layout="batch_time"),
+            batch_size=2,
+        )
+        rb.extend(data)
+        assert rb.sample()["is_init"][:, 0].all()
+
+
+class TestSequenceFuzz:
+    """Random bad calls raise a clear error and leave buffers and sum trees untouched."""
+
+    bad_values = st.one_of(
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.text(max_size=3),
+        st.none(),
+        st.lists(st.integers(), max_size=2),
+    )
+
+    @SETTINGS
+    @given(
+        kwargs=st.dictionaries(
+            st.sampled_from(list(SETTINGS_OF_SEQUENCE)), bad_values, min_size=1, max_size=3
+        )
+    )
+    def test_constructor(self, kwargs):
+        kwargs.setdefault("length", 3)
+        try:
+            unit = Sequence(**kwargs)
+        except (TypeError, ValueError):
+            return
+        assert unit.window >= 1
+
+    @SETTINGS
+    @given(
+        anchors=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=6),
+        as_float=st.booleans(),
+    )
+    def test_expand(self, anchors, as_float):
+        rb = fill(24, [i % 5 == 4 for i in range(20)])
+        before = storage_snapshot(rb)
+        index = torch.tensor(anchors, dtype=torch.float64 if as_float else torch.int64)
+        try:
+            out, _ = Sequence(3, burn_in=2, bootstrap=1).expand(index, {}, rb.storage)
+        except (IndexError, TypeError):
+            pass
+        else:
+            assert not as_float and all(0 <= a < 20 for a in anchors)
+            assert ((out >= 0) & (out < 20)).all()
+        assert (storage_snapshot(rb) == before).all()
+
+    @SETTINGS
+    @given(
+        values=st.lists(
+            st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=24, max_size=24
+        )
+    )
+    def test_update_tensordict_priority(self, values):
+        unit = Sequence(2, burn_in=1, bootstrap=1)
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0,
+            beta=1.0,
+            storage=LazyTensorStorage(30),
+            sample_unit=unit,
+            batch_size=6,
+            generator=torch.Generator().manual_seed(0),
+        )
+        rb.extend(episodes_td([i % 6 == 5 for i in range(30)]))
+        sample = rb.sample()
+        sample.set("td_error", torch.tensor(values))
+        tree = rb._sampler._sum_tree
+        before = [tree[i] for i in range(30)]
+        try:
+            rb.update_tensordict_priority(sample)
+        except ValueError:
+            assert [tree[i] for i in range(30)] == before
+        else:
+            assert all(math.isfinite(tree[i]) for i in range(30))
+        rb.sample()  # whatever happened, sampling still works

@@ -198,6 +198,11 @@ def _read_span(
         else:
             out = flags[index]
     out = torch.as_tensor(out)
+    if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"done flags must be finite, got {out[~torch.isfinite(out)][0].item()!r} among the "
+            "stored flags a sampled window reads. Store bool done flags."
+        )
     if out.dtype is not torch.bool:
         out = out != 0
     return out if out.device == device else out.to(device)
@@ -255,6 +260,9 @@ class TrajectoryIndex:
     def rebuild(self) -> None:
         """Re-reads every written record, oldest first (after loads, empties or direct writes)."""
         with self._lock:
+            written, oldest, _ = seam(self.storage)
+            order = torch.remainder(torch.arange(written) + oldest, written)
+            self._ids(order)  # refuse bad ids before the links are cleared
             self.serial.fill_(-1)
             self.prev.fill_(-1)
             self.next.fill_(-1)
@@ -262,8 +270,6 @@ class TrajectoryIndex:
             self.next_serial.fill_(-2)
             self._tails.clear()
             self._count = 0
-            written, oldest, _ = seam(self.storage)
-            order = torch.remainder(torch.arange(written) + oldest, written)
             self._link(order)
             self._revision = self.storage._mutation_revision
 
@@ -284,8 +290,7 @@ class TrajectoryIndex:
         if slots.numel() == 0:
             return
         slots = self._last_writes(slots)
-        ids = read_flags(self.storage, self.traj_key, self.owner)[slots.to(self._device())]
-        ids = torch.as_tensor(ids).reshape(-1).to(torch.long).cpu()
+        ids = self._ids(slots)
         serials = torch.arange(self._count, self._count + slots.numel())
         self._count += slots.numel()
         self.serial[slots] = serials
@@ -307,6 +312,29 @@ class TrajectoryIndex:
             self._tails[tid] = (slot, ser)
         if len(self._tails) > 4 * self.serial.numel():
             self._prune_tails()
+
+    def _ids(self, slots: torch.Tensor) -> torch.Tensor:
+        """The stored trajectory ids of ``slots`` as int64, refusing ids that are not integers.
+
+        Float ids are accepted only when every value is a finite whole number; anything else
+        would merge distinct trajectories when cast.
+        """
+        stored = read_flags(self.storage, self.traj_key, self.owner)
+        ids = torch.as_tensor(stored[slots.to(stored.device)]).reshape(-1)
+        if ids.dtype is torch.bool or ids.is_complex():
+            raise TypeError(
+                f"{self.owner}: trajectory ids under traj_key={self.traj_key!r} must be "
+                f"integers, got dtype {ids.dtype}."
+            )
+        if ids.is_floating_point():
+            whole = torch.isfinite(ids) & (ids == ids.round())
+            if not bool(whole.all()):
+                bad = ids[~whole][0].item()
+                raise ValueError(
+                    f"{self.owner}: trajectory ids under traj_key={self.traj_key!r} must be "
+                    f"whole numbers, got {bad!r}. Store integer ids."
+                )
+        return ids.to(torch.long).cpu()
 
     def _last_writes(self, slots: torch.Tensor) -> torch.Tensor:
         """Drops writes that a later write of the same batch overwrote (a wrapping extend)."""
@@ -342,9 +370,6 @@ class TrajectoryIndex:
             for tid, (slot, ser) in self._tails.items()
             if int(self.serial[slot]) == ser
         }
-
-    def _device(self) -> torch.device:
-        return read_flags(self.storage, self.traj_key, self.owner).device
 
     def reach(self, time: torch.Tensor, back: int, forward: int) -> Reach:
         """Follows each anchor's trajectory ``back`` steps backward and ``forward`` forward."""

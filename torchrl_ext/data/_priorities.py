@@ -12,8 +12,6 @@ from typing import Any
 import torch
 from tensordict import is_tensor_collection
 
-_NEEDED = ("anchor_index", "validity_mask", "learning_mask")
-
 
 def reduce_window_priorities(
     sample: Any,
@@ -25,9 +23,15 @@ def reduce_window_priorities(
 ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
     """Reduces per-record priorities to one value per distinct anchor.
 
+    Records enter a window's reduction when ``"validity_mask"`` marks them (and, with
+    ``learning_only``, ``"learning_mask"`` too). A sample without ``"learning_mask"`` reduces
+    over its valid records; one without either mask over all records, as torchrl's own unit
+    does. Priorities of the records that enter must be finite and ``>= 0``; any other value is
+    refused before anything is returned, so the sampler's sum tree never sees it.
+
     Args:
-        sample (TensorDict or dict): holds ``"anchor_index"``, ``"validity_mask"`` and
-            ``"learning_mask"`` per record, windows laid out one after the other.
+        sample (TensorDict or dict): holds ``"anchor_index"`` per record (and optionally
+            ``"validity_mask"`` and ``"learning_mask"``), windows laid out one after the other.
         priority (torch.Tensor): one priority per record.
         window (int): records per window.
         reduction (str): ``"max"``, ``"mean"`` or ``"mixture"``.
@@ -38,9 +42,9 @@ def reduce_window_priorities(
         ``(anchors, priorities)``: anchors as a ``[n]`` tensor (1-D storages) or a tuple of
         coordinate tensors, and their reduced priorities.
     """
-    anchor, valid, learning = (_get(sample, key) for key in _NEEDED)
-    priority = torch.as_tensor(priority)
-    records = valid.numel()
+    anchor = _get(sample, "anchor_index")
+    priority = _as_priority(priority)
+    records = _record_count(sample, anchor)
     if priority.numel() != records:
         raise ValueError(
             f"priority must hold one value per record ({records}), got a tensor of shape "
@@ -49,15 +53,65 @@ def reduce_window_priorities(
     if records % window:
         raise ValueError(f"the sample holds {records} records, not a multiple of {window}.")
     rows = records // window
-    mask = valid.reshape(rows, window)
-    if learning_only:
-        mask = mask & learning.reshape(rows, window)
+    mask = _record_mask(sample, records, learning_only).reshape(rows, window)
     values = priority.reshape(rows, window).to(torch.float64)
+    _check_priorities(values, mask)
     per_window = _reduce_rows(values, mask, reduction, eta)
     anchor = anchor.reshape(rows, window, -1)[:, 0]
     return _dedupe(
         anchor, per_window.to(priority.dtype if priority.is_floating_point() else torch.float)
     )
+
+
+def _as_priority(priority: Any) -> torch.Tensor:
+    if isinstance(priority, torch.Tensor):
+        tensor = priority
+    else:
+        try:
+            tensor = torch.as_tensor(priority)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(
+                f"priority must be a tensor of numbers, got priority={priority!r}."
+            ) from err
+    if tensor.dtype is torch.bool or tensor.is_complex():
+        raise TypeError(f"priority must hold real numbers, got priority.dtype={tensor.dtype}.")
+    return tensor.detach()
+
+
+def _record_mask(sample: Any, records: int, learning_only: bool) -> torch.Tensor:
+    """The records each window's reduction reads (see :func:`reduce_window_priorities`)."""
+    valid = _find(sample, "validity_mask")
+    mask = torch.ones(records, dtype=torch.bool) if valid is None else valid.reshape(-1)
+    learning = _find(sample, "learning_mask") if learning_only else None
+    if learning is not None:
+        mask = mask & learning.reshape(-1)
+    if mask.numel() != records:
+        raise ValueError(
+            f"the sample's masks hold {mask.numel()} records, its validity_mask {records}."
+        )
+    return mask
+
+
+def _record_count(sample: Any, anchor: torch.Tensor) -> int:
+    """Records in a sample: its validity mask's, its batch's, or its anchors' count."""
+    valid = _find(sample, "validity_mask")
+    if valid is not None:
+        return valid.numel()
+    if is_tensor_collection(sample):
+        return sample.numel()
+    return anchor.numel() if anchor.ndim <= 1 else anchor.shape[:-1].numel()
+
+
+def _check_priorities(values: torch.Tensor, mask: torch.Tensor) -> None:
+    """Refuses NaN, infinite or negative priorities among the records that are reduced."""
+    bad = mask & ~(torch.isfinite(values) & (values >= 0))
+    if bool(bad.any()):
+        row, col = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"priorities must be finite and >= 0, got {values[row, col].item()!r} for record "
+            f"{col} of window {row} (priority[{row * values.shape[1] + col}] of the flat "
+            "sample). Check the TD errors for NaN or inf before updating priorities."
+        )
 
 
 def _reduce_rows(values: torch.Tensor, mask: torch.Tensor, reduction: str, eta: float):
@@ -81,14 +135,19 @@ def _dedupe(anchor: torch.Tensor, value: torch.Tensor):
     return tuple(unique.unbind(1)), reduced
 
 
+def _find(sample: Any, key: str) -> torch.Tensor | None:
+    value = sample.get(key, None)
+    return None if value is None else torch.as_tensor(value)
+
+
 def _get(sample: Any, key: str) -> torch.Tensor:
-    value = sample.get(key, None) if is_tensor_collection(sample) else sample.get(key)
+    value = _find(sample, key)
     if value is None:
         raise ValueError(
             f"the sample has no {key!r} entry; pass a sample (or its info) produced by a "
             "Sequence sample unit."
         )
-    return torch.as_tensor(value)
+    return value
 
 
 class _RecordPriorities:

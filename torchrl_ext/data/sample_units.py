@@ -19,6 +19,7 @@ from torchrl.data.replay_buffers.sample_units import SampleUnit as _TorchRLSampl
 from torchrl.data.replay_buffers.sample_units import Sequence as _TorchRLSequence
 from torchrl.data.replay_buffers.storages import Storage
 
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_key
 from torchrl_ext.data import _episodes, _window_kernels
 from torchrl_ext.data._priorities import install_anchor_priorities, reduce_window_priorities
 
@@ -33,6 +34,36 @@ _MODES = {
     "include_reset": _window_kernels.CROSS,
 }
 _CPU_DEVICES = ("cpu", torch.device("cpu"), "auto", None)
+_MAX_REACH = 2**31 - 1
+#: Per-record info entries every ``Sequence`` sample carries.
+_RECORD_KEYS = ("sequence_id", "step_in_sequence", "validity_mask", "learning_mask", "anchor_index")
+
+
+class _Setting:
+    """A setting fixed at construction: read like an attribute, refused on assignment.
+
+    Window geometry, keys and priority settings are validated together in ``__init__`` and
+    cached tables depend on them, so a changed setting means a new unit.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, unit: Any, owner: type | None = None) -> Any:
+        if unit is None:
+            return self
+        return unit._config[self.name]
+
+    def __set__(self, unit: Any, value: Any) -> None:
+        self.refuse(unit, self.name, value)
+
+    @staticmethod
+    def refuse(unit: Any, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"{type(unit).__name__}.{name} is fixed at construction (it is validated with the "
+            f"other settings and cached); build a new unit instead, e.g. "
+            f"{type(unit).__name__}(..., {name}={value!r})."
+        )
 
 
 class SampleUnit(_TorchRLSampleUnit):
@@ -211,45 +242,54 @@ class Sequence(SampleUnit, _TorchRLSequence):
         is_init_key: NestedKey = "is_init",
     ) -> None:
         stride = _resolve_stride(stride, dilation)
-        _check_int("length", length, minimum=1)
-        _check_int("burn_in", burn_in, minimum=0)
-        _check_int("bootstrap", bootstrap, minimum=0)
-        _check_choice("episode_boundary", episode_boundary, _BOUNDARIES)
-        _check_choice("layout", layout, _LAYOUTS)
-        _check_choice("priority_reduction", priority_reduction, _REDUCTIONS)
-        _check_eta(priority_eta)
-        if not isinstance(priority_learning_only, bool):
-            raise TypeError(
-                f"priority_learning_only must be a bool, got "
-                f"priority_learning_only={priority_learning_only!r}."
-            )
-        done_key = _check_key("done_key", done_key, optional=True)
-        traj_key = _check_key("traj_key", traj_key, optional=True)
-        is_init_key = _check_key("is_init_key", is_init_key, optional=False)
+        length = check_int("length", length, minimum=1)
+        burn_in = check_int("burn_in", burn_in, minimum=0)
+        bootstrap = check_int("bootstrap", bootstrap, minimum=0)
+        _check_reach(burn_in, length, bootstrap, stride)
+        done_key = check_key("done_key", done_key, optional=True)
+        traj_key = check_key("traj_key", traj_key, optional=True)
         if traj_key is not None and episode_boundary == "include_reset":
             raise ValueError(
                 "episode_boundary='include_reset' crosses episodes in storage order, which "
                 f"trajectory ids do not define; got traj_key={traj_key!r}. Use done_key= "
                 "with include_reset, or 'pad'/'stop' with traj_key."
             )
-        self.length = length
-        self.episode_boundary = episode_boundary
-        self.done_key = done_key
-        self.traj_key = traj_key
-        self.burn_in = burn_in
-        self.bootstrap = bootstrap
-        self.stride = stride
-        self.layout = layout
-        self.priority_reduction = priority_reduction
-        self.priority_eta = float(priority_eta)
-        self.priority_learning_only = priority_learning_only
-        self.is_init_key = is_init_key
+        self._config = {
+            "length": length,
+            "episode_boundary": check_choice("episode_boundary", episode_boundary, _BOUNDARIES),
+            "done_key": done_key,
+            "traj_key": traj_key,
+            "burn_in": burn_in,
+            "bootstrap": bootstrap,
+            "stride": stride,
+            "layout": check_choice("layout", layout, _LAYOUTS),
+            "priority_reduction": check_choice(
+                "priority_reduction", priority_reduction, _REDUCTIONS
+            ),
+            "priority_eta": check_float("priority_eta", priority_eta, 0.0, 1.0),
+            "priority_learning_only": check_bool("priority_learning_only", priority_learning_only),
+            "is_init_key": check_key("is_init_key", is_init_key),
+        }
         self._traj_index: _episodes.TrajectoryIndex | None = None
         self._routed = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._tables: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
         self._constant_records: dict[tuple, dict[str, torch.Tensor]] = {}
         self._flags_view: tuple[Any, torch.Tensor] | None = None
+        self._checked_contents: Any = None
+
+    length = _Setting()
+    episode_boundary = _Setting()
+    done_key = _Setting()
+    traj_key = _Setting()
+    burn_in = _Setting()
+    bootstrap = _Setting()
+    stride = _Setting()
+    layout = _Setting()
+    priority_reduction = _Setting()
+    priority_eta = _Setting()
+    priority_learning_only = _Setting()
+    is_init_key = _Setting()
 
     # -- window geometry ---------------------------------------------------------------------
 
@@ -260,8 +300,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     @dilation.setter
     def dilation(self, value: int) -> None:
-        _check_int("dilation", value, minimum=1)
-        self.stride = value
+        _Setting.refuse(self, "dilation", value)
 
     @property
     def window(self) -> int:
@@ -279,20 +318,14 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def _table(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Per-device constants: window offsets (int32), learning mask, steps, offsets (int64)."""
-        key = (device, *self._geometry)
-        table = self._tables.get(key)
+        table = self._tables.get(device)
         if table is None:
             steps = torch.arange(self.window, device=device)
             offsets = (steps - self.burn_in) * self.stride
             learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
             table = (offsets.to(torch.int32), learning, steps, offsets)
-            self._tables[key] = table
+            self._tables[device] = table
         return table
-
-    @property
-    def _geometry(self) -> tuple[int, int, int, int]:
-        """What the cached constants depend on (the attributes may be changed after init)."""
-        return (self.burn_in, self.length, self.bootstrap, self.stride)
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -317,10 +350,13 @@ class Sequence(SampleUnit, _TorchRLSequence):
         """
         _episodes.check_storage(storage, type(self).__name__)
         time, lanes, anchors = _split_anchors(index, storage)
+        bounds = _episodes.seam(storage)
+        _check_anchors(time, lanes, bounds[0], storage)
+        self._check_collisions(storage)
         num = time.shape[0]
         expanded = self._expand_info(info, num)
         if self._compiled_applies(storage, time, lanes):
-            index, per_record = self._records_compiled(storage, time, lanes)
+            index, per_record = self._records_compiled(storage, time, lanes, bounds)
             self._route_priorities(storage)
             flat = self.layout == "flat"
             return index, {**{k: _materialize(v, flat) for k, v in expanded.items()}, **per_record}
@@ -335,6 +371,32 @@ class Sequence(SampleUnit, _TorchRLSequence):
         self._route_priorities(storage)
         return self._shape(positions, lanes, per_record, expanded)
 
+    def _check_collisions(self, storage: Storage) -> None:
+        """Refuses stored entries that the sample's per-record info would overwrite.
+
+        TensorDict buffers write every info entry into the sample, so a stored entry under one
+        of those keys would silently be replaced. The one exception is a stored reset flag
+        under ``is_init_key`` (one bool per record, as collectors and envs write it): the
+        window's flags supersede it by design, since a recurrent module must also reset where
+        each window starts. Checked once per storage.
+        """
+        contents = storage._storage
+        if contents is self._checked_contents:
+            return
+        stored = {_plain_key(k) for k in contents.keys(include_nested=True)}
+        outputs = [(k, k) for k in _RECORD_KEYS]
+        if self.layout == "batch_time":
+            outputs.append(("is_init_key", self.is_init_key))
+        for role, key in outputs:
+            key = _plain_key(key)
+            if key in stored and not (role == "is_init_key" and _is_flag(contents, key)):
+                raise ValueError(
+                    f"the storage holds an entry {key!r}, which every sample's {role!r} info "
+                    "entry would overwrite. Rename the stored entry"
+                    + (", or pass another is_init_key=." if role == "is_init_key" else ".")
+                )
+        self._checked_contents = contents
+
     def _compiled_applies(self, storage, time, lanes) -> bool:
         """The compiled loop serves done-flag boundaries on CPU, one lane dimension at most."""
         return (
@@ -344,9 +406,10 @@ class Sequence(SampleUnit, _TorchRLSequence):
             and time.device.type == "cpu"
             and len(lanes) <= 1
             and getattr(storage, "device", "cpu") in _CPU_DEVICES
+            and (self.done_key is None or not self._flag_columns(storage).is_floating_point())
         )
 
-    def _records_compiled(self, storage, time, lanes):
+    def _records_compiled(self, storage, time, lanes, bounds):
         """Record coordinates and per-record info, all written by one compiled loop.
 
         Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view.
@@ -359,7 +422,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
             None if self.done_key is None else self._flag_columns(storage),
             time.contiguous(),
             lanes[0].contiguous() if lanes else None,
-            _episodes.seam(storage),
+            bounds,
             self._kernel_geometry(),
             window,
             ints,
@@ -422,7 +485,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def _per_record(self, num: int, device: torch.device) -> dict[str, torch.Tensor]:
         """Fresh copies of the entries that depend only on the batch size."""
-        key = (num, device, *self._geometry)
+        key = (num, device)
         cached = self._constant_records.get(key)
         if cached is None:
             _, learning, steps, _ = self._table(device)
@@ -557,6 +620,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         state["_tables"] = {}
         state["_constant_records"] = {}
         state["_flags_view"] = None
+        state["_checked_contents"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -596,6 +660,41 @@ def _materialize(value: Any, flat: bool) -> Any:
     return value.contiguous()
 
 
+def _plain_key(key: NestedKey) -> NestedKey:
+    """``("a",)`` and ``"a"`` name the same entry."""
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
+
+
+def _is_flag(contents: Any, key: NestedKey) -> bool:
+    """Whether a stored entry holds one bool per record (a reset flag)."""
+    entry = contents.get(key)
+    if not isinstance(entry, torch.Tensor) or entry.dtype is not torch.bool:
+        return False
+    shape = tuple(entry.shape)
+    batch = tuple(contents.batch_size)
+    return shape == batch or shape == (*batch, 1)
+
+
+def _check_anchors(
+    time: torch.Tensor, lanes: tuple[torch.Tensor, ...], written: int, storage: Storage
+) -> None:
+    """Raises ``IndexError`` unless every anchor addresses a written record."""
+    if not time.numel():
+        return
+    sizes = (written, *storage._total_shape[1:])
+    names = ("time", *(f"lane {d}" for d in range(len(lanes))))
+    for name, coord, size in zip(names, (time, *lanes), sizes, strict=True):
+        low, high = (int(v) for v in torch.aminmax(coord))
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            raise IndexError(
+                f"anchor {name} coordinate {bad} is out of range: the storage holds {size} "
+                f"written {'steps' if name == 'time' else 'lanes'} (valid coordinates 0 .. "
+                f"{size - 1}). Anchors must come from the buffer's sampler or address written "
+                "records."
+            )
+
+
 def _split_anchors(
     index: torch.Tensor | tuple, storage: Storage
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
@@ -613,50 +712,33 @@ def _split_anchors(
         raise ValueError(
             f"anchors must have one coordinate per storage dim ({ndim}), got {len(coords)}."
         )
+    for coord in coords:
+        if coord.is_floating_point() or coord.is_complex() or coord.dtype is torch.bool:
+            raise TypeError(
+                f"anchors must be integer storage indices, got index of dtype {coord.dtype}."
+            )
     coords = tuple(c.long() for c in coords)
     anchors = torch.stack(coords, -1) if ndim > 1 else coords[0]
     return coords[0], coords[1:], anchors
 
 
-def _resolve_stride(stride: int | None, dilation: int | None) -> int:
+def _resolve_stride(stride: Any, dilation: Any) -> int:
     if stride is not None and dilation is not None and stride != dilation:
         raise ValueError(
             f"stride and dilation are two names for one setting; got stride={stride!r} and "
             f"dilation={dilation!r}. Pass only one."
         )
-    value = stride if stride is not None else dilation if dilation is not None else 1
-    _check_int("stride" if stride is not None or dilation is None else "dilation", value, 1)
-    return value
+    if stride is None and dilation is not None:
+        return check_int("dilation", dilation, minimum=1)
+    return check_int("stride", 1 if stride is None else stride, minimum=1)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {name}={value!r}.")
-    if value < minimum:
-        relation = "positive" if minimum == 1 else "non-negative"
-        raise ValueError(f"{name} must be {relation} (>= {minimum}), got {name}={value!r}.")
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {name}={value!r}.")
-
-
-def _check_eta(eta: Any) -> None:
-    if isinstance(eta, bool) or not isinstance(eta, (int, float)):
-        raise TypeError(f"priority_eta must be a float, got priority_eta={eta!r}.")
-    if not 0.0 <= eta <= 1.0:
-        raise ValueError(f"priority_eta must lie in [0, 1], got priority_eta={eta!r}.")
-
-
-def _check_key(name: str, key: Any, optional: bool) -> NestedKey | None:
-    if key is None and optional:
-        return None
-    if isinstance(key, str):
-        return key
-    # any sequence of str parts (tuple, list, omegaconf ListConfig from Hydra configs)
-    if not isinstance(key, (tuple, list)) and not type(key).__name__ == "ListConfig":
-        raise TypeError(f"{name} must be a str or a tuple of str, got {name}={key!r}.")
-    if len(key) and all(isinstance(k, str) for k in key):
-        return tuple(key)
-    raise ValueError(f"{name} must be a non-empty key of str parts, got {name}={key!r}.")
+def _check_reach(burn_in: int, length: int, bootstrap: int, stride: int) -> None:
+    """Windows are laid out with 32-bit offsets: their reach must fit in ``2**31 - 1``."""
+    reach = (burn_in + length + bootstrap) * stride
+    if reach > _MAX_REACH:
+        raise ValueError(
+            f"a window reaches (burn_in + length + bootstrap) * stride = {reach} records, more "
+            f"than {_MAX_REACH}; got burn_in={burn_in}, length={length}, bootstrap={bootstrap}, "
+            f"stride={stride}."
+        )
