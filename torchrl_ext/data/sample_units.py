@@ -156,9 +156,16 @@ class Sequence(SampleUnit, _TorchRLSequence):
     reads to reset its state. Per-anchor info entries (importance weights) are repeated over
     their window.
 
+    Settings are fixed at construction: assigning one raises :class:`AttributeError` (build a
+    new unit instead). Stored entries must not use the names of the per-record info entries; a
+    stored bool reset flag under ``is_init_key`` is the one exception, superseded by the
+    window's flags in ``"batch_time"`` samples.
+
     Priorities stay per anchor: with a prioritized TensorDict buffer,
     ``rb.update_tensordict_priority(sample)`` reduces each window's per-record priorities over
-    its valid records (``priority_learning_only=True``: learning records only) with
+    its valid records (``priority_learning_only=True``: learning records only; a sample
+    without ``"learning_mask"`` or ``"validity_mask"``, as torchrl's own unit accepts, reduces
+    over the masks it has) with
     ``priority_reduction`` (``"max"``; ``"mean"``; ``"mixture"``, R2D2's
     ``eta * max + (1 - eta) * mean``) and writes them to the anchors. With other prioritized
     buffers use ``rb.update_priority(*unit.reduce_priority(info, priority))``.
@@ -345,8 +352,12 @@ class Sequence(SampleUnit, _TorchRLSequence):
             on multi-dimensional storages) and the info with per-record entries added.
 
         Raises:
-            TypeError: if the storage is not TensorDict-backed.
-            ValueError: on a missing done/traj key or an info entry not aligned with anchors.
+            TypeError: if the storage is not TensorDict-backed or the anchors are not integers.
+            IndexError: if an anchor addresses a record that was never written (or a lane the
+                storage does not have). Nothing is read before this check.
+            ValueError: on a missing done/traj key, an info entry not aligned with anchors,
+                trajectory ids that are not whole numbers, non-finite done flags, or a stored
+                entry that a per-record info entry would overwrite.
         """
         _episodes.check_storage(storage, type(self).__name__)
         time, lanes, anchors = _split_anchors(index, storage)
@@ -587,12 +598,16 @@ class Sequence(SampleUnit, _TorchRLSequence):
         windows keeps the largest result.
 
         Args:
-            sample (TensorDict or dict): the sample (or its info) with ``"anchor_index"``,
-                ``"validity_mask"`` and ``"learning_mask"``.
+            sample (TensorDict or dict): the sample (or its info) with ``"anchor_index"`` and,
+                optionally, ``"validity_mask"`` and ``"learning_mask"``.
             priority (torch.Tensor): one priority per record, shaped like the sample.
 
         Returns:
             ``(anchors, priorities)`` for ``rb.update_priority``.
+
+        Raises:
+            ValueError: if a reduced record's priority is NaN, infinite or negative (the
+                message names the record), or ``priority`` does not hold one value per record.
         """
         return reduce_window_priorities(
             sample,
