@@ -74,6 +74,20 @@ def fill(capacity: int, done: list[bool], chunks: list[int] | None = None, stora
     return rb
 
 
+def prioritized(unit: Sequence, records: int = 50, period: int = 10):
+    """A prioritized TensorDict buffer sampling through ``unit``, episodes of ``period``."""
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=1.0,
+        beta=1.0,
+        storage=LazyTensorStorage(records),
+        sample_unit=unit,
+        batch_size=6,
+        generator=torch.Generator().manual_seed(0),
+    )
+    rb.extend(episodes_td([i % period == period - 1 for i in range(records)]))
+    return rb
+
+
 def ring_of(rb, total: int) -> reference.Ring:
     storage = rb.storage
     written = len(storage)
@@ -637,15 +651,7 @@ class TestSequencePriorities:
     @pytest.mark.parametrize("reduction", ["max", "mean", "mixture"])
     def test_update_tensordict_priority_routes_to_anchors(self, layout, reduction):
         unit = Sequence(4, burn_in=2, layout=layout, priority_reduction=reduction)
-        rb = TensorDictPrioritizedReplayBuffer(
-            alpha=1.0,
-            beta=1.0,
-            storage=LazyTensorStorage(50),
-            sample_unit=unit,
-            batch_size=6,
-            generator=torch.Generator().manual_seed(0),
-        )
-        rb.extend(episodes_td([i % 10 == 9 for i in range(50)]))
+        rb = prioritized(unit)
         sample = rb.sample()
         gen = torch.Generator().manual_seed(1)
         sample.set("td_error", torch.rand(sample.shape, generator=gen) + 0.1)
@@ -1039,16 +1045,7 @@ class TestSequenceHardening:
 
     def _prioritized(self, **kwargs):
         unit = Sequence(4, burn_in=2, **kwargs)
-        rb = TensorDictPrioritizedReplayBuffer(
-            alpha=1.0,
-            beta=1.0,
-            storage=LazyTensorStorage(50),
-            sample_unit=unit,
-            batch_size=6,
-            generator=torch.Generator().manual_seed(0),
-        )
-        rb.extend(episodes_td([i % 10 == 9 for i in range(50)]))
-        return unit, rb
+        return unit, prioritized(unit)
 
     @pytest.mark.parametrize("layout", ["flat", "batch_time"])
     def test_priority_update_without_learning_mask(self, layout):
@@ -1173,16 +1170,7 @@ class TestSequenceFuzz:
         )
     )
     def test_update_tensordict_priority(self, values):
-        unit = Sequence(2, burn_in=1, bootstrap=1)
-        rb = TensorDictPrioritizedReplayBuffer(
-            alpha=1.0,
-            beta=1.0,
-            storage=LazyTensorStorage(30),
-            sample_unit=unit,
-            batch_size=6,
-            generator=torch.Generator().manual_seed(0),
-        )
-        rb.extend(episodes_td([i % 6 == 5 for i in range(30)]))
+        rb = prioritized(Sequence(2, burn_in=1, bootstrap=1), records=30, period=6)
         sample = rb.sample()
         sample.set("td_error", torch.tensor(values))
         tree = rb._sampler._sum_tree
