@@ -14,6 +14,7 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict.utils import NestedKey
 
@@ -40,7 +41,7 @@ def _is_integral(value: Any) -> bool:
             and not value.is_complex()
             and (value.dtype is not torch.bool)
         )
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, (bool, np.bool_)):
         return False
     return isinstance(value, numbers.Integral)
 
@@ -138,10 +139,11 @@ def check_bool(name: str, value: Any) -> bool:
     """Returns ``value`` if it is a bool (numpy's included); raises :class:`TypeError` if not.
 
     Examples:
-        >>> check_bool("shuffle", True)
+        >>> import numpy as np
+        >>> check_bool("shuffle", np.True_)
         True
     """
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {_describe(name, value)}.")
 
