@@ -602,19 +602,60 @@ class TestBadInput:
             RecurrentGAE(gamma=0.9, lmbda=0.9)(make_rollout()[:0])
 
     @pytest.mark.parametrize(
-        ("kwargs", "match"),
+        ("kwargs", "error", "match"),
         [
-            ({"gamma": 1.5, "lmbda": 0.9}, "gamma=1.5"),
-            ({"gamma": 0.9, "lmbda": -0.1}, "lmbda=-0.1"),
-            ({"gamma": "0.9", "lmbda": 0.9}, "gamma='0.9'"),
-            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": "last"}, "initial_state='last'"),
-            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 0}, "chunk_len=0"),
-            ({"gamma": 0.9, "lmbda": 0.9, "value_network": torch.nn.Linear(2, 1)}, "Linear"),
+            ({"gamma": 1.5, "lmbda": 0.9}, ValueError, "gamma=1.5"),
+            ({"gamma": 0.9, "lmbda": -0.1}, ValueError, "lmbda=-0.1"),
+            ({"gamma": "0.9", "lmbda": 0.9}, TypeError, "gamma='0.9'"),
+            ({"gamma": float("nan"), "lmbda": 0.9}, ValueError, "gamma=nan"),
+            ({"gamma": 0.9, "lmbda": float("inf")}, ValueError, "lmbda=inf"),
+            ({"gamma": True, "lmbda": 0.9}, TypeError, "gamma=True"),
+            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": "last"}, ValueError, "state='last'"),
+            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": 0}, TypeError, "initial_state=0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 0}, ValueError, "chunk_len=0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 4.0}, TypeError, r"chunk_len=4\.0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "time_dim": 1.0}, TypeError, r"time_dim=1\.0"),
+            (
+                {"gamma": 0.9, "lmbda": 0.9, "value_network": torch.nn.Linear(2, 1)},
+                TypeError,
+                "Linear",
+            ),
         ],
     )
-    def test_constructor_arguments(self, kwargs, match):
-        with pytest.raises((ValueError, TypeError), match=match):
+    def test_constructor_arguments(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
             RecurrentGAE(**kwargs)
+
+    @pytest.mark.parametrize("name", ["gamma", "lmbda"])
+    @pytest.mark.parametrize(
+        "value", [torch.tensor([0.9, 0.8]), torch.ones(1, 2), torch.tensor(0.9j)]
+    )
+    def test_non_scalar_tensor_coefficient_is_named(self, name, value):
+        kwargs = {"gamma": 0.9, "lmbda": 0.9, name: value}
+        with pytest.raises(TypeError, match=f"{name} must be a real number.*{name}=tensor"):
+            RecurrentGAE(**kwargs)
+
+    def test_scalar_tensor_and_numpy_coefficients_work(self):
+        gae = RecurrentGAE(gamma=torch.tensor(0.5, dtype=torch.float64), lmbda=np.float32(0.25))
+        assert (gae.gamma, gae.lmbda) == (0.5, 0.25)
+        td = make_rollout()
+        gae(td)
+        adv, _ = reference_on(td, 0.5, 0.25)
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-5)
+
+    def test_float_time_dim_in_forward(self):
+        td = make_rollout()
+        with pytest.raises(TypeError, match=r"time_dim=1\.0"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td, time_dim=1.0)
+        assert "advantage" not in td.keys()
+
+    def test_set_keys_checks_all_before_renaming(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(TypeError, match="done=3"):
+            gae.set_keys(reward="r", done=3)
+        with pytest.raises(ValueError, match="reward=''"):
+            gae.set_keys(reward="")
+        assert gae.tensor_keys.reward == "reward"
 
 
 class TestMultiAgent:

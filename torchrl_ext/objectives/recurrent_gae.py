@@ -23,6 +23,12 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
+from torchrl_ext._checks import (
+    check_choice,
+    check_float,
+    check_key,
+    check_optional_int,
+)
 from torchrl_ext.objectives._fast_path import plain_gae
 from torchrl_ext.objectives._gae_kernels import ScanResult, derive_is_init, gae_scan
 from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
@@ -80,24 +86,6 @@ class _Rollout:
         if self.is_init is None:
             self.is_init = derive_is_init(self.done_rows, self.first_is_init)
         return self.is_init
-
-
-def _check_unit_interval(name: str, value: float) -> float:
-    if isinstance(value, torch.Tensor):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1], got {name}={value!r}.")
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {name}={value!r}.")
-    return float(value)
-
-
-def _check_chunk_len(chunk_len: int | None) -> int | None:
-    if chunk_len is None:
-        return None
-    if isinstance(chunk_len, bool) or not isinstance(chunk_len, int) or chunk_len < 1:
-        raise ValueError(f"chunk_len must be None or an int >= 1, got chunk_len={chunk_len!r}.")
-    return chunk_len
 
 
 def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
@@ -195,8 +183,9 @@ class RecurrentGAE(ValueEstimatorBase):
     twice.
 
     Args:
-        gamma (float): discount factor in ``[0, 1]``.
-        lmbda (float): GAE trace decay in ``[0, 1]``.
+        gamma (float): discount factor in ``[0, 1]`` (a Python or numpy number, or a 0-d
+            tensor).
+        lmbda (float): GAE trace decay in ``[0, 1]`` (same types as ``gamma``).
         value_network (TensorDictModuleBase, optional): the critic. Defaults to ``None``
             (values are read from the input).
         initial_state (str, optional): the recurrent state each row starts from. ``"zeros"``
@@ -255,21 +244,17 @@ class RecurrentGAE(ValueEstimatorBase):
         chunk_len: int | None = None,
         time_dim: int | None = None,
     ):
-        gamma = _check_unit_interval("gamma", gamma)
-        lmbda = _check_unit_interval("lmbda", lmbda)
-        if initial_state not in ("zeros", "stored"):
-            raise ValueError(
-                f"initial_state must be 'zeros' or 'stored', got initial_state={initial_state!r}."
-            )
-        chunk_len = _check_chunk_len(chunk_len)
+        gamma = check_float("gamma", gamma, 0.0, 1.0)
+        lmbda = check_float("lmbda", lmbda, 0.0, 1.0)
+        initial_state = check_choice("initial_state", initial_state, ("zeros", "stored"))
+        chunk_len = check_optional_int("chunk_len", chunk_len, minimum=1)
+        time_dim = check_optional_int("time_dim", time_dim)
         if value_network is not None and not isinstance(value_network, TensorDictModuleBase):
             raise TypeError(
                 "value_network must be a TensorDictModuleBase (e.g. a TensorDictModule or "
                 f"TensorDictSequential), got {type(value_network).__name__}."
             )
         value_pass = ValuePass(value_network) if value_network is not None else None
-        if time_dim is not None and (isinstance(time_dim, bool) or not isinstance(time_dim, int)):
-            raise TypeError(f"time_dim must be None or an int, got time_dim={time_dim!r}.")
         super().__init__(value_network=value_network)
         self.gamma = gamma
         self.lmbda = lmbda
@@ -296,15 +281,21 @@ class RecurrentGAE(ValueEstimatorBase):
 
         Returns:
             self.
+
+        Raises:
+            ValueError: for an unknown name or an empty key; TypeError for a key that is not a
+                str or a tuple of str. Nothing is renamed then.
         """
         fields = {f.name for f in dataclasses.fields(_AcceptedKeys)}
+        renamed = {}
         for name, key in kwargs.items():
             if name not in fields:
                 raise ValueError(
                     f"set_keys got an unknown key name {name!r}; expected one of {sorted(fields)}."
                 )
-            if key is None:
-                continue
+            if key is not None:
+                renamed[name] = check_key(name, key)
+        for name, key in renamed.items():
             setattr(self._tensor_keys, name, key)
         return self
 
@@ -403,6 +394,7 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 "RecurrentGAE needs a tensordict with a time batch dim, got batch_size=()."
             )
+        time_dim = check_optional_int("time_dim", time_dim)
         if time_dim is None:
             time_dim = self.time_dim
         if time_dim is None:
@@ -595,6 +587,7 @@ def carry_recurrent_state(
     """
     if rollout.batch_dims < 1:
         raise ValueError("rollout needs a time batch dim, got batch_size=().")
+    time_dim = check_optional_int("time_dim", time_dim)
     tdim = (rollout.batch_dims - 1) if time_dim is None else time_dim
     if not -rollout.batch_dims <= tdim < rollout.batch_dims:
         raise ValueError(
