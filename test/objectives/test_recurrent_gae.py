@@ -643,6 +643,25 @@ class TestBadInput:
         adv, _ = reference_on(td, 0.5, 0.25)
         np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-5)
 
+    @pytest.mark.parametrize("shape", [(4, 9, 2), (4, 9, 1, 1), (4, 9, 3, 1)])
+    @pytest.mark.parametrize("time_dim", [None, 1])
+    def test_is_init_of_more_than_one_flag_per_step(self, shape, time_dim):
+        """``time_dim=None`` takes the fast path, ``time_dim=1`` the general one."""
+        td = make_rollout()
+        td["is_init"] = torch.zeros(shape, dtype=torch.bool)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=time_dim)
+        with pytest.raises(ValueError, match=rf"'is_init'.*got shape \({shape[0]}, 9, {shape[2]}"):
+            gae(td)
+        assert not {"advantage", "value_target"} & set(td.keys())
+        assert gae._carry is None
+
+    @pytest.mark.parametrize("shape", [(4, 9), (4, 9, 1)])
+    def test_is_init_of_one_flag_per_step_is_accepted(self, shape):
+        td = make_rollout()
+        td["is_init"] = torch.zeros(shape, dtype=torch.bool)
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        assert td["is_init"].shape == shape and td["advantage"].shape == (4, 9, 1)
+
     def test_float_time_dim_in_forward(self):
         td = make_rollout()
         with pytest.raises(TypeError, match=r"time_dim=1\.0"):
@@ -964,6 +983,64 @@ class TestRecurrentCritic:
         gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
         with pytest.raises(ValueError, match="rs_c"):
             gae(td)
+        assert "advantage" not in td.keys()
+
+    @pytest.mark.parametrize(
+        ("kind", "key", "shape", "expected"),
+        [
+            ("lstm", "rs_h", (4, 10, 1, 7), (4, 10, 1, 8)),  # hidden size
+            ("lstm", "rs_c", (4, 10, 2, 8), (4, 10, 1, 8)),  # num_layers
+            ("lstm", "rs_c", (4, 10, 8), (4, 10, 1, 8)),  # no layer dim
+            ("gru", "rs_h", (4, 10, 3, 8), (4, 10, 1, 8)),
+        ],
+    )
+    def test_stored_state_of_wrong_shape(self, kind, key, shape, expected):
+        critic, _, _ = make_critic(kind)
+        td = make_obs_rollout(seed=35)
+        td[key] = torch.zeros(shape)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(ValueError, match=rf"'{key}' has shape \({shape[0]}.*expects") as info:
+            gae(td)
+        assert str(expected) in str(info.value)
+        assert not {"advantage", "value_target", "state_value"} & set(td.keys())
+
+    def test_stored_state_with_fewer_layers_is_not_broadcast(self):
+        """A one-layer state would broadcast over a two-layer critic's pool: refused."""
+        critic, _, _ = make_critic("gru", num_layers=2)
+        td = make_obs_rollout(seed=35, num_layers=1)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(ValueError, match=r"'rs_h' has shape \(4, 10, 1, 8\).*\(4, 10, 2, 8\)"):
+            gae(td)
+        assert "advantage" not in td.keys()
+        gae.initial_state = "zeros"  # zeros never reads the stored state
+        gae(td)
+
+    def test_stored_state_must_be_floating_point(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=35)
+        td["rs_h"] = td["rs_h"].long()
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(TypeError, match=r"rs_h.*dtype=torch\.int64"):
+            gae(td)
+
+    def test_observation_and_next_observation_must_agree(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=36)
+        td["observation"] = torch.zeros(4, 10, OBS + 1)
+        with pytest.raises(ValueError, match=r"'observation' has shape \(4,\) per step.*\(3,\)"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        td["observation"] = torch.zeros(4, 10, OBS, dtype=torch.float64)
+        with pytest.raises(TypeError, match=r"dtype=torch\.float64.*dtype=torch\.float32"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        assert "advantage" not in td.keys()
+
+    def test_observation_must_fit_the_recurrent_layer(self):
+        critic, _, _ = make_critic("gru")
+        td = make_obs_rollout(seed=36)
+        for key in ("observation", ("next", "observation")):
+            td[key] = torch.zeros(4, 10, OBS + 2)
+        with pytest.raises(ValueError, match=r"'observation' feeds.*input_size=3.*\(5,\)"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
         assert "advantage" not in td.keys()
 
     def test_missing_next_observation_is_named(self):

@@ -126,6 +126,57 @@ def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, re
         )
 
 
+def _check_per_step(key: NestedKey, flag: torch.Tensor, batch_size: torch.Size) -> None:
+    """Raises unless ``flag`` holds one value per step: ``[*batch]`` or ``[*batch, 1]``."""
+    if flag.shape[len(batch_size) :] in ((), (1,)):
+        return
+    raise ValueError(
+        f"{key!r} must hold one flag per step, shape {(*batch_size,)} or {(*batch_size, 1)}, "
+        f"got shape {tuple(flag.shape)}."
+    )
+
+
+def _check_same_step_layout(
+    key: NestedKey, obs: torch.Tensor, final: torch.Tensor, batch_dims: int
+) -> None:
+    """Raises unless ``obs`` and its ``("next", ...)`` entry agree per step (they are joined)."""
+    if obs.dtype != final.dtype:
+        raise TypeError(
+            f"{key!r} has dtype={obs.dtype} but {next_key(key)!r} has dtype={final.dtype}; "
+            "the critic reads both, so they must match."
+        )
+    if obs.shape[batch_dims:] != final.shape[batch_dims:]:
+        raise ValueError(
+            f"{key!r} has shape {tuple(obs.shape[batch_dims:])} per step but "
+            f"{next_key(key)!r} has {tuple(final.shape[batch_dims:])}; the critic reads both, "
+            "so they must match."
+        )
+
+
+def _check_layer_input(key: NestedKey, obs: torch.Tensor, input_size: int) -> None:
+    """Raises unless ``obs`` fits the recurrent layer that reads it directly."""
+    _check_float(key, obs)
+    if obs.ndim == 0 or obs.shape[-1] != input_size:
+        raise ValueError(
+            f"{key!r} feeds the critic's recurrent layer, which has input_size={input_size}, "
+            f"but its last dim is {tuple(obs.shape)[-1:]} (shape {tuple(obs.shape)})."
+        )
+
+
+def _check_stored_state(
+    key: NestedKey, state: torch.Tensor, batch_size: torch.Size, per_step: tuple[int, int]
+) -> None:
+    """Raises unless ``state`` is floating-point ``[*batch, num_layers, size]``."""
+    _check_float(key, state)
+    expected = (*batch_size, *per_step)
+    if state.shape != expected:
+        raise ValueError(
+            f"stored recurrent state {key!r} has shape {tuple(state.shape)}, but the critic's "
+            f"layer expects {expected} ([*batch, num_layers, size]). Store the states the "
+            "critic's recurrent module produces, or use initial_state='zeros'."
+        )
+
+
 def _per_step(flag: torch.Tensor) -> torch.Tensor:
     """``[N, T, *f]`` bool -> ``[N, T]``: whether any entry of the step is set (a view if one)."""
     flat = flag.reshape(*flag.shape[:2], -1)
@@ -370,8 +421,15 @@ class RecurrentGAE(ValueEstimatorBase):
             time_dim (int, optional): overrides the module's ``time_dim``.
 
         Returns:
-            ``tensordict``, with the outputs written. On bad input an error is raised and
-            nothing is written.
+            ``tensordict``, with the outputs written.
+
+        Raises:
+            TypeError: for an entry of the wrong dtype (flags must be bool, rewards and values
+                floating-point) or a ``time_dim`` that is not an int.
+            ValueError: for a missing entry, a shape that does not fit (``is_init`` must be
+                ``[*batch]`` or ``[*batch, 1]``; stored recurrent states ``[*batch,
+                num_layers, size]`` as the critic's layer has them), NaN or infinite values,
+                or a ``time_dim`` out of range. Nothing is written then and the carry is kept.
         """
         del target_params
         with torch.no_grad():
@@ -445,6 +503,7 @@ class RecurrentGAE(ValueEstimatorBase):
         given = td.get(key, None)
         if given is not None:
             _check_flag(key, given)
+            _check_per_step(key, given, td.batch_size)
             given = flat_rows(given, *layout)
             return _per_step(given), None
         n_rows = done.shape[0]
@@ -484,12 +543,22 @@ class RecurrentGAE(ValueEstimatorBase):
             )
 
     def _check_network_inputs(self, td: TensorDictBase) -> None:
+        """Checks what the value pass itself joins and feeds to layers it calls directly.
+
+        Errors raised by the critic's other modules on their inputs reach the caller as those
+        modules raise them.
+        """
+        sizes = self._value_pass.direct_input_sizes()
         for key in self._value_pass.obs_keys:
-            _get(td, key, "value_network input")
-            _get(td, next_key(key), "value_network input")
+            obs = _get(td, key, "value_network input")
+            final = _get(td, next_key(key), "value_network input")
+            _check_same_step_layout(key, obs, final, td.batch_dims)
+            if key in sizes:
+                _check_layer_input(key, obs, sizes[key])
         if self.initial_state == "stored":
-            for key in self._value_pass.stored_state_keys():
-                _get(td, key, "stored recurrent state (initial_state='stored')")
+            for key, shape in self._value_pass.stored_state_shapes().items():
+                state = _get(td, key, "stored recurrent state (initial_state='stored')")
+                _check_stored_state(key, state, td.batch_size, shape)
 
     def _scan(self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor) -> ScanResult:
         keys = self._tensor_keys
