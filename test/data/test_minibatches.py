@@ -96,11 +96,23 @@ class TestEnvMajorMinibatches:
             ({"envs_per_minibatch": 0}, ValueError, "envs_per_minibatch=0"),
             ({"envs_per_minibatch": 2, "epochs": 0}, ValueError, "epochs=0"),
             ({"envs_per_minibatch": 2, "generator": 3}, TypeError, "generator"),
+            ({"envs_per_minibatch": 2.0}, TypeError, "envs_per_minibatch=2.0"),
+            ({"envs_per_minibatch": True}, TypeError, "envs_per_minibatch=True"),
+            ({"envs_per_minibatch": 2, "epochs": 1.0}, TypeError, "epochs=1.0"),
         ],
     )
     def test_bad_arguments(self, kwargs, error, match):
         with pytest.raises(error, match=match):
             EnvMajorMinibatches(make_batch(4, 2), **kwargs)
+
+    def test_numpy_ints_are_accepted(self):
+        mb = EnvMajorMinibatches(make_batch(5, 2), np.int64(2), epochs=np.int32(1))
+        assert (mb.envs_per_minibatch, mb.epochs, len(mb)) == (2, 1, 3)
+
+    def test_zero_envs_is_refused(self):
+        """A batch of 0 envs would make epochs of one empty minibatch: refused up front."""
+        with pytest.raises(ValueError, match=r"env dim \(dim 0\) has size 0.*\(0, 3\)"):
+            EnvMajorMinibatches(make_batch(0, 3), 2)
 
     def test_needs_env_and_time_dims(self):
         with pytest.raises(ValueError, match="batch_size=\\(4,\\)"):
@@ -168,3 +180,182 @@ class TestEnvMajorSampler:
         restored.loads(tmp_path / "s")
         rb._sampler = restored
         assert [rb.sample()["env"][:, 0].tolist() for _ in range(2)] == rest
+
+    @pytest.mark.parametrize("batch_size", [0, -4])
+    def test_non_positive_batch_size_is_refused(self, batch_size):
+        rb = make_buffer(6, 4)
+        sampler = rb._sampler
+        with pytest.raises(ValueError, match=f"positive multiple.*batch_size={batch_size}"):
+            sampler.sample(rb._storage, batch_size)
+        assert sampler.state_dict()["chunks"] == [] and not sampler.ran_out
+
+    def test_float_batch_size_is_a_type_error(self):
+        rb = make_buffer(6, 4)
+        with pytest.raises(TypeError, match=r"batch_size=8\.0"):
+            rb._sampler.sample(rb._storage, 8.0)
+
+    @pytest.mark.parametrize(
+        ("change", "error", "match"),
+        [
+            ({"chunks": [torch.tensor([0, 99])]}, ValueError, r"env ids \[99\] outside \[0, 8\)"),
+            ({"chunks": [torch.tensor([-1])]}, ValueError, r"env ids \[-1\] outside"),
+            ({"chunks": [torch.tensor([1, 2]), torch.tensor([2])]}, ValueError, "repeats"),
+            ({"chunks": [torch.tensor([1.0, 2.0])]}, TypeError, "dtype=torch.float32"),
+            ({"chunks": [torch.tensor([True])]}, TypeError, "dtype=torch.bool"),
+            ({"chunks": [torch.zeros(2, 2, dtype=torch.long)]}, ValueError, r"shape \(2, 2\)"),
+            ({"chunks": [torch.tensor([], dtype=torch.long)]}, ValueError, "non-empty"),
+            ({"chunks": 3}, TypeError, "chunks=3"),
+            ({"chunks": [["a"]]}, TypeError, r"chunks'\]\[0\]"),
+            ({"shape": None}, ValueError, "shape=None"),
+            ({"shape": (2,)}, ValueError, r"shape=\(2,\)"),
+            ({"shape": (2, 0)}, ValueError, r"shape'\]\[1\] must be >= 1"),
+            ({"shape": (2.0, 8)}, TypeError, r"shape'\]\[0\]=2.0"),
+            ({"ran_out": 1}, TypeError, "ran_out"),
+        ],
+    )
+    def test_load_state_dict_refuses_bad_state(self, change, error, match):
+        rb = make_buffer(8, 2, seed=6)
+        sampler = rb._sampler
+        sampler.sample(rb._storage, 2 * 2)
+        before = sampler.state_dict()
+        with pytest.raises(error, match=match):
+            sampler.load_state_dict({**before, **change})
+        assert_same_state(sampler.state_dict(), before)
+
+    def test_load_state_dict_needs_a_full_mapping(self):
+        sampler = EnvMajorSampler()
+        with pytest.raises(TypeError, match="mapping"):
+            sampler.load_state_dict([1, 2])
+        with pytest.raises(ValueError, match=r"lacks the entries \['shape'\]"):
+            sampler.load_state_dict({"chunks": [], "ran_out": False})
+
+    def test_load_state_dict_accepts_lists_and_numpy_ints(self):
+        sampler = EnvMajorSampler()
+        sampler.load_state_dict(
+            {"chunks": [[3, 1], np.array([0])], "shape": (np.int64(2), 4), "ran_out": False}
+        )
+        state = sampler.state_dict()
+        assert [c.tolist() for c in state["chunks"]] == [[3, 1], [0]]
+        assert state["shape"] == (2, 4) and state["ran_out"] is False
+
+
+def assert_same_state(state, before):
+    assert state.keys() == before.keys()
+    assert len(state["chunks"]) == len(before["chunks"])
+    for chunk, old in zip(state["chunks"], before["chunks"], strict=True):
+        assert torch.equal(chunk, old)
+    assert state["shape"] == before["shape"] and state["ran_out"] == before["ran_out"]
+
+
+# Random arguments that are all wrong: of a wrong type, or of the right type and a wrong value.
+_not_ints = st.one_of(
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.just(torch.tensor([1, 2])),
+)
+_bad_counts = st.one_of(_not_ints, st.integers(max_value=0))
+
+
+class TestFuzzBadArguments:
+    """Random bad arguments raise TypeError or ValueError and change nothing (hypothesis)."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        n_envs=st.integers(0, 5),
+        batch_dims=st.integers(0, 3),
+        per=st.one_of(_bad_counts, st.integers(1, 4)),
+        epochs=st.one_of(_bad_counts, st.integers(1, 3)),
+        generator=st.one_of(st.none(), st.integers(), st.text(max_size=2)),
+    )
+    def test_minibatches_constructor(self, n_envs, batch_dims, per, epochs, generator):
+        data = TensorDict({"x": torch.arange(n_envs * 6.0).view(n_envs, 2, 3)}, [n_envs, 2, 3])
+        data.batch_size = data.batch_size[:batch_dims]
+        snapshot = data.clone()
+        good = (
+            n_envs > 0
+            and batch_dims >= 2
+            and isinstance(per, int)
+            and not isinstance(per, bool)
+            and per >= 1
+            and isinstance(epochs, int)
+            and not isinstance(epochs, bool)
+            and epochs >= 1
+            and generator is None
+        )
+        if good:
+            EnvMajorMinibatches(data, per, epochs=epochs, generator=generator)
+        else:
+            with pytest.raises((TypeError, ValueError)):
+                EnvMajorMinibatches(data, per, epochs=epochs, generator=generator)
+        assert (data == snapshot).all()
+
+    @settings(max_examples=40, deadline=None)
+    @given(batch_size=st.one_of(_not_ints, st.integers(-10, 0), st.integers(1, 3)))
+    def test_sampler_sample(self, batch_size):
+        """Row length is 4, so 1-3 steps (not whole rows) are bad too."""
+        rb = make_buffer(5, 4)
+        sampler = rb._sampler
+        sampler.sample(rb._storage, 4)
+        before = sampler.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            sampler.sample(rb._storage, batch_size)
+        assert_same_state(sampler.state_dict(), before)
+
+    @settings(max_examples=50, deadline=None)
+    @given(
+        data=st.data(),
+        entry=st.sampled_from(["chunks", "shape", "ran_out", "missing", "not_a_dict"]),
+    )
+    def test_sampler_load_state_dict(self, data, entry):
+        rb = make_buffer(5, 4, seed=1)
+        sampler = rb._sampler
+        sampler.sample(rb._storage, 4)
+        before = sampler.state_dict()
+        state = dict(before)
+        if entry == "chunks":
+            state["chunks"] = data.draw(_bad_chunks(n_envs=5))
+        elif entry == "shape":
+            state["shape"] = data.draw(
+                st.one_of(
+                    st.tuples(st.integers(max_value=0), st.integers(1, 5)),
+                    st.tuples(st.integers(1, 5), st.integers(max_value=0)),
+                    st.tuples(st.floats(), st.integers(1, 5)),
+                    st.lists(st.integers(1, 5), min_size=0, max_size=4).filter(
+                        lambda s: len(s) != 2
+                    ),
+                    st.text(max_size=2),
+                    st.floats(),
+                )
+            )
+        elif entry == "ran_out":
+            state["ran_out"] = data.draw(st.one_of(st.integers(), st.none(), st.text(max_size=2)))
+        elif entry == "missing":
+            del state[data.draw(st.sampled_from(sorted(state)))]
+        else:
+            state = data.draw(st.one_of(st.none(), st.integers(), st.lists(st.integers())))
+        with pytest.raises((TypeError, ValueError)):
+            sampler.load_state_dict(state)
+        assert_same_state(sampler.state_dict(), before)
+
+
+def _bad_chunks(n_envs):
+    """Chunk lists over ``n_envs`` envs that break one rule each."""
+    ids = st.integers(0, n_envs - 1)
+    out_of_range = st.one_of(st.integers(-(2**40), -1), st.integers(n_envs, 2**40))
+    return st.one_of(
+        st.lists(ids, min_size=0, max_size=3).flatmap(
+            lambda good: st.lists(out_of_range, min_size=1, max_size=2).map(
+                lambda bad: [torch.tensor(good + bad)]
+            )
+        ),
+        ids.map(lambda i: [torch.tensor([i]), torch.tensor([i])]),
+        st.lists(st.floats(), min_size=1, max_size=3).map(lambda x: [torch.tensor(x)]),
+        st.just([torch.zeros(0, dtype=torch.long)]),
+        st.just([torch.zeros(2, 1, dtype=torch.long)]),
+        st.just([torch.tensor(True)]),
+        st.one_of(st.integers(), st.text(max_size=2), st.none()),
+        st.just([["x"]]),
+    )

@@ -6,6 +6,7 @@ recurrent value recompute, hand-computed cases, and torchrl's GAE where torchrl 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -602,19 +603,79 @@ class TestBadInput:
             RecurrentGAE(gamma=0.9, lmbda=0.9)(make_rollout()[:0])
 
     @pytest.mark.parametrize(
-        ("kwargs", "match"),
+        ("kwargs", "error", "match"),
         [
-            ({"gamma": 1.5, "lmbda": 0.9}, "gamma=1.5"),
-            ({"gamma": 0.9, "lmbda": -0.1}, "lmbda=-0.1"),
-            ({"gamma": "0.9", "lmbda": 0.9}, "gamma='0.9'"),
-            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": "last"}, "initial_state='last'"),
-            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 0}, "chunk_len=0"),
-            ({"gamma": 0.9, "lmbda": 0.9, "value_network": torch.nn.Linear(2, 1)}, "Linear"),
+            ({"gamma": 1.5, "lmbda": 0.9}, ValueError, "gamma=1.5"),
+            ({"gamma": 0.9, "lmbda": -0.1}, ValueError, "lmbda=-0.1"),
+            ({"gamma": "0.9", "lmbda": 0.9}, TypeError, "gamma='0.9'"),
+            ({"gamma": float("nan"), "lmbda": 0.9}, ValueError, "gamma=nan"),
+            ({"gamma": 0.9, "lmbda": float("inf")}, ValueError, "lmbda=inf"),
+            ({"gamma": True, "lmbda": 0.9}, TypeError, "gamma=True"),
+            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": "last"}, ValueError, "state='last'"),
+            ({"gamma": 0.9, "lmbda": 0.9, "initial_state": 0}, TypeError, "initial_state=0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 0}, ValueError, "chunk_len=0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "chunk_len": 4.0}, TypeError, r"chunk_len=4\.0"),
+            ({"gamma": 0.9, "lmbda": 0.9, "time_dim": 1.0}, TypeError, r"time_dim=1\.0"),
+            (
+                {"gamma": 0.9, "lmbda": 0.9, "value_network": torch.nn.Linear(2, 1)},
+                TypeError,
+                "Linear",
+            ),
         ],
     )
-    def test_constructor_arguments(self, kwargs, match):
-        with pytest.raises((ValueError, TypeError), match=match):
+    def test_constructor_arguments(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
             RecurrentGAE(**kwargs)
+
+    @pytest.mark.parametrize("name", ["gamma", "lmbda"])
+    @pytest.mark.parametrize(
+        "value", [torch.tensor([0.9, 0.8]), torch.ones(1, 2), torch.tensor(0.9j)]
+    )
+    def test_non_scalar_tensor_coefficient_is_named(self, name, value):
+        kwargs = {"gamma": 0.9, "lmbda": 0.9, name: value}
+        with pytest.raises(TypeError, match=f"{name} must be a real number.*{name}=tensor"):
+            RecurrentGAE(**kwargs)
+
+    def test_scalar_tensor_and_numpy_coefficients_work(self):
+        gae = RecurrentGAE(gamma=torch.tensor(0.5, dtype=torch.float64), lmbda=np.float32(0.25))
+        assert (gae.gamma, gae.lmbda) == (0.5, 0.25)
+        td = make_rollout()
+        gae(td)
+        adv, _ = reference_on(td, 0.5, 0.25)
+        np.testing.assert_allclose(td["advantage"][..., 0], adv, atol=1e-5)
+
+    @pytest.mark.parametrize("shape", [(4, 9, 2), (4, 9, 1, 1), (4, 9, 3, 1)])
+    @pytest.mark.parametrize("time_dim", [None, 1])
+    def test_is_init_of_more_than_one_flag_per_step(self, shape, time_dim):
+        """``time_dim=None`` takes the fast path, ``time_dim=1`` the general one."""
+        td = make_rollout()
+        td["is_init"] = torch.zeros(shape, dtype=torch.bool)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=time_dim)
+        with pytest.raises(ValueError, match=rf"'is_init'.*got shape \({shape[0]}, 9, {shape[2]}"):
+            gae(td)
+        assert not {"advantage", "value_target"} & set(td.keys())
+        assert gae._carry is None
+
+    @pytest.mark.parametrize("shape", [(4, 9), (4, 9, 1)])
+    def test_is_init_of_one_flag_per_step_is_accepted(self, shape):
+        td = make_rollout()
+        td["is_init"] = torch.zeros(shape, dtype=torch.bool)
+        RecurrentGAE(gamma=0.9, lmbda=0.9)(td)
+        assert td["is_init"].shape == shape and td["advantage"].shape == (4, 9, 1)
+
+    def test_float_time_dim_in_forward(self):
+        td = make_rollout()
+        with pytest.raises(TypeError, match=r"time_dim=1\.0"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9)(td, time_dim=1.0)
+        assert "advantage" not in td.keys()
+
+    def test_set_keys_checks_all_before_renaming(self):
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
+        with pytest.raises(TypeError, match="done=3"):
+            gae.set_keys(reward="r", done=3)
+        with pytest.raises(ValueError, match="reward=''"):
+            gae.set_keys(reward="")
+        assert gae.tensor_keys.reward == "reward"
 
 
 class TestMultiAgent:
@@ -925,6 +986,64 @@ class TestRecurrentCritic:
             gae(td)
         assert "advantage" not in td.keys()
 
+    @pytest.mark.parametrize(
+        ("kind", "key", "shape", "expected"),
+        [
+            ("lstm", "rs_h", (4, 10, 1, 7), (4, 10, 1, 8)),  # hidden size
+            ("lstm", "rs_c", (4, 10, 2, 8), (4, 10, 1, 8)),  # num_layers
+            ("lstm", "rs_c", (4, 10, 8), (4, 10, 1, 8)),  # no layer dim
+            ("gru", "rs_h", (4, 10, 3, 8), (4, 10, 1, 8)),
+        ],
+    )
+    def test_stored_state_of_wrong_shape(self, kind, key, shape, expected):
+        critic, _, _ = make_critic(kind)
+        td = make_obs_rollout(seed=35)
+        td[key] = torch.zeros(shape)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(ValueError, match=rf"'{key}' has shape \({shape[0]}.*expects") as info:
+            gae(td)
+        assert str(expected) in str(info.value)
+        assert not {"advantage", "value_target", "state_value"} & set(td.keys())
+
+    def test_stored_state_with_fewer_layers_is_not_broadcast(self):
+        """A one-layer state would broadcast over a two-layer critic's pool: refused."""
+        critic, _, _ = make_critic("gru", num_layers=2)
+        td = make_obs_rollout(seed=35, num_layers=1)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(ValueError, match=r"'rs_h' has shape \(4, 10, 1, 8\).*\(4, 10, 2, 8\)"):
+            gae(td)
+        assert "advantage" not in td.keys()
+        gae.initial_state = "zeros"  # zeros never reads the stored state
+        gae(td)
+
+    def test_stored_state_must_be_floating_point(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=35)
+        td["rs_h"] = td["rs_h"].long()
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        with pytest.raises(TypeError, match=r"rs_h.*dtype=torch\.int64"):
+            gae(td)
+
+    def test_observation_and_next_observation_must_agree(self):
+        critic, _, _ = make_critic("lstm")
+        td = make_obs_rollout(seed=36)
+        td["observation"] = torch.zeros(4, 10, OBS + 1)
+        with pytest.raises(ValueError, match=r"'observation' has shape \(4,\) per step.*\(3,\)"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        td["observation"] = torch.zeros(4, 10, OBS, dtype=torch.float64)
+        with pytest.raises(TypeError, match=r"dtype=torch\.float64.*dtype=torch\.float32"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        assert "advantage" not in td.keys()
+
+    def test_observation_must_fit_the_recurrent_layer(self):
+        critic, _, _ = make_critic("gru")
+        td = make_obs_rollout(seed=36)
+        for key in ("observation", ("next", "observation")):
+            td[key] = torch.zeros(4, 10, OBS + 2)
+        with pytest.raises(ValueError, match=r"'observation' feeds.*input_size=3.*\(5,\)"):
+            RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic)(td)
+        assert "advantage" not in td.keys()
+
     def test_missing_next_observation_is_named(self):
         critic, _, _ = make_critic("gru")
         td = make_obs_rollout(seed=36)
@@ -1230,3 +1349,170 @@ class TestCarryRecurrentState:
             carry_recurrent_state(rollout, ["h"])
         with pytest.raises(ValueError, match="time_dim=5"):
             carry_recurrent_state(rollout, ["h"], time_dim=5)
+
+
+# ---------------------------------------------------------------- fuzzing bad input
+_bad_coefficients = st.one_of(
+    st.floats().filter(lambda x: not 0.0 <= x <= 1.0),  # NaN and infinities included
+    st.text(max_size=3),
+    st.none(),
+    st.booleans(),
+    st.lists(st.floats(0, 1), max_size=2),
+    st.sampled_from(
+        [torch.tensor([0.9, 0.8]), torch.tensor(1.5), torch.tensor(0.5j), torch.tensor(True)]
+    ),
+)
+_not_ints = st.one_of(
+    st.floats(), st.text(max_size=2), st.booleans(), st.just(torch.tensor([1, 2]))
+)
+_FLAGS = [("next", "done"), ("next", "terminated"), "is_init"]
+_FLOATS = [("next", "reward"), "state_value", ("next", "state_value")]
+
+
+def _leaves(td):
+    return {k: td.get(k) for k in td.keys(include_nested=True, leaves_only=True)}
+
+
+def assert_same_td(td, snapshot):
+    """Same keys and bitwise the same values (NaN where NaN was)."""
+    now, before = _leaves(td), _leaves(snapshot)
+    assert now.keys() == before.keys()
+    for key, x in now.items():
+        y = before[key]
+        assert x.dtype == y.dtype and x.shape == y.shape, key
+        assert torch.equal(x, y) or torch.allclose(x, y, rtol=0, atol=0, equal_nan=True), key
+
+
+def gae_state(gae):
+    carry = None if gae._carry is None else gae._carry.clone()
+    keys = dataclasses.asdict(gae.tensor_keys)
+    return gae.gamma, gae.lmbda, gae.initial_state, gae.chunk_len, gae.time_dim, keys, carry
+
+
+def assert_same_gae_state(state, before):
+    *now, carry = state
+    *then, old = before
+    assert now == then
+    assert (carry is None and old is None) or torch.equal(carry, old)
+
+
+@st.composite
+def bad_rollouts(draw):
+    """A valid ``[4, 9]`` rollout with one thing wrong: ``(td, time_dim passed to forward)``."""
+    td = make_rollout(seed=draw(st.integers(0, 2**16)))
+    n, t = td.batch_size
+    kind = draw(
+        st.sampled_from(
+            [
+                "missing",
+                "flag_dtype",
+                "value_dtype",
+                "value_shape",
+                "flag_shape",
+                "nonfinite",
+                "time_dim",
+            ]
+        )
+    )
+    time_dim = None
+    if kind == "missing":
+        del td[draw(st.sampled_from([*_FLAGS[:2], *_FLOATS]))]
+    elif kind == "flag_dtype":
+        dtype = draw(st.sampled_from([torch.float32, torch.int64, torch.uint8, torch.float64]))
+        td[draw(st.sampled_from(_FLAGS))] = torch.zeros(n, t, 1, dtype=dtype)
+    elif kind == "value_dtype":
+        dtype = draw(st.sampled_from([torch.int32, torch.int64, torch.bool, torch.complex64]))
+        td[draw(st.sampled_from(_FLOATS))] = torch.ones(n, t, 1, dtype=dtype)
+    elif kind == "value_shape":
+        td[draw(st.sampled_from(_FLOATS))] = torch.zeros(n, t, draw(st.integers(2, 4)))
+    elif kind == "flag_shape":
+        shape = (n, t, *draw(st.lists(st.integers(2, 3), min_size=1, max_size=2)))
+        td[draw(st.sampled_from(_FLAGS))] = torch.zeros(shape, dtype=torch.bool)
+    elif kind == "nonfinite":
+        key = draw(st.sampled_from(_FLOATS))
+        where = (draw(st.integers(0, n - 1)), draw(st.integers(0, t - 1)), 0)
+        td[key][where] = draw(st.sampled_from([float("nan"), float("inf"), -float("inf")]))
+    else:
+        time_dim = draw(st.one_of(_not_ints, st.integers(2, 10), st.integers(-10, -3)))
+    return td, time_dim
+
+
+class TestFuzzBadInput:
+    """Random bad arguments and inputs raise TypeError or ValueError (hypothesis).
+
+    Never another exception, and nothing changes: neither the estimator (coefficients, keys,
+    carry), nor the critic's parameters, nor the input tensordict.
+    """
+
+    @settings(max_examples=50, deadline=None)
+    @given(
+        which=st.sampled_from(["gamma", "lmbda", "initial_state", "chunk_len", "time_dim", "net"]),
+        data=st.data(),
+    )
+    def test_constructor(self, which, data):
+        kwargs = {"gamma": 0.9, "lmbda": 0.95}
+        if which in ("gamma", "lmbda"):
+            kwargs[which] = data.draw(_bad_coefficients)
+        elif which == "initial_state":
+            kwargs[which] = data.draw(
+                st.one_of(
+                    st.text(max_size=6).filter(lambda s: s not in ("zeros", "stored")),
+                    st.integers(),
+                    st.none(),
+                )
+            )
+        elif which == "chunk_len":
+            kwargs[which] = data.draw(st.one_of(_not_ints, st.integers(max_value=0)))
+        elif which == "time_dim":
+            kwargs[which] = data.draw(_not_ints)
+        else:
+            kwargs["value_network"] = data.draw(
+                st.sampled_from([nn.Linear(2, 1), "critic", 3, lambda td: td])
+            )
+        with pytest.raises((TypeError, ValueError)):
+            RecurrentGAE(**kwargs)
+
+    @settings(max_examples=50, deadline=None)
+    @given(bad=bad_rollouts(), general=st.booleans())
+    def test_forward(self, bad, general):
+        """``general`` sets the module's time_dim, which skips the plain fast path."""
+        td, time_dim = bad
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, time_dim=1 if general else None)
+        gae(make_rollout(seed=1))  # leaves a carry to keep
+        before, snapshot = gae_state(gae), td.clone()
+        with pytest.raises((TypeError, ValueError)):
+            gae(td, time_dim=time_dim)
+        assert_same_td(td, snapshot)
+        assert_same_gae_state(gae_state(gae), before)
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        kind=st.sampled_from(["lstm", "gru"]),
+        key=st.sampled_from(["rs_h", "rs_c", "observation", ("next", "observation"), "both"]),
+        change=st.sampled_from(["shape", "dtype", "missing"]),
+        per_step=st.lists(st.integers(1, 9), min_size=1, max_size=3).filter(lambda s: s != [1, 8]),
+    )
+    def test_forward_with_recurrent_critic(self, kind, key, change, per_step):
+        if kind == "gru" and key == "rs_c":
+            key = "rs_h"  # a GRU has a single state
+        critic, _, _ = make_critic(kind)
+        td = make_obs_rollout(n=3, t=6, seed=3)
+        keys = ["observation", ("next", "observation")] if key == "both" else [key]
+        for key in keys:
+            if change == "missing":
+                del td[key]
+            elif change == "dtype":
+                td[key] = td[key].long()
+            elif key in ("rs_h", "rs_c"):
+                td[key] = torch.zeros(3, 6, *per_step)
+            else:
+                td[key] = torch.zeros(3, 6, OBS + per_step[0])  # the layer's input size is OBS
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=critic, initial_state="stored")
+        params = {k: v.clone() for k, v in critic.state_dict().items()}
+        before, snapshot = gae_state(gae), td.clone()
+        with pytest.raises((TypeError, ValueError)):
+            gae(td)
+        assert_same_td(td, snapshot)
+        assert_same_gae_state(gae_state(gae), before)
+        for k, v in critic.state_dict().items():
+            assert torch.equal(v, params[k]), k

@@ -16,7 +16,7 @@ every env appears exactly once per epoch.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,9 @@ from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
+from torchrl_ext._checks import check_bool, check_int
 
-def _check_positive(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
-    return value
+_STATE_KEYS = ("chunks", "shape", "ran_out")
 
 
 def _check_generator(generator: torch.Generator | None) -> torch.Generator | None:
@@ -57,7 +55,8 @@ class EnvMajorMinibatches:
     shorter when ``N_env`` is not divisible. Iterating again continues with new permutations.
 
     Args:
-        data (TensorDictBase): the batch, env dim first (``batch_dims >= 2``).
+        data (TensorDictBase): the batch, env dim first (``batch_dims >= 2``) and holding at
+            least one env (a batch of 0 envs is refused: an epoch over it would be empty).
         envs_per_minibatch (int): envs per minibatch.
         epochs (int, optional): permutations per pass over the iterator. Defaults to ``1``.
         generator (torch.Generator, optional): source of the permutations. Defaults to
@@ -91,10 +90,16 @@ class EnvMajorMinibatches:
                 "data must have an env dim and a time dim (batch_dims >= 2), got "
                 f"batch_size={tuple(data.batch_size)}."
             )
-        self.data = data
-        self.envs_per_minibatch = _check_positive("envs_per_minibatch", envs_per_minibatch)
-        self.epochs = _check_positive("epochs", epochs)
+        if data.batch_size[0] == 0:
+            raise ValueError(
+                "data must hold at least one env, but its env dim (dim 0) has size 0, got "
+                f"batch_size={tuple(data.batch_size)}. Collect at least one env before "
+                "making minibatches."
+            )
+        self.envs_per_minibatch = check_int("envs_per_minibatch", envs_per_minibatch, minimum=1)
+        self.epochs = check_int("epochs", epochs, minimum=1)
         self.generator = _check_generator(generator)
+        self.data = data
 
     @property
     def n_envs(self) -> int:
@@ -159,10 +164,11 @@ class EnvMajorSampler(Sampler):
                 f"batches), got storage shape {shape}."
             )
         steps = shape[0]
-        if batch_size % steps:
+        batch_size = check_int("batch_size", batch_size)
+        if batch_size < steps or batch_size % steps:
             raise ValueError(
-                f"batch_size must be a multiple of the row length T={steps} (whole rows), got "
-                f"batch_size={batch_size}."
+                f"batch_size must be a positive multiple of the row length T={steps} (whole "
+                f"rows), got batch_size={batch_size}. Ask for E * {steps} steps to get E rows."
             )
         return batch_size // steps
 
@@ -203,11 +209,21 @@ class EnvMajorSampler(Sampler):
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the state returned by :meth:`state_dict`."""
-        self._chunks = [torch.as_tensor(c).clone() for c in state_dict["chunks"]]
-        shape = state_dict["shape"]
-        self._shape = None if shape is None else tuple(int(s) for s in shape)
-        self._ran_out = bool(state_dict["ran_out"])
+        """Restores the state returned by :meth:`state_dict`.
+
+        The state is validated in full before anything changes: ``shape`` is ``None`` (no
+        epoch under way, no chunks) or the storage shape ``(T, N_env)``; ``chunks`` are
+        non-empty 1-D integer env ids in ``[0, N_env)``, each id at most once (they are the
+        rest of one permutation); ``ran_out`` is a bool.
+
+        Raises:
+            TypeError: if the state or one of its entries has the wrong type.
+            ValueError: if an entry is missing or holds values outside the above.
+        """
+        chunks, shape, ran_out = _validated_state(state_dict)
+        self._chunks = chunks
+        self._shape = shape
+        self._ran_out = ran_out
 
     def dumps(self, path: str | Path) -> None:
         """Saves the state under ``path``."""
@@ -218,6 +234,85 @@ class EnvMajorSampler(Sampler):
     def loads(self, path: str | Path) -> None:
         """Loads the state saved by :meth:`dumps`."""
         self.load_state_dict(torch.load(Path(path) / "sampler.pt", weights_only=False))
+
+
+def _validated_state(
+    state_dict: Any,
+) -> tuple[list[torch.Tensor], tuple[int, int] | None, bool]:
+    """Checks an :class:`EnvMajorSampler` state; returns ``(chunks, shape, ran_out)``."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(
+            "state_dict must be a mapping as returned by EnvMajorSampler.state_dict(), got "
+            f"{type(state_dict).__name__}."
+        )
+    missing = [key for key in _STATE_KEYS if key not in state_dict]
+    if missing:
+        raise ValueError(
+            f"state_dict lacks the entries {missing}; expected the keys {list(_STATE_KEYS)} "
+            "as returned by EnvMajorSampler.state_dict()."
+        )
+    shape = _validated_shape(state_dict["shape"])
+    ran_out = check_bool("state_dict['ran_out']", state_dict["ran_out"])
+    raw = state_dict["chunks"]
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
+        raise TypeError(f"state_dict['chunks'] must be a list of tensors, got chunks={raw!r}.")
+    chunks = [_validated_chunk(i, chunk) for i, chunk in enumerate(raw)]
+    if chunks and shape is None:
+        raise ValueError(
+            "state_dict holds chunks but shape=None: the env count they index is unknown. "
+            "Pass the state as returned by EnvMajorSampler.state_dict()."
+        )
+    if chunks:
+        _check_env_ids(torch.cat(chunks), shape[1])
+    return chunks, shape, ran_out
+
+
+def _validated_shape(shape: Any) -> tuple[int, int] | None:
+    if shape is None:
+        return None
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        raise TypeError(
+            f"state_dict['shape'] must be None or the storage shape (T, N_env), got {shape=!r}."
+        )
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise ValueError(
+            f"state_dict['shape'] must be None or the storage shape (T, N_env), got {shape=!r}."
+        )
+    steps = check_int("state_dict['shape'][0]", shape[0], minimum=1)
+    return steps, check_int("state_dict['shape'][1]", shape[1], minimum=1)
+
+
+def _validated_chunk(i: int, chunk: Any) -> torch.Tensor:
+    name = f"state_dict['chunks'][{i}]"
+    if isinstance(chunk, torch.Tensor):
+        tensor = chunk.detach().clone().cpu()
+    else:
+        try:
+            tensor = torch.as_tensor(chunk)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"{name} must be a 1-D tensor of env ids, got {chunk!r}.") from err
+    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype is torch.bool:
+        raise TypeError(f"{name} must hold integer env ids, got dtype={tensor.dtype}.")
+    if tensor.ndim != 1 or tensor.numel() == 0:
+        raise ValueError(
+            f"{name} must be a non-empty 1-D tensor of env ids, got shape {tuple(tensor.shape)}."
+        )
+    return tensor.long()
+
+
+def _check_env_ids(ids: torch.Tensor, n_envs: int) -> None:
+    bad = ids[(ids < 0) | (ids >= n_envs)]
+    if bad.numel():
+        raise ValueError(
+            f"state_dict['chunks'] holds env ids {bad.tolist()} outside [0, {n_envs}) for "
+            f"shape[1]={n_envs} envs."
+        )
+    if ids.unique().numel() != ids.numel():
+        raise ValueError(
+            f"state_dict['chunks'] repeats env ids ({ids.tolist()}); the chunks of an epoch "
+            "hold each env at most once."
+        )
 
 
 __all__ = ["EnvMajorMinibatches", "EnvMajorSampler"]

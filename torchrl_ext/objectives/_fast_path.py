@@ -45,7 +45,7 @@ def plain_gae(
     if inputs is None:
         return None
     given = td.get(keys.is_init, None)
-    if given is not None and not (isinstance(given, torch.Tensor) and given.dtype is torch.bool):
+    if given is not None and not _one_flag_per_step(given):
         return None
     n_rows = inputs[0].shape[0]
     first = None
@@ -63,6 +63,15 @@ def plain_gae(
     if is_init is not None:
         td.set(keys.is_init, is_init.unsqueeze(-1))
     return last_done
+
+
+def _one_flag_per_step(is_init) -> bool:
+    """Whether a given ``is_init`` is a bool ``[N, T, 1]`` or ``[N, T]`` tensor."""
+    return (
+        isinstance(is_init, torch.Tensor)
+        and is_init.dtype is torch.bool
+        and is_init.shape[2:] in ((), (1,))
+    )
 
 
 def _inputs(td: TensorDictBase, keys) -> tuple[torch.Tensor, ...] | None:

@@ -48,7 +48,7 @@ def leaf_modules(network: TensorDictModuleBase) -> list[TensorDictModuleBase]:
 
 def check_recurrent_leaf(module: TensorDictModuleBase) -> None:
     """Raises if a recurrent leaf cannot run as a dense, causal ``torch.nn`` layer."""
-    layer = module.lstm if isinstance(module, LSTMModule) else module.gru
+    layer = _layer(module)
     if type(layer) not in (nn.LSTM, nn.GRU):
         raise TypeError(
             f"value_network contains a {type(module).__name__} built with python_based=True "
@@ -80,9 +80,21 @@ class ValuePass:
         state_keys = {k for m in self.recurrent for k in m.in_keys[1:]}
         self.obs_keys = [k for k in network.in_keys if k not in state_keys and k != "is_init"]
 
-    def stored_state_keys(self) -> list:
-        """Keys of the recurrent states read in ``"stored"`` mode."""
-        return [k for m in self.recurrent for k in m.in_keys[1:] if k != "is_init"]
+    def direct_input_sizes(self) -> dict:
+        """Critic inputs read directly by a recurrent layer, mapped to its ``input_size``."""
+        return {
+            module.in_keys[0]: _layer(module).input_size
+            for module in self.recurrent
+            if module.in_keys[0] in self.obs_keys
+        }
+
+    def stored_state_shapes(self) -> dict:
+        """The keys of the states read in ``"stored"`` mode, mapped to their per-step shape."""
+        return {
+            key: shape
+            for module in self.recurrent
+            for key, shape in zip(_state_keys(module), state_shapes(module), strict=True)
+        }
 
     def run(
         self,
@@ -214,17 +226,32 @@ class ValuePass:
     ) -> list[torch.Tensor]:
         """Runs the layer call by call, carrying each segment's state; returns the outputs."""
         is_lstm = isinstance(module, LSTMModule)
-        layer = module.lstm if is_lstm else module.gru
+        layer = _layer(module)
         x = flat.get(module.in_keys[0])
-        h_size = layer.proj_size if is_lstm and layer.proj_size > 0 else layer.hidden_size
-        shapes = [(layer.num_layers, h_size)]
-        if is_lstm:
-            shapes.append((layer.num_layers, layer.hidden_size))
         pools = [
             self._initial_state(key, shape, td, layout, plan, initial_state, x)
-            for key, shape in zip(module.in_keys[1:], shapes, strict=False)
+            for key, shape in zip(_state_keys(module), state_shapes(module), strict=True)
         ]
         return [_call_layer(layer, x, call, pools, is_lstm) for call in plan.calls]
+
+
+def state_shapes(module: TensorDictModuleBase) -> list[tuple[int, int]]:
+    """Per-step ``(num_layers, size)`` of a recurrent leaf's states: ``h`` (and ``c``)."""
+    layer = _layer(module)
+    if isinstance(module, LSTMModule):
+        h_size = layer.proj_size if layer.proj_size > 0 else layer.hidden_size
+        return [(layer.num_layers, h_size), (layer.num_layers, layer.hidden_size)]
+    return [(layer.num_layers, layer.hidden_size)]
+
+
+def _layer(module: TensorDictModuleBase) -> nn.Module:
+    """The ``torch.nn`` layer of an LSTMModule or GRUModule."""
+    return module.lstm if isinstance(module, LSTMModule) else module.gru
+
+
+def _state_keys(module: TensorDictModuleBase) -> list:
+    """The keys a recurrent leaf reads its states from (its in-keys after the input)."""
+    return [k for k in module.in_keys[1:] if k != "is_init"][: len(state_shapes(module))]
 
 
 def _call_layer(

@@ -23,6 +23,12 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
+from torchrl_ext._checks import (
+    check_choice,
+    check_float,
+    check_key,
+    check_optional_int,
+)
 from torchrl_ext.objectives._fast_path import plain_gae
 from torchrl_ext.objectives._gae_kernels import ScanResult, derive_is_init, gae_scan
 from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
@@ -82,24 +88,6 @@ class _Rollout:
         return self.is_init
 
 
-def _check_unit_interval(name: str, value: float) -> float:
-    if isinstance(value, torch.Tensor):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1], got {name}={value!r}.")
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {name}={value!r}.")
-    return float(value)
-
-
-def _check_chunk_len(chunk_len: int | None) -> int | None:
-    if chunk_len is None:
-        return None
-    if isinstance(chunk_len, bool) or not isinstance(chunk_len, int) or chunk_len < 1:
-        raise ValueError(f"chunk_len must be None or an int >= 1, got chunk_len={chunk_len!r}.")
-    return chunk_len
-
-
 def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
     value = td.get(key, None)
     if value is None:
@@ -135,6 +123,57 @@ def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, re
         raise ValueError(
             f"{key!r} has per-step shape {tuple(flag.shape[2:])}, which does not broadcast to "
             f"the per-step shape {tuple(feature)} of {ref!r}."
+        )
+
+
+def _check_per_step(key: NestedKey, flag: torch.Tensor, batch_size: torch.Size) -> None:
+    """Raises unless ``flag`` holds one value per step: ``[*batch]`` or ``[*batch, 1]``."""
+    if flag.shape[len(batch_size) :] in ((), (1,)):
+        return
+    raise ValueError(
+        f"{key!r} must hold one flag per step, shape {(*batch_size,)} or {(*batch_size, 1)}, "
+        f"got shape {tuple(flag.shape)}."
+    )
+
+
+def _check_same_step_layout(
+    key: NestedKey, obs: torch.Tensor, final: torch.Tensor, batch_dims: int
+) -> None:
+    """Raises unless ``obs`` and its ``("next", ...)`` entry agree per step (they are joined)."""
+    if obs.dtype != final.dtype:
+        raise TypeError(
+            f"{key!r} has dtype={obs.dtype} but {next_key(key)!r} has dtype={final.dtype}; "
+            "the critic reads both, so they must match."
+        )
+    if obs.shape[batch_dims:] != final.shape[batch_dims:]:
+        raise ValueError(
+            f"{key!r} has shape {tuple(obs.shape[batch_dims:])} per step but "
+            f"{next_key(key)!r} has {tuple(final.shape[batch_dims:])}; the critic reads both, "
+            "so they must match."
+        )
+
+
+def _check_layer_input(key: NestedKey, obs: torch.Tensor, input_size: int) -> None:
+    """Raises unless ``obs`` fits the recurrent layer that reads it directly."""
+    _check_float(key, obs)
+    if obs.ndim == 0 or obs.shape[-1] != input_size:
+        raise ValueError(
+            f"{key!r} feeds the critic's recurrent layer, which has input_size={input_size}, "
+            f"but its last dim is {tuple(obs.shape)[-1:]} (shape {tuple(obs.shape)})."
+        )
+
+
+def _check_stored_state(
+    key: NestedKey, state: torch.Tensor, batch_size: torch.Size, per_step: tuple[int, int]
+) -> None:
+    """Raises unless ``state`` is floating-point ``[*batch, num_layers, size]``."""
+    _check_float(key, state)
+    expected = (*batch_size, *per_step)
+    if state.shape != expected:
+        raise ValueError(
+            f"stored recurrent state {key!r} has shape {tuple(state.shape)}, but the critic's "
+            f"layer expects {expected} ([*batch, num_layers, size]). Store the states the "
+            "critic's recurrent module produces, or use initial_state='zeros'."
         )
 
 
@@ -195,8 +234,9 @@ class RecurrentGAE(ValueEstimatorBase):
     twice.
 
     Args:
-        gamma (float): discount factor in ``[0, 1]``.
-        lmbda (float): GAE trace decay in ``[0, 1]``.
+        gamma (float): discount factor in ``[0, 1]`` (a Python or numpy number, or a 0-d
+            tensor).
+        lmbda (float): GAE trace decay in ``[0, 1]`` (same types as ``gamma``).
         value_network (TensorDictModuleBase, optional): the critic. Defaults to ``None``
             (values are read from the input).
         initial_state (str, optional): the recurrent state each row starts from. ``"zeros"``
@@ -255,21 +295,17 @@ class RecurrentGAE(ValueEstimatorBase):
         chunk_len: int | None = None,
         time_dim: int | None = None,
     ):
-        gamma = _check_unit_interval("gamma", gamma)
-        lmbda = _check_unit_interval("lmbda", lmbda)
-        if initial_state not in ("zeros", "stored"):
-            raise ValueError(
-                f"initial_state must be 'zeros' or 'stored', got initial_state={initial_state!r}."
-            )
-        chunk_len = _check_chunk_len(chunk_len)
+        gamma = check_float("gamma", gamma, 0.0, 1.0)
+        lmbda = check_float("lmbda", lmbda, 0.0, 1.0)
+        initial_state = check_choice("initial_state", initial_state, ("zeros", "stored"))
+        chunk_len = check_optional_int("chunk_len", chunk_len, minimum=1)
+        time_dim = check_optional_int("time_dim", time_dim)
         if value_network is not None and not isinstance(value_network, TensorDictModuleBase):
             raise TypeError(
                 "value_network must be a TensorDictModuleBase (e.g. a TensorDictModule or "
                 f"TensorDictSequential), got {type(value_network).__name__}."
             )
         value_pass = ValuePass(value_network) if value_network is not None else None
-        if time_dim is not None and (isinstance(time_dim, bool) or not isinstance(time_dim, int)):
-            raise TypeError(f"time_dim must be None or an int, got time_dim={time_dim!r}.")
         super().__init__(value_network=value_network)
         self.gamma = gamma
         self.lmbda = lmbda
@@ -296,15 +332,21 @@ class RecurrentGAE(ValueEstimatorBase):
 
         Returns:
             self.
+
+        Raises:
+            ValueError: for an unknown name or an empty key; TypeError for a key that is not a
+                str or a tuple of str. Nothing is renamed then.
         """
         fields = {f.name for f in dataclasses.fields(_AcceptedKeys)}
+        renamed = {}
         for name, key in kwargs.items():
             if name not in fields:
                 raise ValueError(
                     f"set_keys got an unknown key name {name!r}; expected one of {sorted(fields)}."
                 )
-            if key is None:
-                continue
+            if key is not None:
+                renamed[name] = check_key(name, key)
+        for name, key in renamed.items():
             setattr(self._tensor_keys, name, key)
         return self
 
@@ -379,8 +421,15 @@ class RecurrentGAE(ValueEstimatorBase):
             time_dim (int, optional): overrides the module's ``time_dim``.
 
         Returns:
-            ``tensordict``, with the outputs written. On bad input an error is raised and
-            nothing is written.
+            ``tensordict``, with the outputs written.
+
+        Raises:
+            TypeError: for an entry of the wrong dtype (flags must be bool, rewards and values
+                floating-point) or a ``time_dim`` that is not an int.
+            ValueError: for a missing entry, a shape that does not fit (``is_init`` must be
+                ``[*batch]`` or ``[*batch, 1]``; stored recurrent states ``[*batch,
+                num_layers, size]`` as the critic's layer has them), NaN or infinite values,
+                or a ``time_dim`` out of range. Nothing is written then and the carry is kept.
         """
         del target_params
         with torch.no_grad():
@@ -403,6 +452,7 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 "RecurrentGAE needs a tensordict with a time batch dim, got batch_size=()."
             )
+        time_dim = check_optional_int("time_dim", time_dim)
         if time_dim is None:
             time_dim = self.time_dim
         if time_dim is None:
@@ -453,6 +503,7 @@ class RecurrentGAE(ValueEstimatorBase):
         given = td.get(key, None)
         if given is not None:
             _check_flag(key, given)
+            _check_per_step(key, given, td.batch_size)
             given = flat_rows(given, *layout)
             return _per_step(given), None
         n_rows = done.shape[0]
@@ -492,12 +543,22 @@ class RecurrentGAE(ValueEstimatorBase):
             )
 
     def _check_network_inputs(self, td: TensorDictBase) -> None:
+        """Checks what the value pass itself joins and feeds to layers it calls directly.
+
+        Errors raised by the critic's other modules on their inputs reach the caller as those
+        modules raise them.
+        """
+        sizes = self._value_pass.direct_input_sizes()
         for key in self._value_pass.obs_keys:
-            _get(td, key, "value_network input")
-            _get(td, next_key(key), "value_network input")
+            obs = _get(td, key, "value_network input")
+            final = _get(td, next_key(key), "value_network input")
+            _check_same_step_layout(key, obs, final, td.batch_dims)
+            if key in sizes:
+                _check_layer_input(key, obs, sizes[key])
         if self.initial_state == "stored":
-            for key in self._value_pass.stored_state_keys():
-                _get(td, key, "stored recurrent state (initial_state='stored')")
+            for key, shape in self._value_pass.stored_state_shapes().items():
+                state = _get(td, key, "stored recurrent state (initial_state='stored')")
+                _check_stored_state(key, state, td.batch_size, shape)
 
     def _scan(self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor) -> ScanResult:
         keys = self._tensor_keys
@@ -595,6 +656,7 @@ def carry_recurrent_state(
     """
     if rollout.batch_dims < 1:
         raise ValueError("rollout needs a time batch dim, got batch_size=().")
+    time_dim = check_optional_int("time_dim", time_dim)
     tdim = (rollout.batch_dims - 1) if time_dim is None else time_dim
     if not -rollout.batch_dims <= tdim < rollout.batch_dims:
         raise ValueError(
