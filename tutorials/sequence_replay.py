@@ -7,7 +7,7 @@ transitions: it replays *windows* of experience. Each window starts with a **bur
 only rebuilds the recurrent state, continues with the **learning region** that carries the
 loss, and ends with a few **bootstrap** records for multi-step targets.
 
-:class:`torchrl_ext.Sequence` is a TorchRL *sample unit*: the buffer's sampler still decides
+:class:`~torchrl_ext.data.Sequence` is a TorchRL *sample unit*: the buffer's sampler still decides
 which records are drawn (the *anchors*, uniformly or by priority), and the unit expands each
 anchor into its window before the storage is read. This tutorial walks through the window
 geometry, the three episode-boundary policies, priorities per anchor and the ``[B, T]``

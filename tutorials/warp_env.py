@@ -43,8 +43,9 @@ STEPS = 50 if FAST else 200
 # Kernels are module-level functions; the Python side only allocates and launches. The base
 # class passes them its buffers: the per-env step and episode counters, the seed, the reset mask
 # and the output buffers. New episodes draw their start state from a counter-based stream keyed
-# by ``(seed, env, episode)``: :func:`stream_key` and :func:`uniform_range` give reproducible,
-# per-env randomness without any stateful generator, and :func:`begin_episode` bumps the episode
+# by ``(seed, env, episode)``: :func:`~torchrl_ext.envs.warp_env.stream_key` and
+# :func:`~torchrl_ext.envs.warp_env.uniform_range` give reproducible, per-env randomness without
+# any stateful generator, and :func:`~torchrl_ext.envs.warp_env.begin_episode` bumps the episode
 # counter and zeroes the step counter.
 
 
