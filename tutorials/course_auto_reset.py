@@ -166,7 +166,7 @@ print("generation", mine.generation.tolist())
 # A rebuild is eight kernels, one thread per env; unmasked envs return after one mask read. On the
 # CPU the mask is first reduced to an any-flag and the rebuild runs under ``wp.capture_if``, so an
 # all-zero mask skips it (eagerly after one host read; in a graph as a conditional op). Measured
-# here on this machine:
+# on the machine that builds this page:
 
 
 def regeneration_ms(env: CourseEnv, k: int, rounds: int = 10) -> float:
