@@ -89,7 +89,8 @@ show(Sequence(length=4, burn_in=2, episode_boundary="include_reset"), [8, 18])
 
 # %%
 # The three policies side by side, with a bootstrap record: each row is one window, each cell one
-# record (its number), coloured by region; hatched cells are invalid. Episode 1 ends at record 9.
+# record (its number), coloured by region; faded cells, in brackets, are invalid. Episode 1
+# ends at record 9.
 fig, ax = plt.subplots(figsize=(7, 3.6))
 colors = {"burn-in": "#c6dbef", "learning": "#fdae6b", "bootstrap": "#a1d99b"}
 rows = []
@@ -107,12 +108,10 @@ for r, (_, index, info) in enumerate(rows):
     )
     for c, (i, ok, learn) in enumerate(cells):
         region = "burn-in" if c < 2 else ("learning" if learn else "bootstrap")
-        ax.add_patch(
-            plt.Rectangle(
-                (c, -r), 0.95, 0.9, color=colors[region], hatch=None if ok else "///", ec="0.4"
-            )
-        )
-        ax.text(c + 0.47, -r + 0.45, str(i), ha="center", va="center", fontsize=9)
+        face = colors[region]
+        ax.add_patch(plt.Rectangle((c, -r), 0.95, 0.9, fc=face, ec="0.4", alpha=1 if ok else 0.3))
+        text = str(i) if ok else f"[{i}]"
+        ax.text(c + 0.47, -r + 0.45, text, ha="center", va="center", fontsize=9)
 ax.set_yticks([-r + 0.45 for r in range(len(rows))], [label for label, _, _ in rows])
 ax.set_xticks([c + 0.47 for c in range(7)], [f"{c}" for c in range(7)])
 ax.set_xlabel("position in the window")
