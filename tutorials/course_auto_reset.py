@@ -12,6 +12,8 @@ regeneration costs.
 Set ``TORCHRL_EXT_FAST=1`` to shrink the sizes (the documentation build does).
 """
 
+# sphinx_gallery_thumbnail_number = 1
+
 # %%
 # Setup
 # -----
@@ -21,6 +23,7 @@ import os
 import statistics
 import time
 
+import matplotlib.pyplot as plt
 import torch
 import warp as wp
 from torchrl.envs.utils import check_env_specs
@@ -69,6 +72,22 @@ env.respawn(respawn)
 same = (env.generator.views["centerline"] == before).flatten(1).all(1)
 print("generation", env.generation.tolist())
 print("course kept", same.tolist())
+
+# %%
+# The eight courses before (grey) and after the two masks. The regenerated envs 1 and 6 drive a
+# new course; env 0 was only respawned and, like every other env, keeps its course bit for bit.
+after = env.generator.views["centerline"]
+fig, axes = plt.subplots(2, 4, figsize=(8, 4.2))
+for i, ax in enumerate(axes.flat):
+    for line, style in ((before[i], dict(color="0.7", lw=3)), (after[i], dict(lw=1.5))):
+        closed = torch.cat([line, line[:1]]).cpu()
+        ax.plot(closed[:, 0], closed[:, 1], **style)
+    status = "new course" if regenerate[i] else ("respawned" if respawn[i] else "untouched")
+    ax.set_title(f"env {i}: {status}", fontsize=9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+fig.tight_layout()
+plt.show()
 
 # %%
 # A curriculum writes the *next-course* parameters; they apply only when an env's course is rebuilt.
@@ -166,7 +185,7 @@ print("generation", mine.generation.tolist())
 # A rebuild is eight kernels, one thread per env; unmasked envs return after one mask read. On the
 # CPU the mask is first reduced to an any-flag and the rebuild runs under ``wp.capture_if``, so an
 # all-zero mask skips it (eagerly after one host read; in a graph as a conditional op). Measured
-# here on this machine:
+# on the machine that builds this page:
 
 
 def regeneration_ms(env: CourseEnv, k: int, rounds: int = 10) -> float:

@@ -8,6 +8,8 @@ env-major minibatches of whole rows. It runs on the CPU in a few seconds; set
 ``TORCHRL_EXT_FAST=1`` to shrink it further.
 """
 
+# sphinx_gallery_thumbnail_number = 1
+
 # %%
 # Setup
 # -----
@@ -17,6 +19,7 @@ env-major minibatches of whole rows. It runs on the CPU in a few seconds; set
 
 import os
 
+import matplotlib.pyplot as plt
 import torch
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
@@ -147,6 +150,27 @@ print("terminated", row["next", "terminated"].squeeze(-1).int().tolist())
 print("is_init  ", row["is_init"].squeeze(-1).int().tolist())
 print("is_init[1:] == done[:-1]:", bool((row["is_init"][1:] == row["next", "done"][:-1]).all()))
 print("advantage", tuple(batch["advantage"].shape))
+
+# %%
+# The same row drawn: the critic's value, the GAE target and the advantage at each step. Grey
+# bands mark the first step of each episode (``is_init``), where the critic's LSTM restarts from
+# a zero state; the target bootstraps after a truncated step (|) but not after a terminated one
+# (x).
+steps = torch.arange(row.shape[0])
+fig, ax = plt.subplots(figsize=(7, 3))
+for t in row["is_init"].squeeze(-1).nonzero().flatten():
+    ax.axvspan(t - 0.5, t + 0.5, color="0.9")
+ax.plot(steps, row["state_value"].squeeze(-1).detach(), "o-", label="state_value")
+ax.plot(steps, row["value_target"].squeeze(-1), "s-", label="value_target")
+ax.bar(steps, row["advantage"].squeeze(-1), color="C2", alpha=0.5, label="advantage")
+for key, marker in (("terminated", "x"), ("truncated", "|")):
+    at = row["next", key].squeeze(-1).nonzero().flatten()
+    ax.plot(at, torch.zeros(len(at)), marker, color="k", ms=10, mew=2)
+ax.axhline(0, color="k", lw=0.5)
+ax.set_xlabel("step")
+ax.legend(fontsize=8, ncol=3, loc="upper left")
+fig.tight_layout()
+plt.show()
 
 # %%
 # PPO on env-major minibatches

@@ -7,18 +7,21 @@ transitions: it replays *windows* of experience. Each window starts with a **bur
 only rebuilds the recurrent state, continues with the **learning region** that carries the
 loss, and ends with a few **bootstrap** records for multi-step targets.
 
-:class:`torchrl_ext.Sequence` is a TorchRL *sample unit*: the buffer's sampler still decides
+:class:`~torchrl_ext.data.Sequence` is a TorchRL *sample unit*: the buffer's sampler still decides
 which records are drawn (the *anchors*, uniformly or by priority), and the unit expands each
 anchor into its window before the storage is read. This tutorial walks through the window
 geometry, the three episode-boundary policies, priorities per anchor and the ``[B, T]``
 layout that an ``LSTMModule`` consumes directly.
 """
 
+# sphinx_gallery_thumbnail_number = 1
+
 # %%
 # A small buffer with visible episodes
 # ------------------------------------
 # Twenty records, two episodes: records 0-9 and 10-19. The ``obs`` entry holds the record's
 # number so that every window below can be read at a glance.
+import matplotlib.pyplot as plt
 import torch
 from tensordict import TensorDict
 from torchrl.data import (
@@ -83,6 +86,45 @@ show(Sequence(length=4, burn_in=2, episode_boundary="stop"), [8, 11])
 # ring buffer's write seam (between the newest and the oldest record) nor reads slots that were
 # never written.
 show(Sequence(length=4, burn_in=2, episode_boundary="include_reset"), [8, 18])
+
+# %%
+# The three policies side by side, with a bootstrap record: each row is one window, each cell one
+# record (its number), coloured by region; faded cells, in brackets, are invalid. Episode 1
+# ends at record 9.
+fig, ax = plt.subplots(figsize=(7, 3.6))
+colors = {"burn-in": "#c6dbef", "learning": "#fdae6b", "bootstrap": "#a1d99b"}
+rows = []
+for boundary in ("pad", "stop", "include_reset"):
+    unit = Sequence(length=4, burn_in=2, bootstrap=1, episode_boundary=boundary)
+    for anchor in (5, 8):
+        index, info = unit.expand(torch.tensor([anchor]), {}, storage)
+        rows.append((f"{boundary}, anchor {anchor}", index, info))
+for r, (_, index, info) in enumerate(rows):
+    cells = zip(
+        index.flatten().tolist(),
+        info["validity_mask"].flatten().tolist(),
+        info["learning_mask"].flatten().tolist(),
+        strict=True,
+    )
+    for c, (i, ok, learn) in enumerate(cells):
+        region = "burn-in" if c < 2 else ("learning" if learn else "bootstrap")
+        face = colors[region]
+        ax.add_patch(plt.Rectangle((c, -r), 0.95, 0.9, fc=face, ec="0.4", alpha=1 if ok else 0.3))
+        text = str(i) if ok else f"[{i}]"
+        ax.text(c + 0.47, -r + 0.45, text, ha="center", va="center", fontsize=9)
+ax.set_yticks([-r + 0.45 for r in range(len(rows))], [label for label, _, _ in rows])
+ax.set_xticks([c + 0.47 for c in range(7)], [f"{c}" for c in range(7)])
+ax.set_xlabel("position in the window")
+ax.set_xlim(0, 7)
+ax.set_ylim(-len(rows) + 0.9, 0.95)
+handles = [plt.Rectangle((0, 0), 1, 1, color=v) for v in colors.values()]
+ax.legend(
+    handles, colors.keys(), ncol=3, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 1.15)
+)
+for side in ("top", "right", "left"):
+    ax.spines[side].set_visible(False)
+fig.tight_layout()
+plt.show()
 
 # %%
 # In a real buffer

@@ -10,6 +10,8 @@ step into a graph and collects data from it with :class:`torchrl.collectors.Coll
 Set ``TORCHRL_EXT_FAST=1`` to shrink the sizes (the documentation build does).
 """
 
+# sphinx_gallery_thumbnail_number = 1
+
 # %%
 # Setup
 # -----
@@ -18,6 +20,7 @@ import os
 import time
 from typing import Any
 
+import matplotlib.pyplot as plt
 import torch
 import warp as wp
 from torchrl.collectors import Collector
@@ -43,8 +46,9 @@ STEPS = 50 if FAST else 200
 # Kernels are module-level functions; the Python side only allocates and launches. The base
 # class passes them its buffers: the per-env step and episode counters, the seed, the reset mask
 # and the output buffers. New episodes draw their start state from a counter-based stream keyed
-# by ``(seed, env, episode)``: :func:`stream_key` and :func:`uniform_range` give reproducible,
-# per-env randomness without any stateful generator, and :func:`begin_episode` bumps the episode
+# by ``(seed, env, episode)``: :func:`~torchrl_ext.envs.warp_env.stream_key` and
+# :func:`~torchrl_ext.envs.warp_env.uniform_range` give reproducible, per-env randomness without
+# any stateful generator, and :func:`~torchrl_ext.envs.warp_env.begin_episode` bumps the episode
 # counter and zeroes the step counter.
 
 
@@ -185,6 +189,21 @@ done = data["next", "done"][..., 0]
 is_init = data["is_init"][..., 0]
 print("episodes finished:", int(done.sum()))
 print("is_init follows done:", bool(torch.equal(is_init[:, 1:], done[:, :-1])))
+
+# %%
+# The position of four envs over the rollout (random actions). A dot marks the last step of an
+# episode; the next step starts the new episode from a fresh random state, each env on its own.
+x = data["next", "observation"][..., 0]
+fig, ax = plt.subplots(figsize=(7, 3))
+for i in range(4):
+    (line,) = ax.plot(x[i], lw=1.2, label=f"env {i}")
+    ends = done[i].nonzero().flatten()
+    ax.plot(ends, x[i, ends], "o", color=line.get_color(), ms=4)
+ax.set_xlabel("step")
+ax.set_ylabel("position x")
+ax.legend(loc="upper right", fontsize=8, ncol=4)
+fig.tight_layout()
+plt.show()
 
 # %%
 # Graph capture
