@@ -6,7 +6,7 @@
 # script (e.g. --seeds 0, --out DIR, --table PATH); --quick runs a few checked iterations of each
 # of the three pipelines instead (what CI's test suite runs).
 set -euo pipefail
-source "$(dirname "$0")/venv.sh" all
+source "$(dirname "$0")/venv.sh" examples
 if [ "${1:-}" = "--quick" ]; then
   exec python -m torchrl_ext.examples --quick
 fi
