@@ -1,11 +1,18 @@
-"""Batched TorchRL environments whose state lives in NVIDIA Warp arrays."""
+"""Batched TorchRL environments whose state lives in NVIDIA Warp arrays.
 
+Importing this package initializes Warp, quietly (:mod:`torchrl_ext._warp`; set
+``TORCHRL_EXT_VERBOSE=1`` for Warp's own output).
+"""
+
+from torchrl_ext import _warp
 from torchrl_ext.envs import course
 from torchrl_ext.envs.cartpole import CartPoleEnv
 from torchrl_ext.envs.course import CourseDefect, CourseGenerator, CourseParams, effective_seed
 from torchrl_ext.envs.course_env import CarConfig, CourseEnv
 from torchrl_ext.envs.pendulum import PendulumEnv
 from torchrl_ext.envs.warp_env import WarpEnv
+
+_warp.init()
 
 __all__ = [
     "CarConfig",

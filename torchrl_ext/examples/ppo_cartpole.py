@@ -87,6 +87,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
+from torchrl_ext.examples import plain_torchrl_logs
 from torchrl_ext.objectives import RecurrentGAE
 
 PolicyKind = Literal["lstm", "mlp"]
@@ -653,12 +654,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def quiet_setup() -> None:
-    """Script-wide settings: 1 torch thread (the measured setting), no Warp start-up messages."""
-    import warp as wp
+    """Script-wide settings: 1 torch thread (the measured setting), torchrl logs without colours.
 
+    Warp's start-up messages are already off (``torchrl_ext._warp``).
+    """
     torch.set_num_threads(1)
-    wp.config.quiet = True
-    wp.config.log_level = wp.LOG_WARNING
+    plain_torchrl_logs()
 
 
 def main(argv: list[str] | None = None) -> Result:

@@ -2,13 +2,13 @@
 
 Run it with::
 
-    python -m torchrl_ext.examples.ppo_cartpole_results [--seeds 0 1 2] [--mlp-seed 0]
+    python -m torchrl_ext.examples.ppo_cartpole_results [--seeds 0 1 2] [--mlp-seeds 0]
                                                         [--out DIR] [--table PATH]
 
 It trains the LSTM pipeline once per seed and the feed-forward (``--policy mlp``) pipeline once,
 each with 1 torch thread, then writes the table (frames and seconds to a mean return of 475,
-final deterministic evaluation, per seed) to ``--table`` and all curves to
-``DIR/learning_curves.png``.
+final deterministic evaluation, per seed) to ``--table`` (default ``DIR/results.md``) and all
+curves to ``DIR/learning_curves.png``. ``DIR`` defaults to ``runs/ppo_cartpole``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from pathlib import Path
 import torch
 
 from torchrl_ext.examples.ppo_cartpole import Config, Result, plot_curves, quiet_setup, train
-
-DEFAULT_TABLE = Path("docs") / "benchmarks" / "ppo_cartpole.md"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -167,9 +165,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--mlp-seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("runs") / "ppo_cartpole")
-    parser.add_argument("--table", type=Path, default=DEFAULT_TABLE)
+    parser.add_argument("--table", type=Path, default=None, help="default: DIR/results.md")
     parser.add_argument("--image", type=Path, default=None, help="also copy the plot here")
     args = parser.parse_args(argv)
+    if args.table is None:
+        args.table = args.out / "results.md"
     quiet_setup()
     lstm, mlp, plot = run_all(args.seeds, args.mlp_seeds, args.out, args.frames)
     if args.image is not None:

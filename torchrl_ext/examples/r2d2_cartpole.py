@@ -9,8 +9,9 @@ starts each window from the stored state of its first record, burns in without g
 regresses the learning region onto n-step double-Q targets built from the bootstrap records.
 Per-record TD errors go back as one priority per anchor (R2D2's ``eta`` mixture).
 
-Run ``python -m torchrl_ext.examples.r2d2_cartpole --seed 0 --minutes 5 --out r2d2_out``;
-``--quick`` runs a few iterations and checks shapes, masks and a finite loss.
+Run ``python -m torchrl_ext.examples.r2d2_cartpole --seed 0 --minutes 5`` (outputs go to
+``runs/r2d2_cartpole`` unless ``--out`` says otherwise); ``--quick`` runs a few iterations and
+checks shapes, masks and a finite loss.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
 
 from torchrl_ext.data import Sequence
+from torchrl_ext.examples import plain_torchrl_logs
 
 __all__ = [
     "R2D2Config",
@@ -464,9 +466,6 @@ def evaluate(net: RecurrentQNet, episodes: int, seed: int) -> float:
 
 
 def _make_env(num_envs: int, seed: int):
-    import warp as wp
-
-    wp.config.quiet = True
     from torchrl_ext.envs import CartPoleEnv
 
     return CartPoleEnv(num_envs, seed=seed, observe_velocity=False)
@@ -726,7 +725,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="a few iterations plus checks")
-    parser.add_argument("--out", type=Path, default=Path("r2d2_cartpole_out"))
+    parser.add_argument("--out", type=Path, default=Path("runs") / "r2d2_cartpole")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--summarize",
@@ -852,6 +851,7 @@ def main(argv: list[str] | None = None) -> TrainResult | None:
         print(f"curves: {args.out / 'r2d2_cartpole_seeds.png'}")
         return None
     torch.set_num_threads(1)
+    plain_torchrl_logs()
     cfg = (
         quick_config(args.seed) if args.quick else R2D2Config(seed=args.seed, minutes=args.minutes)
     )

@@ -20,14 +20,13 @@ The Python side only picks a kernel, allocates the outputs and launches.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from typing import Any, NamedTuple
 
 import torch
 import warp as wp
 
+from torchrl_ext import _warp
 from torchrl_ext.objectives import _gae_cpu
 
 #: Dtypes the strided kernel runs natively; others are computed in float32 and cast back.
@@ -166,16 +165,14 @@ _LOADED_DEVICES: set[str] = set()
 
 
 def _ready(device: torch.device) -> wp.context.Device:
-    """Initializes Warp and loads this module's kernels on ``device``, keeping stdout clean.
+    """Initializes Warp and loads this module's kernels on ``device``.
 
-    Warp prints a banner on init and a line per module load; both would end up in the
-    caller's output (and break doctests), so they are captured here.
+    :mod:`torchrl_ext._warp` keeps Warp's banner and load lines out of the caller's output.
     """
     key = str(device)
     if key not in _LOADED_DEVICES:
-        with contextlib.redirect_stdout(io.StringIO()):
-            wp.init()
-            wp.load_module(sys.modules[__name__], device=wp.device_from_torch(device))
+        _warp.init()
+        wp.load_module(sys.modules[__name__], device=wp.device_from_torch(device))
         _LOADED_DEVICES.add(key)
     return wp.device_from_torch(device)
 
