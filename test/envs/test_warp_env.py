@@ -518,6 +518,29 @@ class TestWarpEnv:
         counts = torch.histc(torch.cat([first, second]).flatten(), bins=16, min=-0.05, max=0.05)
         assert stats.chisquare(counts.numpy()).pvalue > 0.01
 
+    @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
+    @pytest.mark.parametrize(
+        ("max_steps", "err", "match"),
+        [
+            (0, ValueError, "max_steps must be >= 1, got max_steps=0"),
+            (-3, ValueError, "max_steps must be >= 1, got max_steps=-3"),
+            (2.0, TypeError, "max_steps must be an int, got max_steps=2.0"),
+            (None, TypeError, "max_steps must be an int"),
+            (True, TypeError, "max_steps must be an int"),
+        ],
+    )
+    @pytest.mark.parametrize("fast", [False, True])
+    def test_rollout_refuses_bad_max_steps_before_any_reset(
+        self, env_cls, max_steps, err, match, fast
+    ):
+        env = env_cls(4, seed=3)
+        env.rollout(3, break_when_any_done=False)
+        before = _snapshot(env)
+        with pytest.raises(err, match=match):
+            env.rollout(max_steps, break_when_any_done=False if fast else None)
+        for old, new in zip(before, _snapshot(env), strict=True):
+            assert torch.equal(old, new)
+
     def test_rollout_that_stops_early_uses_torchrl_loop(self):
         env = CartPoleEnv(N, seed=23, max_steps=None)
         data = env.rollout(500)

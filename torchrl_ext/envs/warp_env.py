@@ -22,6 +22,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
+from torchrl_ext._checks import check_int
 from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
 from torchrl_ext.envs._memory import empty_output
 
@@ -679,7 +680,12 @@ class WarpEnv(EnvBase):
 
         Returns:
             A ``[num_envs, max_steps]`` TensorDict whose last dim is named ``"time"``.
+
+        Raises:
+            TypeError: if ``max_steps`` is not an int.
+            ValueError: if ``max_steps < 1``; both before anything is reset or stepped.
         """
+        max_steps = check_int("max_steps", max_steps, minimum=1)
         fast = (
             policy is None
             and callback is None
@@ -688,8 +694,6 @@ class WarpEnv(EnvBase):
             and not break_when_all_done
             and set(kwargs) <= {"return_contiguous", "trust_policy", "auto_cast_to_device"}
             and self._post_step_mdp_hooks is None
-            and isinstance(max_steps, numbers.Integral)
-            and max_steps >= 1
             and type(self)._rollout_launches is not WarpEnv._rollout_launches
         )
         if not fast:
@@ -703,7 +707,7 @@ class WarpEnv(EnvBase):
                 tensordict=tensordict,
                 **kwargs,
             )
-        return self._fast_rollout(int(max_steps), tensordict)
+        return self._fast_rollout(max_steps, tensordict)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T, ...]`` random actions from the action spec (torch's global generator).
