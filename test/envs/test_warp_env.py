@@ -1,3 +1,6 @@
+import copy
+import pickle
+
 import pytest
 import torch
 import warp as wp
@@ -19,7 +22,7 @@ from torchrl.envs import (
 from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
-from torchrl_ext.envs import CartPoleEnv, PendulumEnv, WarpEnv
+from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv
 from torchrl_ext.envs.warp_env import begin_episode, count_step, stream_key, uniform_range
 
 N = 12
@@ -621,3 +624,185 @@ class TestWarpEnv:
         assert td["next", "observation"].data_ptr() not in buffers
         assert root["observation"].data_ptr() not in buffers
         assert td["next", "observation"].data_ptr() != root["observation"].data_ptr()
+
+
+# ----------------------------------------------------------------------------- saving and restoring
+SAVE_CASES = [
+    (CartPoleEnv, {"num_envs": 6, "seed": 11, "max_steps": 9}),
+    (CartPoleEnv, {"num_envs": 6, "seed": 12, "max_steps": 9, "capture": True}),
+    (CartPoleEnv, {"num_envs": 5, "seed": 13, "observe_velocity": False, "dtype": torch.float64}),
+    (PendulumEnv, {"num_envs": 5, "seed": 2**63 + 5, "max_steps": 7}),
+    (PendulumEnv, {"num_envs": 5, "seed": 3, "max_steps": 7, "capture": True}),
+    (CourseEnv, {"num_envs": 4, "seed": 7, "max_steps": 6, "num_points": 32}),
+    (CourseEnv, {"num_envs": 4, "seed": 8, "max_steps": 6, "crash": "regenerate", "capture": True}),
+]
+SAVE_IDS = [f"{cls.__name__}-{i}" for i, (cls, _) in enumerate(SAVE_CASES)]
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def _assert_states_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert _bitwise_equal(a[key], b[key]), key
+
+
+def _assert_td_bitwise(a, b) -> None:
+    keys = set(a.keys(True, True))
+    assert keys == set(b.keys(True, True))
+    for key in keys:
+        assert _bitwise_equal(a.get(key), b.get(key)), key
+
+
+def _actions(env, steps: int, seed: int) -> list[torch.Tensor]:
+    """Seeded actions of the env's spec; CourseEnv's favour throttle so that cars move."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = env.action_spec.shape
+    if isinstance(env, CartPoleEnv):
+        return [torch.randint(0, 2, shape, generator=gen) for _ in range(steps)]
+    if isinstance(env, PendulumEnv):
+        return [(torch.rand(shape, generator=gen) * 4 - 2).to(env.dtype) for _ in range(steps)]
+    return [torch.rand(shape, generator=gen) * 2 - 0.5 for _ in range(steps)]
+
+
+def _continue(env, root, actions) -> list:
+    """Fused steps from the carried ``root``; every output (input with "next", next root)."""
+    out = []
+    root = root.clone()
+    for a in actions:
+        root["action"] = a.clone()
+        td, root = env.step_and_maybe_reset(root)
+        out.append((td, root))
+    return out
+
+
+class TestStateDict:
+    """state_dict / load_state_dict / pickle / deepcopy of the three envs.
+
+    Contract: ``state_dict()`` is a dict of fresh tensors (never views) holding everything that
+    determines future steps; loading it into a fresh env built with the same arguments (or into
+    the same env, or one built with another seed) makes it continue bitwise identically to the
+    uninterrupted env, auto-resets and course regenerations included, eager and captured;
+    ``pickle`` and ``copy.deepcopy`` go through the same state; a bad state raises before
+    anything changes.
+    """
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES, ids=SAVE_IDS)
+    def test_restored_env_continues_bitwise(self, cls, kwargs):
+        env = cls(**kwargs)
+        root = env.reset()
+        first, rest = _actions(env, 10, 0), _actions(env, 24, 1)
+        _, root = _continue(env, root, first)[-1]
+        saved, saved_root = env.state_dict(), root.clone()
+        pickled = pickle.dumps(env)
+        copied = copy.deepcopy(env)
+        expected = _continue(env, saved_root, rest)
+        done = torch.stack([td["next", "done"] for td, _ in expected])
+        assert bool(done.any()), "the continuation must cross auto-resets"
+        if cls is CourseEnv:
+            assert not torch.equal(env.generation, saved["course.generation"]), "no regeneration"
+        other_seed = {**kwargs, "seed": 99}
+        restored = [cls(**kwargs), cls(**other_seed), env, pickle.loads(pickled), copied]
+        for i, target in enumerate(restored):
+            if i < 3:
+                target.load_state_dict(saved)
+            _assert_states_equal(target.state_dict(), saved)
+            assert target.seed == env.seed if i else True
+            got = _continue(target, saved_root, rest)
+            for (td_a, root_a), (td_b, root_b) in zip(expected, got, strict=True):
+                _assert_td_bitwise(td_a, td_b)
+                _assert_td_bitwise(root_a, root_b)
+
+    @pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
+    def test_restored_env_rollout_fast_path_is_bitwise(self, cls):
+        env = cls(4, seed=5, max_steps=6)
+        env.rollout(9, break_when_any_done=False)
+        saved = env.state_dict()
+        torch.manual_seed(0)
+        expected = env.rollout(13, break_when_any_done=False)
+        fresh = cls(4, seed=6, max_steps=6)
+        fresh.load_state_dict(saved)
+        torch.manual_seed(0)
+        _assert_td_bitwise(expected, fresh.rollout(13, break_when_any_done=False))
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES[::3], ids=SAVE_IDS[::3])
+    def test_state_dict_is_a_copy_with_every_array(self, cls, kwargs):
+        env = cls(**kwargs)
+        env.reset()
+        state = env.state_dict()
+        assert isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())
+        assert {"seed", "steps", "episode", "done", "root.observation"} <= state.keys()
+        if cls is CourseEnv:
+            names = {f"course.{n}" for n in CourseGenerator.array_names()}
+            assert names | {"pose", "track", "counts"} <= state.keys()
+        else:
+            assert "state" in state
+        for value in state.values():
+            value.zero_() if value.dtype != torch.bool else value.fill_(True)
+        assert not all(
+            _bitwise_equal(a, b)
+            for a, b in zip(state.values(), env.state_dict().values(), strict=True)
+        )
+        prefixed = env.state_dict(prefix="env.")
+        assert all(k.startswith("env.") for k in prefixed)
+
+    def test_pickle_keeps_the_drawn_seed_and_never_draws(self):
+        env = CartPoleEnv(3)  # seed drawn from torch's generator
+        rng = torch.get_rng_state()
+        clone = pickle.loads(pickle.dumps(env))
+        assert torch.equal(rng, torch.get_rng_state())
+        assert clone.seed == env.seed and clone.observe_velocity == env.observe_velocity
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES[::3], ids=SAVE_IDS[::3])
+    def test_bad_states_raise_before_anything_changes(self, cls, kwargs):
+        env = cls(**kwargs)
+        env.rollout(3, break_when_any_done=False) if cls is not CourseEnv else env.reset()
+        good = env.state_dict()
+        small = cls(**{**kwargs, "num_envs": kwargs["num_envs"] - 1}).state_dict()
+        steps = good["steps"].clone()
+        steps[0] = -1
+        cases = [
+            ([1, 2], TypeError, "state_dict must be a mapping"),
+            (
+                {k: v for k, v in good.items() if k != "episode"},
+                ValueError,
+                r"missing=\['episode'\]",
+            ),
+            ({**good, "extra": torch.zeros(1)}, ValueError, r"unexpected=\['extra'\]"),
+            (
+                {**good, "steps": good["steps"].tolist()},
+                TypeError,
+                r"state_dict\['steps'\] must be",
+            ),
+            ({**good, "steps": good["steps"].long()}, TypeError, "must have dtype torch.int32"),
+            ({**good, "seed": good["seed"][:1]}, ValueError, r"must have shape \(2,\)"),
+            (small, ValueError, f"num_envs={kwargs['num_envs'] - 1}"),
+            ({**good, "steps": steps}, ValueError, r"state_dict\['steps'\] holds -1"),
+            ({**good, "seed": torch.tensor([2**32, 0])}, ValueError, "seed words"),
+        ]
+        for state, err, match in cases:
+            with pytest.raises(err, match=match):
+                env.load_state_dict(state)
+            _assert_states_equal(env.state_dict(), good)
+        with pytest.raises(ValueError, match="strict must be True"):
+            env.load_state_dict(good, strict=False)
+        with pytest.raises(TypeError, match="assign must be a bool"):
+            env.load_state_dict(good, assign=None)
+
+    def test_course_counters_that_index_arrays_are_checked(self):
+        env = CourseEnv(3, seed=1, max_steps=5)
+        good = env.state_dict()
+        for column, value, match in [(3, 64, "segment"), (3, -1, "segment"), (0, -5, "passed")]:
+            counts = good["counts"].clone()
+            counts[1, column] = value
+            with pytest.raises(ValueError, match=match):
+                env.load_state_dict({**good, "counts": counts})
+        count = good["course.checkpoint_count"].clone()
+        count[0] = 33
+        with pytest.raises(ValueError, match="checkpoint_count"):
+            env.load_state_dict({**good, "course.checkpoint_count": count})
+        _assert_states_equal(env.state_dict(), good)

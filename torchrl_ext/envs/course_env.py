@@ -22,7 +22,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl_ext.envs._kernels import course_env as _k
 from torchrl_ext.envs.course import CourseGenerator, CourseParams
 from torchrl_ext.envs.course.generator import MIN_POINTS
-from torchrl_ext.envs.warp_env import Launch, WarpEnv
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require
 
 __all__ = ["CarConfig", "CourseEnv"]
 
@@ -273,6 +273,30 @@ class CourseEnv(WarpEnv):
             self._generator.regenerate(advance=False)
         self._launch_now(self._respawn_recipes(self._w["all_mask"], self._w["zero_mask"]))
         self._t["episode"].zero_()
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """The base's state, the car's pose, progress, counters and masks, and every course array.
+
+        The regeneration and respawn masks are saved too: a step writes them and the auto-reset
+        of the same step reads them, and they are cheap.
+        """
+        state = super()._state_tensors()
+        for name in ("pose", "track", "counts", "regen_mask", "respawn_mask"):
+            state[name] = getattr(self, f"_{name}")
+        for name, view in self._generator.views.items():
+            state[f"course.{name}"] = view
+        return state
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """The base's checks, plus the counters the kernels index course arrays with."""
+        super()._check_state_values(state)
+        passed, segment = state["counts"][:, _k.PASSED], state["counts"][:, _k.SEGMENT]
+        _require("counts", passed, passed >= 0, "checkpoints passed are >= 0")
+        in_range = (segment >= 0) & (segment < self.num_points)
+        _require("counts", segment, in_range, f"a segment index is in [0, {self.num_points})")
+        count = state["course.checkpoint_count"]
+        at_most = f"at most max_checkpoints={self.max_checkpoints}"
+        _require("course.checkpoint_count", count, count <= self.max_checkpoints, at_most)
 
     # ------------------------------------------------------------------ public views
     @property
