@@ -1,10 +1,12 @@
 import copy
+import functools
 import pickle
 
 import pytest
 import torch
 import warp as wp
-from hypothesis import given, settings
+from bad_arguments import DTYPES, assert_state_unchanged, bad_ints, not_tensors, tensors
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 from tensordict import TensorDict
@@ -806,3 +808,124 @@ class TestStateDict:
         with pytest.raises(ValueError, match="checkpoint_count"):
             env.load_state_dict({**good, "course.checkpoint_count": count})
         _assert_states_equal(env.state_dict(), good)
+
+
+# ----------------------------------------------------------------------------- fuzzing bad input
+FUZZ = settings(max_examples=40, deadline=None)
+FUZZ_N = 3
+
+
+@functools.cache
+def _fuzz_env(name: str) -> WarpEnv:
+    """One env per class, shared by the fuzz examples (each checks its state is unchanged)."""
+    cls = {"cartpole": CartPoleEnv, "pendulum": PendulumEnv, "course": CourseEnv}[name]
+    env = cls(FUZZ_N, seed=4, max_steps=5)
+    env.rollout(7, break_when_any_done=False)
+    return env
+
+
+def _action_is_bad(env: WarpEnv, action) -> bool:
+    spec = env.action_spec
+    if not isinstance(action, torch.Tensor) or action.shape != spec.shape:
+        return True
+    if action.dtype != spec.dtype:
+        return True
+    if isinstance(env, CartPoleEnv):
+        return bool(((action != 0) & (action != 1)).any())
+    return bool(action.isnan().any())
+
+
+FUZZ_ENVS = ["cartpole", "pendulum", "course"]
+
+
+class TestBadArgumentsFuzz:
+    """Random bad arguments to every public entry point raise TypeError or ValueError and leave
+    the env's ``state_dict()`` bitwise unchanged (so nothing ran before the check)."""
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(data=st.data())
+    def test_step_with_bad_actions(self, name, data):
+        env = _fuzz_env(name)
+        action = data.draw(st.one_of(tensors(leading=FUZZ_N), st.text(max_size=2)))
+        assume(_action_is_bad(env, action))
+        before = env.state_dict()
+        for call in (env.step, env.step_and_maybe_reset):
+            td = TensorDict({"action": action}, batch_size=[FUZZ_N])
+            with pytest.raises((TypeError, ValueError)):
+                call(td)
+            assert_state_unchanged(before, env)
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(mask=tensors(leading=FUZZ_N))
+    def test_reset_with_bad_masks(self, name, mask):
+        assume(mask.dtype != torch.bool or mask.shape not in ((FUZZ_N,), (FUZZ_N, 1)))
+        env = _fuzz_env(name)
+        before = env.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            env.reset(TensorDict({"_reset": mask}, batch_size=[FUZZ_N]))
+        assert_state_unchanged(before, env)
+
+    @FUZZ
+    @given(
+        mask=st.one_of(tensors(), not_tensors()), method=st.sampled_from(["regenerate", "respawn"])
+    )
+    def test_course_masks(self, mask, method):
+        assume(mask is not None)
+        assume(
+            not (
+                isinstance(mask, torch.Tensor)
+                and mask.dtype == torch.int32
+                and mask.shape == (FUZZ_N,)
+            )
+        )
+        env = _fuzz_env("course")
+        before = env.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            getattr(env, method)(mask)
+        assert_state_unchanged(before, env)
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(max_steps=bad_ints(1), fast=st.booleans())
+    def test_rollout_with_bad_max_steps(self, name, max_steps, fast):
+        env = _fuzz_env(name)
+        before = env.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            env.rollout(max_steps, break_when_any_done=False if fast else None)
+        assert_state_unchanged(before, env)
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(data=st.data())
+    def test_load_state_dict_with_corrupted_states(self, name, data):
+        env = _fuzz_env(name)
+        before = env.state_dict()
+        state = dict(before)
+        key = data.draw(st.sampled_from(sorted(state)))
+        kind = data.draw(st.sampled_from(["drop", "add", "dtype", "shape", "junk", "value"]))
+        if kind == "drop":
+            del state[key]
+        elif kind == "add":
+            state[data.draw(st.text(max_size=4).filter(lambda k: k not in state))] = state[key]
+        elif kind == "dtype":
+            dtype = data.draw(st.sampled_from([d for d in DTYPES if d != state[key].dtype]))
+            state[key] = state[key].to(dtype)
+        elif kind == "shape":
+            shape = data.draw(st.lists(st.integers(0, 5), max_size=3))
+            assume(tuple(shape) != tuple(state[key].shape))
+            state[key] = torch.zeros(shape, dtype=state[key].dtype)
+        elif kind == "junk":
+            state[key] = data.draw(not_tensors())
+        else:
+            key = data.draw(st.sampled_from(["steps", "episode", "seed"]))
+            state[key] = state[key].clone()
+            state[key][data.draw(st.integers(0, state[key].shape[0] - 1))] = data.draw(
+                st.integers(-(2**31), -1) | st.integers(2**32, 2**40)
+                if key == "seed"
+                else st.integers(-(2**31), -1)
+            )
+        with pytest.raises((TypeError, ValueError)):
+            env.load_state_dict(state)
+        assert_state_unchanged(before, env)

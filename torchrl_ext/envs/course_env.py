@@ -19,6 +19,7 @@ import warp as wp
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
+from torchrl_ext._checks import check_choice, check_int
 from torchrl_ext.envs._kernels import course_env as _k
 from torchrl_ext.envs.course import CourseGenerator, CourseParams
 from torchrl_ext.envs.course.generator import MIN_POINTS
@@ -87,14 +88,6 @@ def _check_constant(name: str, value: Any, positive: bool) -> None:
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {name}={value!r}.")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}.")
-    return int(value)
 
 
 class _RegenerateCommand:
@@ -199,13 +192,11 @@ class CourseEnv(WarpEnv):
         car = CarConfig() if car is None else car
         if not isinstance(car, CarConfig):
             raise TypeError(f"car must be a CarConfig, got car={car!r}.")
-        if crash not in _CRASH_MODES:
-            raise ValueError(f"crash must be one of {_CRASH_MODES}, got crash={crash!r}.")
-        self.num_points = _check_int("num_points", num_points, MIN_POINTS)
-        self.max_checkpoints = _check_int("max_checkpoints", max_checkpoints, 2)
-        self.num_rays = _check_int("num_rays", num_rays, 1)
-        self.laps = _check_int("laps", laps, 1)
-        self.crash = crash
+        self.crash = check_choice("crash", crash, _CRASH_MODES)
+        self.num_points = check_int("num_points", num_points, MIN_POINTS)
+        self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, 2)
+        self.num_rays = check_int("num_rays", num_rays, 1)
+        self.laps = check_int("laps", laps, 1)
         self.car = car
         self._params = params
         super().__init__(

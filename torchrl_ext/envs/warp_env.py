@@ -243,10 +243,11 @@ class WarpEnv(EnvBase):
     ) -> None:
         num_envs = _check_num_envs(num_envs)
         device = _check_device(device)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got dtype={dtype!r}.")
         if dtype not in _FLOAT_DTYPES:
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
-        if not isinstance(capture, bool):
-            raise TypeError(f"capture must be a bool, got capture={capture!r}.")
+        capture = check_bool("capture", capture)
         limit = _check_max_steps(max_steps)
         if seed is not None:
             seed = _check_seed(seed)
