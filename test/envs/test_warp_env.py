@@ -676,7 +676,7 @@ def _continue(env, root, actions) -> list:
     out = []
     root = root.clone()
     for a in actions:
-        root["action"] = a.clone()
+        root["action"] = a.to(env.device)
         td, root = env.step_and_maybe_reset(root)
         out.append((td, root))
     return out
@@ -694,7 +694,8 @@ class TestStateDict:
     """
 
     @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES, ids=SAVE_IDS)
-    def test_restored_env_continues_bitwise(self, cls, kwargs):
+    def test_restored_env_continues_bitwise(self, cls, kwargs, device):
+        kwargs = {**kwargs, "device": device}
         env = cls(**kwargs)
         root = env.reset()
         first, rest = _actions(env, 10, 0), _actions(env, 24, 1)

@@ -192,9 +192,11 @@ class WarpEnv(EnvBase):
       rebuild the env from its constructor arguments and load its state.
 
     A subclass implements :meth:`_make_specs` (observation, action and reward specs),
-    :meth:`_allocate_state`, :meth:`_step_launches`, :meth:`_reset_launches` and optionally
-    :meth:`_rollout_launches` and :meth:`_check_action_values`. The Warp views of the buffers the
-    kernels read and write are in :attr:`buffers` (see :meth:`_allocate_buffers`).
+    :meth:`_allocate_state`, :meth:`_step_launches`, :meth:`_reset_launches`, adds its state
+    arrays to :meth:`_state_tensors` (what :meth:`state_dict` saves) and optionally implements
+    :meth:`_rollout_launches`, :meth:`_check_action_values` and :meth:`_check_state_values`.
+    The Warp views of the buffers the kernels read and write are in :attr:`buffers` (see
+    :meth:`_allocate_buffers`).
 
     Args:
         num_envs (int): number of simulated envs (the batch size).
@@ -544,7 +546,8 @@ class WarpEnv(EnvBase):
         for name, tensor in live.items():
             tensor.copy_(state[name])
         words = [int(w) for w in state["seed"].tolist()]
-        self._wp["seed"].assign(np.array(words, dtype=np.uint32))
+        with self._on_torch_stream():  # ordered after the launches already queued there
+            self._wp["seed"].assign(np.array(words, dtype=np.uint32))
         self._seed = words[0] | (words[1] << 32)
         if self._on_cuda:
             wp.synchronize_device(self._wp_device)
