@@ -783,6 +783,7 @@ class TestStateDict:
             ),
             ({**good, "steps": good["steps"].long()}, TypeError, "must have dtype torch.int32"),
             ({**good, "seed": good["seed"][:1]}, ValueError, r"must have shape \(2,\)"),
+            ({**good, "steps": good["steps"].to("meta")}, ValueError, "meta tensor"),
             (small, ValueError, f"num_envs={kwargs['num_envs'] - 1}"),
             ({**good, "steps": steps}, ValueError, r"state_dict\['steps'\] holds -1"),
             ({**good, "seed": torch.tensor([2**32, 0])}, ValueError, "seed words"),

@@ -229,8 +229,7 @@ class WarpEnv(EnvBase):
     def __new__(cls, *args: Any, **kwargs: Any) -> WarpEnv:
         """Create the env, remembering the constructor call (pickle and deepcopy repeat it)."""
         env = super().__new__(cls, *args, **kwargs)
-        # the constructor call, so that pickle and deepcopy can build the same env again
-        env.__dict__["_init_call"] = (args, kwargs)
+        env.__dict__["_init_call"] = (args, kwargs)  # set before nn.Module.__init__ runs
         return env
 
     def __init__(
@@ -586,6 +585,11 @@ class WarpEnv(EnvBase):
         if value.dtype != ref.dtype:
             raise TypeError(
                 f"state_dict[{name!r}] must have dtype {ref.dtype}, got dtype={value.dtype}."
+            )
+        if value.is_meta:
+            raise ValueError(
+                f"state_dict[{name!r}] is a meta tensor, which holds no values; pass the tensors "
+                "state_dict() returned."
             )
         if value.shape == ref.shape:
             return
