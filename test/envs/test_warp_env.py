@@ -797,6 +797,16 @@ class TestStateDict:
         with pytest.raises(TypeError, match="assign must be a bool"):
             env.load_state_dict(good, assign=None)
 
+    def test_collector_checkpoints_still_load(self):
+        # TorchRL collectors save an empty "env_state_dict" for a plain env and load it back
+        env = CartPoleEnv(2, seed=1)
+        collector = Collector(env, None, frames_per_batch=4, total_frames=8)
+        next(iter(collector))
+        before = env.state_dict()
+        collector.load_state_dict(collector.state_dict(), strict=False)  # no policy state
+        collector.shutdown()
+        _assert_states_equal(before, env.state_dict())
+
     def test_course_counters_that_index_arrays_are_checked(self):
         env = CourseEnv(3, seed=1, max_steps=5)
         good = env.state_dict()

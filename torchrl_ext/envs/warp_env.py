@@ -526,13 +526,17 @@ class WarpEnv(EnvBase):
         they are copied into the env's arrays in place, so recorded launches and graphs stay
         valid.
 
+        An empty mapping restores nothing: it is what a TorchRL collector's ``state_dict()``
+        holds for its env (``"env_state_dict"``), so ``collector.load_state_dict`` works; save
+        ``env.state_dict()`` next to it to restore the simulation too.
+
         Args:
             state_dict (Mapping[str, torch.Tensor]): a state from :meth:`state_dict` of an env of
                 the same class built with the same arguments (the seed may differ).
-            strict (bool, optional): must be True: a partial state cannot be restored.
-                Defaults to True.
-            assign (bool, optional): must be False: the env's arrays are kept, values are copied
-                in. Defaults to False.
+            strict (bool, optional): must be True for a non-empty state: a partial state cannot
+                be restored. Defaults to True.
+            assign (bool, optional): must be False for a non-empty state: the env's arrays are
+                kept, values are copied in. Defaults to False.
 
         Raises:
             TypeError: if ``state_dict`` is not a mapping, a value is not a tensor or has the
@@ -541,6 +545,8 @@ class WarpEnv(EnvBase):
                 ``strict=False`` / ``assign=True``.
         """
         state = self._checked_state(state_dict, strict, assign)
+        if state is None:
+            return
         live = self._state_tensors()
         for name, tensor in live.items():
             tensor.copy_(state[name])
@@ -551,21 +557,29 @@ class WarpEnv(EnvBase):
         if self._on_cuda:
             wp.synchronize_device(self._wp_device)
 
-    def _checked_state(self, state_dict: Any, strict: Any, assign: Any) -> dict[str, torch.Tensor]:
-        """``state_dict`` with every key, dtype, shape and value checked (nothing written)."""
-        if check_bool("strict", strict) is not True:
-            raise ValueError(
-                "strict must be True: a WarpEnv restores its whole state, got strict=False."
-            )
-        if check_bool("assign", assign) is not False:
-            raise ValueError(
-                "assign must be False: a WarpEnv copies values into its own arrays, got "
-                "assign=True."
-            )
+    def _checked_state(
+        self, state_dict: Any, strict: Any, assign: Any
+    ) -> dict[str, torch.Tensor] | None:
+        """``state_dict`` with every key, dtype, shape and value checked (nothing written).
+
+        ``None`` for an empty mapping.
+        """
+        strict, assign = check_bool("strict", strict), check_bool("assign", assign)
         if not isinstance(state_dict, Mapping):
             raise TypeError(
                 f"state_dict must be a mapping from {type(self).__name__}.state_dict(), got "
                 f"state_dict of type {type(state_dict).__name__}."
+            )
+        if not state_dict:
+            return None  # what TorchRL collectors save for an env: nothing to restore
+        if not strict:
+            raise ValueError(
+                "strict must be True: a WarpEnv restores its whole state, got strict=False."
+            )
+        if assign:
+            raise ValueError(
+                "assign must be False: a WarpEnv copies values into its own arrays, got "
+                "assign=True."
             )
         reference = self._saved_state()
         _check_state_keys(set(state_dict), set(reference))
