@@ -3,7 +3,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from bad_arguments import not_bools, warp_env_arguments
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv as GymCartPole
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from torchrl_ext.envs import CartPoleEnv
@@ -236,3 +239,14 @@ class TestCartPoleEnv:
     def test_bad_construction_arguments(self, kwargs, err, match):
         with pytest.raises(err, match=match):
             CartPoleEnv(**kwargs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_constructor_refuses_random_bad_arguments(data):
+    """One random bad argument at a time raises TypeError or ValueError (never anything else)."""
+    bad = {**warp_env_arguments(), "observe_velocity": not_bools()}
+    name = data.draw(st.sampled_from(sorted(bad)))
+    kwargs = {"num_envs": 2, "seed": 0, name: data.draw(bad[name])}
+    with pytest.raises((TypeError, ValueError), match=name):
+        CartPoleEnv(**kwargs)

@@ -1,9 +1,19 @@
+import functools
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 import warp as wp
+from bad_arguments import (
+    assert_state_unchanged,
+    bad_ints,
+    not_tensors,
+    warp_env_arguments,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -533,3 +543,130 @@ def test_runs_under_torchrl_transforms():
     episode = data["next", "episode_reward"][..., 0]
     rewards = data["next", "reward"][..., 0]
     assert torch.allclose(episode[:, 0], rewards[:, 0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_constructor_refuses_random_bad_arguments(data):
+    """One random bad argument at a time raises TypeError or ValueError (never anything else)."""
+    bad = {
+        **warp_env_arguments(),
+        "num_points": bad_ints(16),
+        "max_checkpoints": bad_ints(2),
+        "num_rays": bad_ints(1),
+        "laps": bad_ints(1),
+        "crash": st.one_of(st.text(max_size=3), not_tensors()),
+        "params": not_tensors().filter(lambda v: v is not None),
+        "car": not_tensors().filter(lambda v: v is not None),
+    }
+    del bad["dtype"]  # CourseEnv is float32 only
+    name = data.draw(st.sampled_from(sorted(bad)))
+    kwargs = {"num_envs": 2, "seed": 0, name: data.draw(bad[name])}
+    with pytest.raises((TypeError, ValueError), match=name):
+        CourseEnv(**kwargs)
+
+
+@functools.cache
+def _fuzz_env() -> CourseEnv:
+    return CourseEnv(3, seed=2, max_steps=5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_set_params_refuses_random_bad_arguments(data):
+    """One bad argument among good ones (in any order) raises and leaves the env unchanged."""
+    env = _fuzz_env()
+    values = {"scale": 11.0, "roughness": 0.2, "harmonics": 3, "width": 2.5}
+    values["checkpoint_spacing"] = torch.tensor([4.0, 5.0, 6.0])
+    slot = data.draw(st.sampled_from(["env_ids", "unknown", *values]))
+    good_ids = st.sampled_from([None, [0, 2, 1], torch.tensor([1, 0, 2])])
+    bad_ids = st.one_of(
+        st.lists(st.integers(-3, 6), min_size=3, max_size=3).filter(
+            lambda ids: any(not 0 <= i < 3 for i in ids) or len(set(ids)) < 3
+        ),
+        st.lists(st.floats(), min_size=3, max_size=3),
+        st.sampled_from([torch.tensor([0.0, 1.0, 2.0]), torch.tensor([[0, 1, 2]]), "012", 1.0]),
+    )
+    env_ids = data.draw(bad_ids if slot == "env_ids" else good_ids)
+    if slot == "unknown":
+        values["wdth"] = 1.0
+    elif slot in values:
+        values[slot] = data.draw(
+            st.sampled_from(
+                [-1.0, math.nan, math.inf, True, "1", None, torch.ones(5), torch.tensor([1j])]
+            )
+        )
+    order = data.draw(st.permutations(sorted(values)))
+    before = env.state_dict()
+    with pytest.raises((TypeError, ValueError)):
+        env.generator.set_params(env_ids, **{name: values[name] for name in order})
+    assert_state_unchanged(before, env)
+
+
+_SCRAMBLED_STATES = """
+import torch
+import warp as wp
+from tensordict import TensorDict
+
+wp.config.log_level = wp.LOG_WARNING
+from torchrl_ext.envs import CartPoleEnv, CourseEnv, PendulumEnv
+
+gen = torch.Generator().manual_seed(0)
+SPECIAL = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, 1e38], dtype=torch.float64)
+
+
+def scramble(state):
+    out = {}
+    for key, val in state.items():
+        if val.dtype == torch.bool:
+            out[key] = torch.randint(0, 2, val.shape, generator=gen).bool()
+        elif val.is_floating_point():
+            scale = 10.0 ** int(torch.randint(0, 8, (), generator=gen))
+            x = torch.randn(val.shape, generator=gen, dtype=torch.float64) * scale
+            pick = torch.rand(val.shape, generator=gen) < 0.1
+            x[pick] = SPECIAL[torch.randint(0, 5, (int(pick.sum()),), generator=gen)]
+            out[key] = x.to(val.dtype)
+        else:
+            out[key] = torch.randint(-(2**20), 2**20, val.shape, generator=gen).to(val.dtype)
+            small = torch.rand(val.shape, generator=gen) < 0.9
+            out[key][small] = torch.randint(0, 40, val.shape, generator=gen).to(val.dtype)[small]
+    return out
+
+
+accepted = {}
+for make in (
+    lambda: CourseEnv(3, seed=1, max_steps=5, num_points=32, max_checkpoints=40),
+    lambda: CartPoleEnv(3, seed=1, max_steps=5),
+    lambda: PendulumEnv(3, seed=1, max_steps=5),
+):
+    env = make()
+    for trial in range(100):
+        try:
+            env.load_state_dict(scramble(env.state_dict()))
+        except ValueError:
+            continue
+        name = type(env).__name__
+        accepted[name] = accepted.get(name, 0) + 1
+        root = env.reset(TensorDict({"_reset": torch.rand(3, 1, generator=gen) < 0.5}, [3]))
+        for _ in range(8):
+            root["action"] = env.action_spec.rand()
+            _, root = env.step_and_maybe_reset(root)
+print(min(accepted.values()), len(accepted))
+"""
+
+
+def test_states_that_pass_the_checks_never_crash_the_kernels():
+    """Scrambled states (garbage floats, NaN, inf, random flags and counters) that
+    load_state_dict accepts step and reset without crashing: the value checks cover every
+    state value a kernel indexes with. Run in a subprocess so that a crash fails the test."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRAMBLED_STATES],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    fewest, kinds = map(int, done.stdout.split())
+    assert kinds == 3 and fewest >= 10, done.stdout  # every env took enough scrambled states

@@ -107,6 +107,13 @@ def torch_on_warp_stream(device: str):
         yield
 
 
+def bitwise_equal(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """Same dtype, shape and bytes (NaN payloads included)."""
+    if left.dtype != right.dtype or left.shape != right.shape:
+        return False
+    return torch.equal(left.reshape(-1).view(torch.uint8), right.reshape(-1).view(torch.uint8))
+
+
 def assert_rows_equal(left, right, rows, names=None):
     for name in names or left:
         assert torch.equal(left[name][rows], right[name][rows]), name
@@ -478,6 +485,46 @@ class TestBadInput:
     def test_unknown_param(self, gen):
         with pytest.raises(TypeError, match="unknown course parameter 'wdth'"):
             gen.set_params(wdth=1.0)
+
+    @pytest.mark.parametrize(
+        ("env_ids", "kwargs", "error", "match"),
+        [
+            # a good width first, then a scale with one value too many for two envs
+            (
+                torch.tensor([1, 2]),
+                {"width": 3.0, "scale": torch.tensor([1.0, 2.0, 3.0])},
+                ValueError,
+                r"scale must be a scalar or have shape \(2,\)",
+            ),
+            (None, {"width": 3.0, "roughness": torch.ones(2, 2)}, ValueError, "roughness must"),
+            ([0, 4], {"width": 3.0}, ValueError, r"env_ids must be in \[0, 4\)"),
+            ([-1], {"width": 3.0}, ValueError, "env_ids must be in"),
+            ([1, 1], {"width": 3.0, "scale": torch.tensor([1.0, 2.0])}, ValueError, "distinct"),
+            ([1], {"width": 3.0, "harmonics": "2"}, TypeError, "harmonics must be a number"),
+            ([1], {"width": 3.0, "scale": True}, TypeError, "scale must be a real number"),
+        ],
+    )
+    def test_set_params_is_all_or_nothing(self, gen, env_ids, kwargs, error, match):
+        before = snapshot(gen)
+        with pytest.raises(error, match=match):
+            gen.set_params(env_ids, **kwargs)
+        after = snapshot(gen)
+        for name, value in before.items():
+            assert bitwise_equal(value, after[name]), name
+
+    @pytest.mark.parametrize(
+        "env_ids", [[0.0, 2.0], [1, 2.5], torch.tensor([1.0]), torch.tensor([True, False]), "01"]
+    )
+    def test_set_params_refuses_non_integer_env_ids(self, gen, env_ids):
+        before = snapshot(gen)
+        with pytest.raises(TypeError, match="env_ids must"):
+            gen.set_params(env_ids, width=3.0)
+        assert all(bitwise_equal(v, snapshot(gen)[k]) for k, v in before.items())
+
+    def test_set_params_writes_per_env_columns(self, gen):
+        gen.set_params([3, 1], width=torch.tensor([3.0, 4.0]), harmonics=torch.tensor([2, 3]))
+        assert gen.views["param_width"].tolist() == [2.0, 4.0, 2.0, 3.0]
+        assert gen.views["param_harmonics"].tolist() == [5, 3, 5, 2]
 
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),

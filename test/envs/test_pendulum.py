@@ -3,7 +3,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from bad_arguments import warp_env_arguments
 from gymnasium.envs.classic_control.pendulum import PendulumEnv as GymPendulum
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from torchrl_ext.envs import PendulumEnv
@@ -124,3 +127,14 @@ class TestPendulumEnv:
         with pytest.raises(ValueError, match=r"action.shape=\(3, 2\)"):
             env.step(root.clone().set("action", torch.zeros(3, 2)))
         assert torch.equal(env.state, before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_constructor_refuses_random_bad_arguments(data):
+    """One random bad argument at a time raises TypeError or ValueError (never anything else)."""
+    bad = {**warp_env_arguments()}
+    name = data.draw(st.sampled_from(sorted(bad)))
+    kwargs = {"num_envs": 2, "seed": 0, name: data.draw(bad[name])}
+    with pytest.raises((TypeError, ValueError), match=name):
+        PendulumEnv(**kwargs)

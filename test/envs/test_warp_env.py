@@ -1,7 +1,12 @@
+import copy
+import functools
+import pickle
+
 import pytest
 import torch
 import warp as wp
-from hypothesis import given, settings
+from bad_arguments import DTYPES, assert_state_unchanged, bad_ints, not_tensors, tensors
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 from tensordict import TensorDict
@@ -19,7 +24,7 @@ from torchrl.envs import (
 from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
-from torchrl_ext.envs import CartPoleEnv, PendulumEnv, WarpEnv
+from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv
 from torchrl_ext.envs.warp_env import begin_episode, count_step, stream_key, uniform_range
 
 N = 12
@@ -518,6 +523,29 @@ class TestWarpEnv:
         counts = torch.histc(torch.cat([first, second]).flatten(), bins=16, min=-0.05, max=0.05)
         assert stats.chisquare(counts.numpy()).pvalue > 0.01
 
+    @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
+    @pytest.mark.parametrize(
+        ("max_steps", "err", "match"),
+        [
+            (0, ValueError, "max_steps must be >= 1, got max_steps=0"),
+            (-3, ValueError, "max_steps must be >= 1, got max_steps=-3"),
+            (2.0, TypeError, "max_steps must be an int, got max_steps=2.0"),
+            (None, TypeError, "max_steps must be an int"),
+            (True, TypeError, "max_steps must be an int"),
+        ],
+    )
+    @pytest.mark.parametrize("fast", [False, True])
+    def test_rollout_refuses_bad_max_steps_before_any_reset(
+        self, env_cls, max_steps, err, match, fast
+    ):
+        env = env_cls(4, seed=3)
+        env.rollout(3, break_when_any_done=False)
+        before = _snapshot(env)
+        with pytest.raises(err, match=match):
+            env.rollout(max_steps, break_when_any_done=False if fast else None)
+        for old, new in zip(before, _snapshot(env), strict=True):
+            assert torch.equal(old, new)
+
     def test_rollout_that_stops_early_uses_torchrl_loop(self):
         env = CartPoleEnv(N, seed=23, max_steps=None)
         data = env.rollout(500)
@@ -598,3 +626,318 @@ class TestWarpEnv:
         assert td["next", "observation"].data_ptr() not in buffers
         assert root["observation"].data_ptr() not in buffers
         assert td["next", "observation"].data_ptr() != root["observation"].data_ptr()
+
+
+# ----------------------------------------------------------------------------- saving and restoring
+SAVE_CASES = [
+    (CartPoleEnv, {"num_envs": 6, "seed": 11, "max_steps": 9}),
+    (CartPoleEnv, {"num_envs": 6, "seed": 12, "max_steps": 9, "capture": True}),
+    (CartPoleEnv, {"num_envs": 5, "seed": 13, "observe_velocity": False, "dtype": torch.float64}),
+    (PendulumEnv, {"num_envs": 5, "seed": 2**63 + 5, "max_steps": 7}),
+    (PendulumEnv, {"num_envs": 5, "seed": 3, "max_steps": 7, "capture": True}),
+    (CourseEnv, {"num_envs": 4, "seed": 7, "max_steps": 6, "num_points": 32}),
+    (CourseEnv, {"num_envs": 4, "seed": 8, "max_steps": 6, "crash": "regenerate", "capture": True}),
+]
+SAVE_IDS = [f"{cls.__name__}-{i}" for i, (cls, _) in enumerate(SAVE_CASES)]
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def _assert_states_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert _bitwise_equal(a[key], b[key]), key
+
+
+def _assert_td_bitwise(a, b) -> None:
+    keys = set(a.keys(True, True))
+    assert keys == set(b.keys(True, True))
+    for key in keys:
+        assert _bitwise_equal(a.get(key), b.get(key)), key
+
+
+def _actions(env, steps: int, seed: int) -> list[torch.Tensor]:
+    """Seeded actions of the env's spec; CourseEnv's favour throttle so that cars move."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = env.action_spec.shape
+    if isinstance(env, CartPoleEnv):
+        return [torch.randint(0, 2, shape, generator=gen) for _ in range(steps)]
+    if isinstance(env, PendulumEnv):
+        return [(torch.rand(shape, generator=gen) * 4 - 2).to(env.dtype) for _ in range(steps)]
+    return [torch.rand(shape, generator=gen) * 2 - 0.5 for _ in range(steps)]
+
+
+def _continue(env, root, actions) -> list:
+    """Fused steps from the carried ``root``; every output (input with "next", next root)."""
+    out = []
+    root = root.clone()
+    for a in actions:
+        root["action"] = a.to(env.device)
+        td, root = env.step_and_maybe_reset(root)
+        out.append((td, root))
+    return out
+
+
+class TestStateDict:
+    """state_dict / load_state_dict / pickle / deepcopy of the three envs.
+
+    Contract: ``state_dict()`` is a dict of fresh tensors (never views) holding everything that
+    determines future steps; loading it into a fresh env built with the same arguments (or into
+    the same env, or one built with another seed) makes it continue bitwise identically to the
+    uninterrupted env, auto-resets and course regenerations included, eager and captured;
+    ``pickle`` and ``copy.deepcopy`` go through the same state; a bad state raises before
+    anything changes.
+    """
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES, ids=SAVE_IDS)
+    def test_restored_env_continues_bitwise(self, cls, kwargs, device):
+        kwargs = {**kwargs, "device": device}
+        env = cls(**kwargs)
+        root = env.reset()
+        first, rest = _actions(env, 10, 0), _actions(env, 24, 1)
+        _, root = _continue(env, root, first)[-1]
+        saved, saved_root = env.state_dict(), root.clone()
+        pickled = pickle.dumps(env)
+        copied = copy.deepcopy(env)
+        expected = _continue(env, saved_root, rest)
+        done = torch.stack([td["next", "done"] for td, _ in expected])
+        assert bool(done.any()), "the continuation must cross auto-resets"
+        if cls is CourseEnv:
+            assert not torch.equal(env.generation, saved["course.generation"]), "no regeneration"
+        other_seed = {**kwargs, "seed": 99}
+        restored = [cls(**kwargs), cls(**other_seed), env, pickle.loads(pickled), copied]
+        for i, target in enumerate(restored):
+            if i < 3:
+                target.load_state_dict(saved)
+            _assert_states_equal(target.state_dict(), saved)
+            assert target.seed == env.seed if i else True
+            got = _continue(target, saved_root, rest)
+            for (td_a, root_a), (td_b, root_b) in zip(expected, got, strict=True):
+                _assert_td_bitwise(td_a, td_b)
+                _assert_td_bitwise(root_a, root_b)
+
+    @pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
+    def test_restored_env_rollout_fast_path_is_bitwise(self, cls):
+        env = cls(4, seed=5, max_steps=6)
+        env.rollout(9, break_when_any_done=False)
+        saved = env.state_dict()
+        torch.manual_seed(0)
+        expected = env.rollout(13, break_when_any_done=False)
+        fresh = cls(4, seed=6, max_steps=6)
+        fresh.load_state_dict(saved)
+        torch.manual_seed(0)
+        _assert_td_bitwise(expected, fresh.rollout(13, break_when_any_done=False))
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES[::3], ids=SAVE_IDS[::3])
+    def test_state_dict_is_a_copy_with_every_array(self, cls, kwargs):
+        env = cls(**kwargs)
+        env.reset()
+        state = env.state_dict()
+        assert isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())
+        assert {"seed", "steps", "episode", "done", "root.observation"} <= state.keys()
+        if cls is CourseEnv:
+            names = {f"course.{n}" for n in CourseGenerator.array_names()}
+            assert names | {"pose", "track", "counts"} <= state.keys()
+        else:
+            assert "state" in state
+        for value in state.values():
+            value.zero_() if value.dtype != torch.bool else value.fill_(True)
+        assert not all(
+            _bitwise_equal(a, b)
+            for a, b in zip(state.values(), env.state_dict().values(), strict=True)
+        )
+        prefixed = env.state_dict(prefix="env.")
+        assert all(k.startswith("env.") for k in prefixed)
+
+    def test_pickle_keeps_the_drawn_seed_and_never_draws(self):
+        env = CartPoleEnv(3)  # seed drawn from torch's generator
+        rng = torch.get_rng_state()
+        clone = pickle.loads(pickle.dumps(env))
+        assert torch.equal(rng, torch.get_rng_state())
+        assert clone.seed == env.seed and clone.observe_velocity == env.observe_velocity
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES[::3], ids=SAVE_IDS[::3])
+    def test_bad_states_raise_before_anything_changes(self, cls, kwargs):
+        env = cls(**kwargs)
+        env.rollout(3, break_when_any_done=False) if cls is not CourseEnv else env.reset()
+        good = env.state_dict()
+        small = cls(**{**kwargs, "num_envs": kwargs["num_envs"] - 1}).state_dict()
+        steps = good["steps"].clone()
+        steps[0] = -1
+        cases = [
+            ([1, 2], TypeError, "state_dict must be a mapping"),
+            (
+                {k: v for k, v in good.items() if k != "episode"},
+                ValueError,
+                r"missing=\['episode'\]",
+            ),
+            ({**good, "extra": torch.zeros(1)}, ValueError, r"unexpected=\['extra'\]"),
+            (
+                {**good, "steps": good["steps"].tolist()},
+                TypeError,
+                r"state_dict\['steps'\] must be",
+            ),
+            ({**good, "steps": good["steps"].long()}, TypeError, "must have dtype torch.int32"),
+            ({**good, "seed": good["seed"][:1]}, ValueError, r"must have shape \(2,\)"),
+            ({**good, "steps": good["steps"].to("meta")}, ValueError, "meta tensor"),
+            (small, ValueError, f"num_envs={kwargs['num_envs'] - 1}"),
+            ({**good, "steps": steps}, ValueError, r"state_dict\['steps'\] holds -1"),
+            ({**good, "seed": torch.tensor([2**32, 0])}, ValueError, "seed words"),
+        ]
+        for state, err, match in cases:
+            with pytest.raises(err, match=match):
+                env.load_state_dict(state)
+            _assert_states_equal(env.state_dict(), good)
+        with pytest.raises(ValueError, match="strict must be True"):
+            env.load_state_dict(good, strict=False)
+        with pytest.raises(TypeError, match="assign must be a bool"):
+            env.load_state_dict(good, assign=None)
+
+    def test_collector_checkpoints_still_load(self):
+        # TorchRL collectors save an empty "env_state_dict" for a plain env and load it back
+        env = CartPoleEnv(2, seed=1)
+        collector = Collector(env, None, frames_per_batch=4, total_frames=8)
+        next(iter(collector))
+        before = env.state_dict()
+        collector.load_state_dict(collector.state_dict(), strict=False)  # no policy state
+        collector.shutdown()
+        _assert_states_equal(before, env.state_dict())
+
+    def test_course_counters_that_index_arrays_are_checked(self):
+        env = CourseEnv(3, seed=1, max_steps=5)
+        good = env.state_dict()
+        for column, value, match in [(3, 64, "segment"), (3, -1, "segment"), (0, -5, "passed")]:
+            counts = good["counts"].clone()
+            counts[1, column] = value
+            with pytest.raises(ValueError, match=match):
+                env.load_state_dict({**good, "counts": counts})
+        count = good["course.checkpoint_count"].clone()
+        count[0] = 33
+        with pytest.raises(ValueError, match="checkpoint_count"):
+            env.load_state_dict({**good, "course.checkpoint_count": count})
+        _assert_states_equal(env.state_dict(), good)
+
+
+# ----------------------------------------------------------------------------- fuzzing bad input
+FUZZ = settings(max_examples=40, deadline=None)
+FUZZ_N = 3
+
+
+@functools.cache
+def _fuzz_env(name: str) -> WarpEnv:
+    """One env per class, shared by the fuzz examples (each checks its state is unchanged)."""
+    cls = {"cartpole": CartPoleEnv, "pendulum": PendulumEnv, "course": CourseEnv}[name]
+    env = cls(FUZZ_N, seed=4, max_steps=5)
+    env.rollout(7, break_when_any_done=False)
+    return env
+
+
+def _action_is_bad(env: WarpEnv, action) -> bool:
+    spec = env.action_spec
+    if not isinstance(action, torch.Tensor) or action.shape != spec.shape:
+        return True
+    if action.dtype != spec.dtype:
+        return True
+    if isinstance(env, CartPoleEnv):
+        return bool(((action != 0) & (action != 1)).any())
+    return bool(action.isnan().any())
+
+
+FUZZ_ENVS = ["cartpole", "pendulum", "course"]
+
+
+class TestBadArgumentsFuzz:
+    """Random bad arguments to every public entry point raise TypeError or ValueError and leave
+    the env's ``state_dict()`` bitwise unchanged (so nothing ran before the check)."""
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(data=st.data())
+    def test_step_with_bad_actions(self, name, data):
+        env = _fuzz_env(name)
+        action = data.draw(st.one_of(tensors(leading=FUZZ_N), st.text(max_size=2)))
+        assume(_action_is_bad(env, action))
+        before = env.state_dict()
+        for call in (env.step, env.step_and_maybe_reset):
+            td = TensorDict({"action": action}, batch_size=[FUZZ_N])
+            with pytest.raises((TypeError, ValueError)):
+                call(td)
+            assert_state_unchanged(before, env)
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(mask=tensors(leading=FUZZ_N))
+    def test_reset_with_bad_masks(self, name, mask):
+        assume(mask.dtype != torch.bool or mask.shape not in ((FUZZ_N,), (FUZZ_N, 1)))
+        env = _fuzz_env(name)
+        before = env.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            env.reset(TensorDict({"_reset": mask}, batch_size=[FUZZ_N]))
+        assert_state_unchanged(before, env)
+
+    @FUZZ
+    @given(
+        mask=st.one_of(tensors(), not_tensors()), method=st.sampled_from(["regenerate", "respawn"])
+    )
+    def test_course_masks(self, mask, method):
+        assume(mask is not None)
+        assume(
+            not (
+                isinstance(mask, torch.Tensor)
+                and mask.dtype == torch.int32
+                and mask.shape == (FUZZ_N,)
+            )
+        )
+        env = _fuzz_env("course")
+        before = env.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            getattr(env, method)(mask)
+        assert_state_unchanged(before, env)
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(max_steps=bad_ints(1), fast=st.booleans())
+    def test_rollout_with_bad_max_steps(self, name, max_steps, fast):
+        env = _fuzz_env(name)
+        before = env.state_dict()
+        with pytest.raises((TypeError, ValueError)):
+            env.rollout(max_steps, break_when_any_done=False if fast else None)
+        assert_state_unchanged(before, env)
+
+    @pytest.mark.parametrize("name", FUZZ_ENVS)
+    @FUZZ
+    @given(data=st.data())
+    def test_load_state_dict_with_corrupted_states(self, name, data):
+        env = _fuzz_env(name)
+        before = env.state_dict()
+        state = dict(before)
+        key = data.draw(st.sampled_from(sorted(state)))
+        kind = data.draw(st.sampled_from(["drop", "add", "dtype", "shape", "junk", "value"]))
+        if kind == "drop":
+            del state[key]
+        elif kind == "add":
+            state[data.draw(st.text(max_size=4).filter(lambda k: k not in state))] = state[key]
+        elif kind == "dtype":
+            dtype = data.draw(st.sampled_from([d for d in DTYPES if d != state[key].dtype]))
+            state[key] = state[key].to(dtype)
+        elif kind == "shape":
+            shape = data.draw(st.lists(st.integers(0, 5), max_size=3))
+            assume(tuple(shape) != tuple(state[key].shape))
+            state[key] = torch.zeros(shape, dtype=state[key].dtype)
+        elif kind == "junk":
+            state[key] = data.draw(not_tensors())
+        else:
+            key = data.draw(st.sampled_from(["steps", "episode", "seed"]))
+            state[key] = state[key].clone()
+            state[key][data.draw(st.integers(0, state[key].shape[0] - 1))] = data.draw(
+                st.integers(-(2**31), -1) | st.integers(2**32, 2**40)
+                if key == "seed"
+                else st.integers(-(2**31), -1)
+            )
+        with pytest.raises((TypeError, ValueError)):
+            env.load_state_dict(state)
+        assert_state_unchanged(before, env)

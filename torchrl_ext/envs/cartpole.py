@@ -129,6 +129,11 @@ class CartPoleEnv(WarpEnv):
         """The ``[num_envs, 4]`` physical state ``(x, x_dot, theta, theta_dot)``, a live view."""
         return self._state
 
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        state = super()._state_tensors()
+        state["state"] = self._state
+        return state
+
     def _common_inputs(self) -> list:
         b = self.buffers
         return [self._wp_state, b["action"], self._wp_params, b["seed"], b["steps"], b["episode"]]

@@ -19,10 +19,11 @@ import warp as wp
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
+from torchrl_ext._checks import check_choice, check_int
 from torchrl_ext.envs._kernels import course_env as _k
 from torchrl_ext.envs.course import CourseGenerator, CourseParams
 from torchrl_ext.envs.course.generator import MIN_POINTS
-from torchrl_ext.envs.warp_env import Launch, WarpEnv
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require
 
 __all__ = ["CarConfig", "CourseEnv"]
 
@@ -87,14 +88,6 @@ def _check_constant(name: str, value: Any, positive: bool) -> None:
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {name}={value!r}.")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}.")
-    return int(value)
 
 
 class _RegenerateCommand:
@@ -199,13 +192,11 @@ class CourseEnv(WarpEnv):
         car = CarConfig() if car is None else car
         if not isinstance(car, CarConfig):
             raise TypeError(f"car must be a CarConfig, got car={car!r}.")
-        if crash not in _CRASH_MODES:
-            raise ValueError(f"crash must be one of {_CRASH_MODES}, got crash={crash!r}.")
-        self.num_points = _check_int("num_points", num_points, MIN_POINTS)
-        self.max_checkpoints = _check_int("max_checkpoints", max_checkpoints, 2)
-        self.num_rays = _check_int("num_rays", num_rays, 1)
-        self.laps = _check_int("laps", laps, 1)
-        self.crash = crash
+        self.crash = check_choice("crash", crash, _CRASH_MODES)
+        self.num_points = check_int("num_points", num_points, MIN_POINTS)
+        self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, 2)
+        self.num_rays = check_int("num_rays", num_rays, 1)
+        self.laps = check_int("laps", laps, 1)
         self.car = car
         self._params = params
         super().__init__(
@@ -273,6 +264,30 @@ class CourseEnv(WarpEnv):
             self._generator.regenerate(advance=False)
         self._launch_now(self._respawn_recipes(self._w["all_mask"], self._w["zero_mask"]))
         self._t["episode"].zero_()
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """The base's state, the car's pose, progress, counters and masks, and every course array.
+
+        The regeneration and respawn masks are saved too: a step writes them and the auto-reset
+        of the same step reads them, and they are cheap.
+        """
+        state = super()._state_tensors()
+        for name in ("pose", "track", "counts", "regen_mask", "respawn_mask"):
+            state[name] = getattr(self, f"_{name}")
+        for name, view in self._generator.views.items():
+            state[f"course.{name}"] = view
+        return state
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """The base's checks, plus the counters the kernels index course arrays with."""
+        super()._check_state_values(state)
+        passed, segment = state["counts"][:, _k.PASSED], state["counts"][:, _k.SEGMENT]
+        _require("counts", passed, passed >= 0, "checkpoints passed are >= 0")
+        in_range = (segment >= 0) & (segment < self.num_points)
+        _require("counts", segment, in_range, f"a segment index is in [0, {self.num_points})")
+        count = state["course.checkpoint_count"]
+        at_most = f"at most max_checkpoints={self.max_checkpoints}"
+        _require("course.checkpoint_count", count, count <= self.max_checkpoints, at_most)
 
     # ------------------------------------------------------------------ public views
     @property

@@ -105,6 +105,11 @@ class PendulumEnv(WarpEnv):
         """The ``[num_envs, 2]`` physical state ``(theta, theta_dot)``, a live view."""
         return self._state
 
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        state = super()._state_tensors()
+        state["state"] = self._state
+        return state
+
     def _counters(self) -> list:
         b = self.buffers
         return [self._wp_params, b["seed"], b["steps"], b["episode"]]

@@ -10,9 +10,12 @@ walk-through).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
+import inspect
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase
 
+from torchrl_ext._checks import check_bool, check_int
 from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
 from torchrl_ext.envs._memory import empty_output
 
@@ -126,6 +130,37 @@ def _check_seed(seed: Any) -> int:
     return int(seed)
 
 
+def _key_name(key: Any) -> str:
+    """A TensorDict key as one str: nested keys joined with dots."""
+    return key if isinstance(key, str) else ".".join(key)
+
+
+def _require(name: str, values: torch.Tensor, ok: torch.Tensor, why: str) -> None:
+    """Raise ``ValueError`` naming ``state_dict[name]`` unless ``ok`` (``values``' test) holds."""
+    if not bool(ok.all()):
+        bad = values[~ok][0].item()
+        raise ValueError(
+            f"state_dict[{name!r}] holds {bad!r}, which no run of this env reaches ({why}); "
+            "load a state saved by state_dict()."
+        )
+
+
+def _check_state_keys(given: set, expected: set) -> None:
+    missing, extra = sorted(expected - given), sorted(given - expected, key=repr)
+    if missing or extra:
+        raise ValueError(
+            f"state_dict must have exactly the keys of state_dict(); missing={missing}, "
+            f"unexpected={extra}. Load a state saved by an env built with the same arguments."
+        )
+
+
+def _rebuild(cls: type, args: tuple, kwargs: dict, state: dict) -> WarpEnv:
+    """Unpickle a WarpEnv: build it again, then load its saved state."""
+    env = cls(*args, **kwargs)
+    env.load_state_dict(state)
+    return env
+
+
 class WarpEnv(EnvBase):
     """Base class of batched TorchRL envs simulated by Warp kernels, with fused masked auto-reset.
 
@@ -151,11 +186,17 @@ class WarpEnv(EnvBase):
       recorded once with :class:`warp.ScopedCapture` and replayed afterwards;
     * **rollout fast path**: ``rollout(T, break_when_any_done=False)`` without a policy draws the
       T random actions up front and runs one kernel that writes ``[num_envs, T]`` outputs.
+    * **saving**: :meth:`state_dict` copies the whole simulation state into torch tensors and
+      :meth:`load_state_dict` restores it, after checking it, into an env built with the same
+      arguments, which then continues bitwise identically; ``pickle`` and ``copy.deepcopy``
+      rebuild the env from its constructor arguments and load its state.
 
     A subclass implements :meth:`_make_specs` (observation, action and reward specs),
-    :meth:`_allocate_state`, :meth:`_step_launches`, :meth:`_reset_launches` and optionally
-    :meth:`_rollout_launches` and :meth:`_check_action_values`. The Warp views of the buffers the
-    kernels read and write are in :attr:`buffers` (see :meth:`_allocate_buffers`).
+    :meth:`_allocate_state`, :meth:`_step_launches`, :meth:`_reset_launches`, adds its state
+    arrays to :meth:`_state_tensors` (what :meth:`state_dict` saves) and optionally implements
+    :meth:`_rollout_launches`, :meth:`_check_action_values` and :meth:`_check_state_values`.
+    The Warp views of the buffers the kernels read and write are in :attr:`buffers` (see
+    :meth:`_allocate_buffers`).
 
     Args:
         num_envs (int): number of simulated envs (the batch size).
@@ -185,6 +226,12 @@ class WarpEnv(EnvBase):
         (torch.Size([4, 1]), False)
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> WarpEnv:
+        """Create the env, remembering the constructor call (pickle and deepcopy repeat it)."""
+        env = super().__new__(cls, *args, **kwargs)
+        env.__dict__["_init_call"] = (args, kwargs)  # set before nn.Module.__init__ runs
+        return env
+
     def __init__(
         self,
         num_envs: int,
@@ -197,10 +244,11 @@ class WarpEnv(EnvBase):
     ) -> None:
         num_envs = _check_num_envs(num_envs)
         device = _check_device(device)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got dtype={dtype!r}.")
         if dtype not in _FLOAT_DTYPES:
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
-        if not isinstance(capture, bool):
-            raise TypeError(f"capture must be a bool, got capture={capture!r}.")
+        capture = check_bool("capture", capture)
         limit = _check_max_steps(max_steps)
         if seed is not None:
             seed = _check_seed(seed)
@@ -377,6 +425,212 @@ class WarpEnv(EnvBase):
     def seed(self) -> int:
         """The current 64-bit seed."""
         return self._seed
+
+    # ------------------------------------------------------------------ saving and restoring
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """Live torch views of every array that determines future steps, by state key.
+
+        The base's: step and episode counters, the done flags, the last reward and the ``next``
+        and ``root`` observations (what :meth:`buffers` hands out). Not the action and reset mask,
+        rewritten before every launch that reads them, nor the seed (see :meth:`state_dict`).
+        Subclasses add their own state to this dict and return it.
+        """
+        t = self._t
+        state = {name: t[name] for name in ("steps", "episode", *_DONE_KEYS, "reward")}
+        for which in ("next", "root"):
+            for key, val in t[which].items():
+                state[f"{which}.{_key_name(key)}"] = val
+        return state
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Raise ``ValueError`` for values no run of this env reaches (e.g. an index out of range).
+
+        ``state`` has the keys, dtypes and shapes of :meth:`state_dict` (already checked); the
+        base checks the counters and the seed words. Subclasses whose kernels index arrays with
+        state values extend this, so that a loaded state never makes a kernel read out of bounds.
+        """
+        for name in ("steps", "episode"):
+            _require(name, state[name], state[name] >= 0, "counters are never negative")
+        words = state["seed"]
+        _require("seed", words, (words >= 0) & (words < 2**32), "seed words are uint32")
+
+    def state_dict(
+        self,
+        *args: Any,
+        destination: dict | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        """The full simulation state, as fresh torch tensors (copies, never live views).
+
+        It holds everything that determines future steps: the physical state, the per-env step
+        and episode counters, the seed (``"seed"``: its two 32-bit words, low first, as int64),
+        the done flags and last outputs, and a subclass's own state (for
+        :class:`~torchrl_ext.envs.CourseEnv`: car, progress and every course array). An env of
+        the same class built with the same constructor arguments that loads it with
+        :meth:`load_state_dict` continues bitwise identically. It replaces
+        :meth:`torch.nn.Module.state_dict` (a WarpEnv has no parameters or buffers), with the
+        same signature.
+
+        Args:
+            *args: ignored, as :meth:`torch.nn.Module.state_dict` does with positional arguments.
+            destination (dict, optional): where entries are added. Defaults to a new dict.
+            prefix (str, optional): prepended to every key. Defaults to ``""``.
+            keep_vars (bool, optional): unused (nothing here is a parameter). Defaults to False.
+
+        Returns:
+            ``destination`` (or a new ordered dict) of state key to tensor.
+
+        Examples:
+            >>> import pickle
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs import CartPoleEnv
+            >>> actions = torch.randint(0, 2, (40, 4), generator=torch.Generator().manual_seed(0))
+            >>> def run(env, root):
+            ...     for action in actions:  # 40 steps: several auto-resets at max_steps=10
+            ...         root["action"] = action
+            ...         td, root = env.step_and_maybe_reset(root)
+            ...     return td["next", "observation"]
+            >>> env = CartPoleEnv(4, seed=0, max_steps=10)
+            >>> root = env.reset()
+            >>> saved, copied = env.state_dict(), pickle.loads(pickle.dumps(env))
+            >>> end = run(env, root.clone())
+            >>> fresh = CartPoleEnv(4, seed=0, max_steps=10)
+            >>> fresh.load_state_dict(saved)
+            >>> same = [bool((run(e, root.clone()) == end).all()) for e in (fresh, copied)]
+            >>> same
+            [True, True]
+        """
+        out = collections.OrderedDict() if destination is None else destination
+        for name, tensor in self._saved_state().items():
+            out[prefix + name] = tensor.clone()
+        return out
+
+    def _saved_state(self) -> dict[str, torch.Tensor]:
+        words = [self._seed & 0xFFFFFFFF, self._seed >> 32]
+        state = {"seed": torch.tensor(words, dtype=torch.int64, device=self.device)}
+        state.update(self._state_tensors())
+        return state
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> None:
+        """Restore a state saved by :meth:`state_dict`; the env then continues bitwise as the saver.
+
+        Everything is checked before anything is written, so a refused state leaves the env as
+        it was: the keys must be exactly those of :meth:`state_dict`, every value a tensor of the
+        saved dtype and shape (a state from an env with another ``num_envs`` is refused), and
+        every value one the env can reach (e.g. counters ``>= 0``). Tensors may be on any device;
+        they are copied into the env's arrays in place, so recorded launches and graphs stay
+        valid.
+
+        An empty mapping restores nothing: it is what a TorchRL collector's ``state_dict()``
+        holds for its env (``"env_state_dict"``), so ``collector.load_state_dict`` works; save
+        ``env.state_dict()`` next to it to restore the simulation too.
+
+        Args:
+            state_dict (Mapping[str, torch.Tensor]): a state from :meth:`state_dict` of an env of
+                the same class built with the same arguments (the seed may differ).
+            strict (bool, optional): must be True for a non-empty state: a partial state cannot
+                be restored. Defaults to True.
+            assign (bool, optional): must be False for a non-empty state: the env's arrays are
+                kept, values are copied in. Defaults to False.
+
+        Raises:
+            TypeError: if ``state_dict`` is not a mapping, a value is not a tensor or has the
+                wrong dtype.
+            ValueError: for missing or unexpected keys, a wrong shape, an out-of-range value, or
+                ``strict=False`` / ``assign=True``.
+        """
+        state = self._checked_state(state_dict, strict, assign)
+        if state is None:
+            return
+        live = self._state_tensors()
+        for name, tensor in live.items():
+            tensor.copy_(state[name])
+        words = [int(w) for w in state["seed"].tolist()]
+        with self._on_torch_stream():  # ordered after the launches already queued there
+            self._wp["seed"].assign(np.array(words, dtype=np.uint32))
+        self._seed = words[0] | (words[1] << 32)
+        if self._on_cuda:
+            wp.synchronize_device(self._wp_device)
+
+    def _checked_state(
+        self, state_dict: Any, strict: Any, assign: Any
+    ) -> dict[str, torch.Tensor] | None:
+        """``state_dict`` with every key, dtype, shape and value checked (nothing written).
+
+        ``None`` for an empty mapping.
+        """
+        strict, assign = check_bool("strict", strict), check_bool("assign", assign)
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(
+                f"state_dict must be a mapping from {type(self).__name__}.state_dict(), got "
+                f"state_dict of type {type(state_dict).__name__}."
+            )
+        if not state_dict:
+            return None  # what TorchRL collectors save for an env: nothing to restore
+        if not strict:
+            raise ValueError(
+                "strict must be True: a WarpEnv restores its whole state, got strict=False."
+            )
+        if assign:
+            raise ValueError(
+                "assign must be False: a WarpEnv copies values into its own arrays, got "
+                "assign=True."
+            )
+        reference = self._saved_state()
+        _check_state_keys(set(state_dict), set(reference))
+        state = {}
+        for name, ref in reference.items():
+            value = state_dict[name]
+            self._check_state_entry(name, value, ref)
+            state[name] = value.detach().to(self.device)
+        self._check_state_values(state)
+        return state
+
+    def _check_state_entry(self, name: str, value: Any, ref: torch.Tensor) -> None:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"state_dict[{name!r}] must be a torch.Tensor, got {type(value).__name__}."
+            )
+        if value.dtype != ref.dtype:
+            raise TypeError(
+                f"state_dict[{name!r}] must have dtype {ref.dtype}, got dtype={value.dtype}."
+            )
+        if value.is_meta:
+            raise ValueError(
+                f"state_dict[{name!r}] is a meta tensor, which holds no values; pass the tensors "
+                "state_dict() returned."
+            )
+        if value.shape == ref.shape:
+            return
+        if value.dim() == ref.dim() and ref.dim() > 0 and ref.shape[0] == self.num_envs:
+            raise ValueError(
+                f"state_dict[{name!r}] has shape {tuple(value.shape)}: it comes from an env with "
+                f"num_envs={value.shape[0]} (or another configuration), this env has "
+                f"num_envs={self.num_envs} and needs shape {tuple(ref.shape)}; load it into an "
+                "env built with the same arguments."
+            )
+        raise ValueError(
+            f"state_dict[{name!r}] must have shape {tuple(ref.shape)}, "
+            f"got shape={tuple(value.shape)}."
+        )
+
+    def _constructor_call(self) -> tuple[tuple, dict]:
+        """The constructor's arguments, with the seed this env drew if it was given none."""
+        args, kwargs = self.__dict__["_init_call"]
+        bound = inspect.signature(type(self).__init__).bind(None, *args, **kwargs)
+        if "seed" in inspect.signature(type(self).__init__).parameters:
+            bound.arguments["seed"] = self._seed  # a rebuild never draws from torch's generator
+        return bound.args[1:], bound.kwargs
+
+    def __reduce__(self) -> tuple:
+        """Pickle (and deepcopy) as the constructor call plus :meth:`state_dict`."""
+        args, kwargs = self._constructor_call()
+        return (_rebuild, (type(self), args, kwargs, self.state_dict()))
 
     # ------------------------------------------------------------------ launching
     def _launch_list(self, mode: str) -> list:
@@ -679,7 +933,12 @@ class WarpEnv(EnvBase):
 
         Returns:
             A ``[num_envs, max_steps]`` TensorDict whose last dim is named ``"time"``.
+
+        Raises:
+            TypeError: if ``max_steps`` is not an int.
+            ValueError: if ``max_steps < 1``; both before anything is reset or stepped.
         """
+        max_steps = check_int("max_steps", max_steps, minimum=1)
         fast = (
             policy is None
             and callback is None
@@ -688,8 +947,6 @@ class WarpEnv(EnvBase):
             and not break_when_all_done
             and set(kwargs) <= {"return_contiguous", "trust_policy", "auto_cast_to_device"}
             and self._post_step_mdp_hooks is None
-            and isinstance(max_steps, numbers.Integral)
-            and max_steps >= 1
             and type(self)._rollout_launches is not WarpEnv._rollout_launches
         )
         if not fast:
@@ -703,7 +960,7 @@ class WarpEnv(EnvBase):
                 tensordict=tensordict,
                 **kwargs,
             )
-        return self._fast_rollout(int(max_steps), tensordict)
+        return self._fast_rollout(max_steps, tensordict)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T, ...]`` random actions from the action spec (torch's global generator).

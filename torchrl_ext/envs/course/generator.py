@@ -10,6 +10,7 @@ parameters it was built with; an env-owning class (``CourseEnv``) calls
 from __future__ import annotations
 
 import enum
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 import warp as wp
 
+from torchrl_ext._checks import check_int
 from torchrl_ext.envs.course import _kernels as K
 
 __all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
@@ -346,13 +348,20 @@ class CourseGenerator:
     ) -> None:
         """Write next-course parameters; they take effect when those envs are regenerated.
 
+        Every argument is checked before anything is written: a call that raises leaves every
+        array as it was.
+
         Args:
-            env_ids (torch.Tensor or sequence of int, optional): envs to write. Defaults to all.
-            **values: :class:`CourseParams` field names to a scalar or a per-selected-env tensor.
+            env_ids (torch.Tensor or sequence of int, optional): distinct envs to write, each in
+                ``[0, num_envs)``. Defaults to all.
+            **values: :class:`CourseParams` field names to a scalar or a 1-d tensor with one
+                value per selected env.
 
         Raises:
-            TypeError: for an unknown parameter name or non-integer ``harmonics``.
-            ValueError: for an out-of-range value, naming it.
+            TypeError: for an unknown parameter name, a value that is not a number or tensor,
+                non-integer ``harmonics`` or non-integer ``env_ids``.
+            ValueError: for an out-of-range value or env id, repeated env ids, or a tensor whose
+                shape is not one value per selected env, naming it.
 
         Examples:
             >>> import warp as wp
@@ -363,17 +372,72 @@ class CourseGenerator:
             >>> print(gen.views["param_width"].tolist(), gen.views["width"].tolist())
             [2.0, 2.0, 3.0] [2.0, 2.0, 2.0]
         """
-        for name, value in values.items():
-            if name not in _PARAM_CHECKS:
+        index = self._env_index(env_ids)
+        count = self.num_envs if index is None else int(index.numel())
+        columns = {name: self._param_column(name, value, count) for name, value in values.items()}
+        # every argument is checked above: from here on nothing raises, so a call is all-or-nothing
+        rows = slice(None) if index is None else index
+        for name, column in columns.items():
+            self.views[f"param_{name}"][rows] = column
+
+    def _env_index(self, env_ids: torch.Tensor | Sequence[int] | None) -> torch.Tensor | None:
+        """``env_ids`` as a CPU int64 ``[k]`` tensor of distinct envs, or ``None`` for all."""
+        if env_ids is None:
+            return None
+        if isinstance(env_ids, torch.Tensor):
+            if env_ids.dtype == torch.bool or env_ids.is_floating_point() or env_ids.is_complex():
                 raise TypeError(
-                    f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_CHECKS)}."
+                    f"env_ids must hold integers, got env_ids.dtype={env_ids.dtype}; pass env "
+                    "indices, e.g. torch.tensor([0, 2])."
                 )
-            _PARAM_CHECKS[name](value)
-        index = slice(None) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
-        for name, value in values.items():
-            self.views[f"param_{name}"][index] = torch.as_tensor(value).to(
-                self.views[f"param_{name}"]
+            if env_ids.dim() > 1:
+                raise ValueError(
+                    f"env_ids must be 0-d or 1-d, got env_ids.shape={tuple(env_ids.shape)}."
+                )
+            index = env_ids.detach().to("cpu", torch.int64).reshape(-1)
+        elif isinstance(env_ids, Sequence) and not isinstance(env_ids, str):
+            try:
+                ids = [check_int("env_ids", i) for i in env_ids]
+            except TypeError:
+                raise TypeError(
+                    f"env_ids must hold ints, got env_ids={env_ids!r}; pass env indices, "
+                    "e.g. [0, 2]."
+                ) from None
+            index = torch.tensor(ids, dtype=torch.int64).reshape(-1)
+        else:
+            raise TypeError(
+                f"env_ids must be None, an integer tensor or a sequence of int, got "
+                f"env_ids={env_ids!r}."
             )
+        if bool(((index < 0) | (index >= self.num_envs)).any()):
+            raise ValueError(
+                f"env_ids must be in [0, {self.num_envs}), got env_ids={index.tolist()!r}."
+            )
+        if int(index.unique().numel()) != int(index.numel()):
+            raise ValueError(f"env_ids must be distinct, got env_ids={index.tolist()!r}.")
+        return index
+
+    def _param_column(self, name: str, value: float | torch.Tensor, count: int) -> torch.Tensor:
+        """``value`` checked and converted to the ``[count]`` column written to ``param_<name>``."""
+        if name not in _PARAM_CHECKS:
+            raise TypeError(
+                f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_CHECKS)}."
+            )
+        if isinstance(value, bool) or (
+            isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.is_complex())
+        ):
+            raise TypeError(f"{name} must be a real number or tensor, got {name}={value!r}.")
+        if not isinstance(value, (numbers.Real, torch.Tensor)):
+            raise TypeError(f"{name} must be a number or a tensor, got {name}={value!r}.")
+        _PARAM_CHECKS[name](value)
+        target = self.views[f"param_{name}"]
+        column = torch.as_tensor(value).detach().to(target.device, target.dtype)
+        if column.dim() > 1 or column.numel() not in (1, count):
+            raise ValueError(
+                f"{name} must be a scalar or have shape ({count},) (one value per selected env), "
+                f"got {name}.shape={tuple(column.shape)}."
+            )
+        return column.reshape(-1).expand(count)
 
     def check_mask(self, mask: wp.array | torch.Tensor) -> wp.array:
         """Validate a regeneration mask and return it as a Warp array sharing its memory.
