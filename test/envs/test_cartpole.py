@@ -225,7 +225,7 @@ class TestCartPoleEnv:
         ("kwargs", "err", "match"),
         [
             ({"num_envs": 0}, ValueError, "num_envs=0"),
-            ({"num_envs": 2.5}, ValueError, "num_envs=2.5"),
+            ({"num_envs": 2.5}, TypeError, "num_envs=2.5"),
             ({"num_envs": 2, "dtype": torch.float16}, ValueError, "dtype=torch.float16"),
             ({"num_envs": 2, "max_steps": 0}, ValueError, "max_steps=0"),
             ({"num_envs": 2, "observe_velocity": 1}, TypeError, "observe_velocity=1"),

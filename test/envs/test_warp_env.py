@@ -361,6 +361,7 @@ class TestWarpEnv:
         assert env.action_spec.is_in(env.rand_action()["action"])
 
     def test_collector_random_frames_use_the_env_rand_action(self):
+        torch.manual_seed(38)  # rand_action draws from the global generator (restored after)
         env = CartPoleEnv(64, seed=38)
         collector = Collector(
             env, None, frames_per_batch=64 * 50, total_frames=64 * 50, init_random_frames=64 * 50

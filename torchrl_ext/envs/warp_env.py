@@ -14,7 +14,6 @@ import collections
 import contextlib
 import functools
 import inspect
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,20 +89,10 @@ def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, value, _zero_scalar(value.dtype))
 
 
-def _check_num_envs(num_envs: Any) -> int:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got num_envs={num_envs!r}.")
-    return int(num_envs)
-
-
 def _check_max_steps(max_steps: Any) -> int:
     if max_steps is None:
         return _NO_LIMIT
-    if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral):
-        raise ValueError(f"max_steps must be None or an int >= 1, got max_steps={max_steps!r}.")
-    if not 1 <= max_steps <= _NO_LIMIT:
-        raise ValueError(f"max_steps must be in [1, 2**31 - 1], got max_steps={max_steps!r}.")
-    return int(max_steps)
+    return check_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
 
 
 def _check_device(device: Any) -> torch.device:
@@ -123,11 +112,7 @@ def _check_device(device: Any) -> torch.device:
 
 
 def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int or None, got seed={seed!r}.")
-    if not 0 <= seed < _MAX_SEED:
-        raise ValueError(f"seed must be in [0, 2**64), got seed={seed!r}.")
-    return int(seed)
+    return check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
 
 
 def _key_name(key: Any) -> str:
@@ -242,7 +227,7 @@ class WarpEnv(EnvBase):
         dtype: torch.dtype = torch.float32,
         capture: bool = False,
     ) -> None:
-        num_envs = _check_num_envs(num_envs)
+        num_envs = check_int("num_envs", num_envs, minimum=1)
         device = _check_device(device)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype, got dtype={dtype!r}.")
