@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
-from torchrl.modules import LSTMModule
+from torchrl.data import Categorical, LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+from torchrl.modules import GRUModule, LSTMModule, QValueActor
 from torchrl.objectives import SoftUpdate
 
 from torchrl_ext.data import Sequence
@@ -406,6 +406,44 @@ class TestR2D2LossOracle:
         assert not torch.allclose(ours, grads[False], rtol=1e-3, atol=1e-5)
 
 
+class TestR2D2LossNetworks:
+    """What a TorchRL DQN user passes works: a QValueActor around the network, a GRUModule;
+    the loss reads the sample and writes only its priority key."""
+
+    def test_sample_untouched_but_priority(self):
+        sample = window_buffer(random_episodes(4), seed=4).sample()
+        before = sample.clone()
+        loss, _, _ = make_loss(4, 3, 3, 0.9)
+        loss(sample)
+        assert set(sample.keys(True, True)) == set(before.keys(True, True)) | {"td_error"}
+        assert (sample.exclude("td_error") == before).all()
+
+    def test_qvalue_actor(self):
+        sample = window_buffer(random_episodes(4), seed=4).sample()
+        net = lstm_network(4)[0]
+        plain = R2D2Loss(net, burn_in=3, n_step=3, gamma=0.9)(sample.clone())["loss"]
+        actor = QValueActor(copy.deepcopy(net), spec=Categorical(ACTIONS))
+        wrapped = R2D2Loss(actor, burn_in=3, n_step=3, gamma=0.9)(sample)["loss"]
+        torch.testing.assert_close(wrapped, plain)
+
+    def test_gru_network_burns_in(self):
+        """GRU states are found too: a burn-in record's input moves the loss."""
+        gru = GRUModule(
+            OBS, HIDDEN, in_keys=["observation", "rs_h"], out_keys=["f", ("next", "rs_h")]
+        )
+        net = TensorDictSequential(
+            gru, TensorDictModule(nn.Linear(HIDDEN, 2), ["f"], ["action_value"])
+        )
+        data = random_episodes(6).exclude("rs_c")
+        sample = window_buffer(data, seed=6).sample()
+        loss = R2D2Loss(net, burn_in=3, n_step=3, gamma=0.9)
+        first = loss(sample.clone())["loss"]
+        moved = sample.clone()
+        moved["observation"][:, 0] += 1.0  # a burn-in record's input
+        second = loss(moved)["loss"]
+        assert torch.isfinite(first) and not torch.allclose(first, second)
+
+
 class TestR2D2LossPriorities:
     """``rb.update_tensordict_priority(sample)`` after the loss writes each anchor's R2D2
     mixture of its learning records' |TD| into the sum tree; target updaters plug in."""
@@ -472,6 +510,10 @@ class TestR2D2LossValidation:
         with pytest.raises(ValueError, match=match):
             loss(sample)
         assert "td_error" not in sample.keys()
+
+    def test_not_a_tensordict(self):
+        with pytest.raises(TypeError, match="tensordict"):
+            self.lstm_loss()({"observation": torch.zeros(2, 9)})
 
     def test_not_batch_time(self):
         sample = self.sample()

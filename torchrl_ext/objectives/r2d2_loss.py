@@ -260,7 +260,7 @@ class R2D2Loss(LossModule):
     def in_keys(self) -> list[NestedKey]:
         """Every key a call reads (``priority_weight`` is read when present)."""
         keys = self.tensor_keys
-        return [
+        read = [
             *self._network_in_keys,
             *[_next(k) for k in self.observation_keys],
             keys.action,
@@ -271,6 +271,7 @@ class R2D2Loss(LossModule):
             keys.validity_mask,
             keys.learning_mask,
         ]
+        return list(dict.fromkeys(unravel_key(k) for k in read))
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         """No value estimator to forward keys to: the loss builds its targets itself."""
