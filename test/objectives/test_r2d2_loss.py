@@ -418,6 +418,19 @@ class TestR2D2LossNetworks:
         assert set(sample.keys(True, True)) == set(before.keys(True, True)) | {"td_error"}
         assert (sample.exclude("td_error") == before).all()
 
+    def test_reset_flags_on_padding_are_ignored(self):
+        """Padding after the valid run carries on from the last valid record's state, so
+        that the first padded step values its next observation, whatever its is_init."""
+        sample = window_buffer(random_episodes(1), seed=1).sample()
+        loss, _, _ = make_loss(1, 3, 3, 0.9)
+        loss(sample)
+        flagged = sample.clone()
+        late = torch.arange(sample.shape[1]) > 3
+        flagged["is_init"] = flagged["is_init"] | (~flagged["validity_mask"] & late)
+        assert bool((flagged["is_init"] != sample["is_init"]).any())
+        loss(flagged)
+        torch.testing.assert_close(flagged["td_error"], sample["td_error"])
+
     def test_qvalue_actor(self):
         sample = window_buffer(random_episodes(4), seed=4).sample()
         net = lstm_network(4)[0]

@@ -392,10 +392,14 @@ class R2D2Loss(LossModule):
         Invalid records after the valid run read the next observation of the record before
         them, and one extra step reads the last record's.
         """
-        extra = rest[:, -1:].exclude("next").clone()
-        if _NETWORK_IS_INIT in extra.keys():
-            extra.set(_NETWORK_IS_INIT, torch.zeros_like(extra.get(_NETWORK_IS_INIT)))
-        steps = torch.cat([rest.exclude("next"), extra], 1)
+        steps = torch.cat([rest.exclude("next"), rest[:, -1:].exclude("next")], 1)
+        if _NETWORK_IS_INIT in steps.keys():
+            # no valid record after the first starts an episode (checked), so a flag there sits
+            # on padding, which must carry on from the last valid record's state
+            flags = steps.get(_NETWORK_IS_INIT)
+            steps.set(
+                _NETWORK_IS_INIT, torch.cat([flags[:, :1], torch.zeros_like(flags[:, 1:])], 1)
+            )
         for key in self.observation_keys:
             obs, nxt = rest.get(key), rest.get(_next(key))
             follow = torch.cat([obs[:, :1], nxt[:, :-1]], 1)
