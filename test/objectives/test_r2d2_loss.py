@@ -375,6 +375,17 @@ class TestR2D2LossOracle:
             for p, q in zip(ours.parameters(), ref.parameters(), strict=True):
                 torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-3, atol=1e-5)
 
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    def test_cuda_matches_cpu(self):
+        sample = window_buffer(random_episodes(2), seed=2).sample()
+        loss, _, _ = make_loss(2, 3, 3, 0.9)
+        cpu = sample.clone()
+        expected = loss(cpu)["loss"].detach()
+        gpu = sample.to("cuda")
+        out = loss.to("cuda")(gpu)
+        torch.testing.assert_close(out["loss"].detach().cpu(), expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gpu["td_error"].cpu(), cpu["td_error"], rtol=1e-4, atol=1e-5)
+
     def test_without_rescaling(self):
         burn_in, n_step, gamma = 2, 2, 0.8
         rb = window_buffer(random_episodes(5), burn_in=burn_in, n_step=n_step, seed=5)
