@@ -925,7 +925,8 @@ def two_dim_buffer(steps: int = 6, lanes: int = 3) -> TensorDictReplayBuffer:
 
 
 def storage_snapshot(rb) -> TensorDict:
-    return rb.storage._storage.clone()
+    """A copy of the written records (unwritten slots hold whatever memory they got)."""
+    return rb.storage._storage[: len(rb.storage)].clone()
 
 
 class TestSequenceHardening:
