@@ -20,6 +20,11 @@ def make_batch(n_envs, steps):
     return TensorDict({"env": env.clone(), "time": time.clone()}, batch_size=[n_envs, steps])
 
 
+def rows_of(batch) -> list[int]:
+    """The env indices of a minibatch's rows."""
+    return batch["env"][:, 0].tolist()
+
+
 def check_whole_rows(batch, steps):
     assert batch.batch_size[1] == steps
     assert torch.equal(batch["time"], torch.arange(steps).expand_as(batch["time"]))
@@ -99,11 +104,27 @@ class TestEnvMajorMinibatches:
             ({"envs_per_minibatch": 2.0}, TypeError, "envs_per_minibatch=2.0"),
             ({"envs_per_minibatch": True}, TypeError, "envs_per_minibatch=True"),
             ({"envs_per_minibatch": 2, "epochs": 1.0}, TypeError, "epochs=1.0"),
+            ({"envs_per_minibatch": 2, "shuffle": 1}, TypeError, "shuffle=1"),
         ],
     )
     def test_bad_arguments(self, kwargs, error, match):
         with pytest.raises(error, match=match):
             EnvMajorMinibatches(make_batch(4, 2), **kwargs)
+
+    @pytest.mark.parametrize(("n_envs", "per"), [(5, 2), (6, 3), (4, 9), (1, 1)])
+    def test_without_shuffle_envs_come_in_order(self, n_envs, per):
+        data = make_batch(n_envs, 3)
+        mb = EnvMajorMinibatches(data, per, epochs=2, shuffle=False)
+        expected = [list(range(i, min(i + per, n_envs))) for i in range(0, n_envs, per)] * 2
+        got = [rows_of(batch) for batch in mb]
+        assert got == expected and len(mb) == len(expected)
+        assert all((b == data[e]).all() for b, e in zip(mb, expected, strict=True))
+
+    def test_without_shuffle_no_generator_is_drawn(self):
+        gen = torch.Generator().manual_seed(3)
+        state = gen.get_state()
+        list(EnvMajorMinibatches(make_batch(7, 2), 3, shuffle=False, generator=gen))
+        assert torch.equal(gen.get_state(), state)
 
     def test_numpy_ints_are_accepted(self):
         mb = EnvMajorMinibatches(make_batch(5, 2), np.int64(2), epochs=np.int32(1))

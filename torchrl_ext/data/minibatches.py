@@ -39,11 +39,21 @@ def _check_generator(generator: torch.Generator | None) -> torch.Generator | Non
 
 
 def env_chunks(
-    n_envs: int, envs_per_minibatch: int, generator: torch.Generator | None, device=None
+    n_envs: int,
+    envs_per_minibatch: int,
+    generator: torch.Generator | None,
+    device=None,
+    shuffle: bool = True,
 ) -> list[torch.Tensor]:
-    """One epoch of env indices: a permutation cut into chunks (last one possibly shorter)."""
-    perm = torch.randperm(n_envs, generator=generator, device=device)
-    return list(perm.split(envs_per_minibatch))
+    """One epoch of env indices cut into chunks (last one possibly shorter).
+
+    The indices are a fresh permutation, or ``0 .. n_envs - 1`` in order without ``shuffle``.
+    """
+    if shuffle:
+        order = torch.randperm(n_envs, generator=generator, device=device)
+    else:
+        order = torch.arange(n_envs, device=device)
+    return list(order.split(envs_per_minibatch))
 
 
 class EnvMajorMinibatches:
@@ -53,12 +63,19 @@ class EnvMajorMinibatches:
     ``data[chunk]`` for consecutive chunks of ``envs_per_minibatch`` envs, so every env appears
     exactly once per epoch, rows keep all their timesteps in order, and the last minibatch is
     shorter when ``N_env`` is not divisible. Iterating again continues with new permutations.
+    With ``shuffle=False`` every epoch takes the envs in their natural order ``0 .. N_env - 1``
+    (deterministic minibatches, e.g. for debugging or for a value pass over the whole batch).
 
     Args:
         data (TensorDictBase): the batch, env dim first (``batch_dims >= 2``) and holding at
             least one env (a batch of 0 envs is refused: an epoch over it would be empty).
-        envs_per_minibatch (int): envs per minibatch.
-        epochs (int, optional): permutations per pass over the iterator. Defaults to ``1``.
+        envs_per_minibatch (int): envs per minibatch, ``>= 1``. ``0`` is refused rather than
+            rounded up, since a minibatch of no envs holds no data; values above ``N_env``
+            give one minibatch of all envs per epoch.
+        epochs (int, optional): passes over the envs per pass over the iterator. Defaults to
+            ``1``.
+        shuffle (bool, optional): draw a fresh permutation of the envs each epoch. Defaults to
+            ``True``.
         generator (torch.Generator, optional): source of the permutations. Defaults to
             ``None`` (torch's default generator).
 
@@ -73,6 +90,8 @@ class EnvMajorMinibatches:
         >>> rows = torch.cat([b["obs"][:, 0] for b in mb][:3])
         >>> sorted((rows // 4).tolist())
         [0, 1, 2, 3, 4]
+        >>> [(b["obs"][:, 0] // 4).tolist() for b in EnvMajorMinibatches(data, 2, shuffle=False)]
+        [[0, 1], [2, 3], [4]]
     """
 
     def __init__(
@@ -81,6 +100,7 @@ class EnvMajorMinibatches:
         envs_per_minibatch: int,
         *,
         epochs: int = 1,
+        shuffle: bool = True,
         generator: torch.Generator | None = None,
     ):
         if not isinstance(data, TensorDictBase):
@@ -98,6 +118,7 @@ class EnvMajorMinibatches:
             )
         self.envs_per_minibatch = check_int("envs_per_minibatch", envs_per_minibatch, minimum=1)
         self.epochs = check_int("epochs", epochs, minimum=1)
+        self.shuffle = check_bool("shuffle", shuffle)
         self.generator = _check_generator(generator)
         self.data = data
 
@@ -111,7 +132,10 @@ class EnvMajorMinibatches:
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         for _ in range(self.epochs):
-            for chunk in env_chunks(self.n_envs, self.envs_per_minibatch, self.generator):
+            chunks = env_chunks(
+                self.n_envs, self.envs_per_minibatch, self.generator, shuffle=self.shuffle
+            )
+            for chunk in chunks:
                 yield self.data[chunk.to(self.data.device or "cpu")]
 
 
