@@ -50,6 +50,7 @@ def gae_reference(reward, value, next_value, terminated, done, gamma, lmbda):
     Inputs are ``[N, T, K]`` (bool flags broadcastable to the values), one floating dtype.
     The arithmetic is the compiled kernels', step for step.
     """
+
     def scalar(x):
         return torch.tensor(x, dtype=reward.dtype, device=reward.device)
 
