@@ -1,153 +1,124 @@
-"""Prints the ratio table for issue 3's speed targets (1 torch thread, medians, same run).
+"""Prints RecurrentGAE's speed ratios against its anchors, over several fresh processes.
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/gae_report.py [--rounds 15]
+    PYTHONPATH=. python benchmarks/gae_report.py [--processes 6] [--rounds 15]
 
-Cases are timed round-robin (one call of each per round, in an order shuffled every round) so
-that load from other processes hits all of them alike; the table shows per-case medians and
-the ratios the issue targets.
+Each process times the cases round-robin (one call of each per round, in an order shuffled
+every round) with one torch thread and the C library's default allocator settings, as GAE
+runs in a training loop: between other calls that allocate and free large blocks. It also
+counts the minor page faults of each call (fresh pages mapped on first touch). The table
+shows each process's medians and ratios, then the spread of the ratios over the processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import time
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from test_gae_benchmark import (
-    GAMMA,
-    HIDDEN,
-    LMBDA,
-    plain_cases,
-    plain_rollout,
-    recurrent_cases,
-    settle_allocator,
-)
-
-from torchrl_ext.objectives import _gae_cpu
+from test_gae_benchmark import HIDDEN, plain_cases, recurrent_cases
 
 PLAIN_SIZE = (4096, 256)
 RECURRENT_SIZE = (256, 128)
-#: Bytes one plain-GAE call must move at 4096 x 256 float32: reward, value and next value in,
-#: two bool flags in, advantage and value target out.
-PLAIN_BYTES = PLAIN_SIZE[0] * PLAIN_SIZE[1] * (3 * 4 + 2 + 2 * 4)
+RATIOS = {
+    "torchrl GAE / ours (>= 6)": ("plain", "torchrl_gae", "ours"),
+    "SB3 numpy / ours (>= 1.5)": ("plain", "sb3_numpy_time_major", "ours"),
+    "ours / raw nn.LSTM (<= 1.3)": ("recurrent", "ours", "raw_nn_lstm_T_plus_1"),
+    "torchrl GAE(deactivate_vmap) / ours (>= 4)": (
+        "recurrent",
+        "torchrl_gae_deactivate_vmap",
+        "ours",
+    ),
+}
 
 
-def round_robin(cases: dict, rounds: int, seed: int = 0) -> dict[str, float]:
-    """Median seconds per case, timing one call of each case per round after a warm-up.
-
-    The order is shuffled every round (seeded): in a fixed order each case would always run
-    right after the same other one, with the caches in the state that one leaves (after
-    ``ours``, torchrl's call finds the same rollout already in the cache; after the memory
-    copy, ``ours`` finds it evicted).
-    """
+def round_robin(cases: dict, rounds: int, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Per case: median milliseconds and median page faults of one call, after a warm-up."""
     times = {name: [] for name in cases}
+    faults = {name: [] for name in cases}
     for fn in cases.values():
         fn()
     order, rng = list(cases), random.Random(seed)
     for _ in range(rounds):
         rng.shuffle(order)
         for name in order:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             cases[name]()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return {
+        name: (statistics.median(times[name]) * 1e3, statistics.median(faults[name]))
+        for name in cases
+    }
 
 
-def copy_floor(n_bytes: int) -> dict:
-    """A memory-bandwidth floor measured in the same run: copying ``n_bytes / 2`` bytes."""
-    src = torch.empty(n_bytes // 8, dtype=torch.float32).uniform_()
-    dst = torch.empty_like(src)
-    return {"memcpy_same_traffic": lambda: dst.copy_(src)}
+def one_process(rounds: int) -> dict:
+    """The timings of this process."""
+    torch.set_num_threads(1)
+    plain = round_robin(plain_cases(*PLAIN_SIZE), rounds)
+    cases = recurrent_cases(*RECURRENT_SIZE)
+    slow = {"torchrl_gae_deactivate_vmap": cases.pop("torchrl_gae_deactivate_vmap")}
+    # ours and the raw LSTM alternate tightly; torchrl's slow call is timed on its own
+    recurrent = round_robin(cases, rounds * 2)
+    recurrent.update(round_robin(slow, max(3, rounds // 3)))
+    return {"plain": plain, "recurrent": recurrent}
 
 
-def warm_kernel(n_envs: int, steps: int) -> dict:
-    """The CPU scan kernel alone, writing into preallocated (already touched) outputs.
-
-    The gap between this and a full call is the Python side (reading and checking the
-    tensordict, deriving ``is_init``, writing the outputs) and allocating the outputs.
-    """
-    td = plain_rollout(n_envs, steps)
-    keys = [("next", "reward"), "state_value", ("next", "state_value")]
-    flags = [("next", "terminated"), ("next", "done")]
-    inputs = tuple(td[key][..., 0].numpy() for key in keys + flags)
-    coefs = (np.float32(GAMMA), np.float32(GAMMA * LMBDA))
-    outputs = (np.zeros_like(inputs[0]), np.zeros_like(inputs[0]))
-    last_done = np.zeros(n_envs, dtype=np.bool_)
-
-    def launch():
-        _gae_cpu._scan_rows(inputs, coefs, outputs, last_done)
-
-    return {"ours_kernel_warm_outputs": launch}
-
-
-def page_faults(fn, calls: int = 3) -> float:
-    """Minor page faults per call of ``fn`` (fresh pages the kernel had to map)."""
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(calls):
-        fn()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+def ratios(result: dict) -> dict[str, float]:
+    return {
+        label: result[part][num][0] / result[part][den][0]
+        for label, (part, num, den) in RATIOS.items()
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--processes", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    settle_allocator()
-
-    plain = round_robin(
-        {**plain_cases(*PLAIN_SIZE), **warm_kernel(*PLAIN_SIZE), **copy_floor(PLAIN_BYTES)},
-        args.rounds,
-    )
-    cases = recurrent_cases(*RECURRENT_SIZE)
-    slow = {"torchrl_gae_deactivate_vmap": cases.pop("torchrl_gae_deactivate_vmap")}
-    # ours and the raw LSTM alternate tightly; torchrl's slow call is timed on its own
-    recurrent = round_robin(cases, args.rounds * 2)
-    faults = {name: page_faults(fn) for name, fn in cases.items()}
-    recurrent.update(round_robin(slow, max(3, args.rounds // 3)))
-
-    ms = {k: v * 1e3 for k, v in {**plain, **recurrent}.items()}
-    print(f"torch {torch.__version__}, 1 thread, medians of round-robin timings (ms)\n")
-    print(f"## Plain GAE {PLAIN_SIZE[0]}x{PLAIN_SIZE[1]} float32, env-major input")
-    for name in plain:
-        print(f"  {name:28s} {plain[name] * 1e3:9.2f} ms")
-    print(
-        f"  torchrl GAE / ours            {plain['torchrl_gae'] / plain['ours']:9.1f}x"
-        "  (target >= 8)"
-    )
-    print(
-        f"  SB3 numpy / ours              {plain['sb3_numpy_time_major'] / plain['ours']:9.2f}x"
-        "  (target >= 1)"
-    )
-    floor = plain["memcpy_same_traffic"]
-    print(
-        f"  ours / memcpy floor           {plain['ours'] / floor:9.2f}x"
-        f"  ({PLAIN_BYTES / 1e6:.0f} MB of traffic)"
-    )
-    print(f"  kernel (warm outputs) / floor {plain['ours_kernel_warm_outputs'] / floor:9.2f}x")
-    print(
-        f"\n## Recurrent recompute, LSTM hidden {HIDDEN}, {RECURRENT_SIZE[0]}x{RECURRENT_SIZE[1]}"
-    )
-    for name in recurrent:
-        fault_note = f"  ({faults[name]:.0f} page faults per call)" if name in faults else ""
-        print(f"  {name:28s} {ms[name]:9.2f} ms{fault_note}")
-    raw = recurrent["raw_nn_lstm_T_plus_1"]
-    print(f"  ours / raw nn.LSTM [N, T+1]   {recurrent['ours'] / raw:9.2f}x  (target <= 1.3)")
-    print(
-        f"  torchrl GAE(deactivate_vmap) / ours "
-        f"{recurrent['torchrl_gae_deactivate_vmap'] / recurrent['ours']:6.1f}x  (target >= 4)"
-    )
+    if args.one:
+        print(json.dumps(one_process(args.rounds)))
+        return
+    command = [sys.executable, os.path.abspath(__file__), "--one", "--rounds", str(args.rounds)]
+    results = []
+    for _ in range(args.processes):
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    print(f"torch {torch.__version__}, 1 thread, default allocator, {args.processes} processes")
+    print("medians of round-robin timings: ms (page faults per call)\n")
+    titles = {
+        "plain": f"Plain GAE {PLAIN_SIZE[0]}x{PLAIN_SIZE[1]} float32, env-major input",
+        "recurrent": f"Recurrent recompute, LSTM hidden {HIDDEN}, "
+        f"{RECURRENT_SIZE[0]}x{RECURRENT_SIZE[1]}",
+    }
+    for part, title in titles.items():
+        print(f"## {title}")
+        for name in results[0][part]:
+            cells = "  ".join(
+                f"{ms:7.2f} ({pf:4.0f})" for ms, pf in (r[part][name] for r in results)
+            )
+            print(f"  {name:28s} {cells}")
+        print()
+    print("## Ratios per process, then min / median / max")
+    per_process = [ratios(r) for r in results]
+    for label in RATIOS:
+        values = [p[label] for p in per_process]
+        cells = " ".join(f"{v:6.2f}" for v in values)
+        spread = f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+        print(f"  {label:44s} {cells}   [{spread}]")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,12 @@ vs torchrl's ``GAE(deactivate_vmap=True)``.
 
 Sizes are small by default so CI can smoke-run the file with ``--benchmark-disable``; set
 ``TORCHRL_EXT_BENCH_FULL=1`` for the issue's sizes (4096 x 256 plain, 256 x 128 recurrent),
-or run ``benchmarks/gae_report.py`` for the ratio table. One torch thread throughout.
+or run ``benchmarks/gae_report.py`` for the ratio table. One torch thread throughout; the C
+library's allocator keeps its default settings, as in a user's process.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 from dataclasses import dataclass
 
@@ -35,36 +35,10 @@ GAMMA, LMBDA = 0.99, 0.95
 P_TERMINATED, P_TRUNCATED = 0.01, 0.005
 
 
-def settle_allocator() -> None:
-    """Fixes glibc malloc's thresholds, so that no case's time depends on the process's history.
-
-    By default glibc maps every block above its mmap threshold afresh (page-faulted again on
-    each call), raises that threshold to the size of any mapped block freed, and returns free
-    memory at the top of the heap to the system past a trim threshold. So whether a call maps
-    fresh pages depended on what ran before it in the process: one raw ``nn.LSTM`` pass over
-    ``[256, 129]`` took about 23 ms with 2,118 page faults a call in one process and 17.5 ms
-    with none in another. Fixing both thresholds at 256 MiB keeps every case's blocks (each
-    well under that) on the heap and mapped: no case pays page faults after its warm-up. This
-    favours the anchors as much as our code. A no-op where the C library is not glibc.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # pragma: no cover - not glibc
-        return
-    for option in (_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD):
-        libc.mallopt(option, _SETTLED_THRESHOLD)
-
-
-#: glibc ``mallopt`` options (malloc.h) and the value both are fixed at.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_SETTLED_THRESHOLD = 256 * 2**20
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    settle_allocator()
     yield
     torch.set_num_threads(threads)
 

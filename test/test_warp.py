@@ -28,7 +28,7 @@ USE_THE_LIBRARY = textwrap.dedent(
     from torchrl_ext import Sequence
     from torchrl_ext.envs import CartPoleEnv
     from torchrl_ext.objectives import RecurrentGAE
-    from torchrl_ext.objectives import _gae_kernels
+    from torchrl_ext.objectives._kernels import gae_scan
 
     env = CartPoleEnv(num_envs=4, seed=0)
     td = env.rand_step(env.reset())
@@ -49,13 +49,17 @@ USE_THE_LIBRARY = textwrap.dedent(
         [n, t],
     )
     out = RecurrentGAE(gamma=0.9, lmbda=0.9)(data)
+    # RecurrentGAE runs the GAE Warp kernel on CUDA; here it is launched on the CPU directly
+    x = data["state_value"]
+    inputs = [x, x, x, done.expand(n, t, k), done.expand(n, t, k)]
+    gae_scan.scan_warp(inputs, 0.9, 0.9, torch.empty_like(x), torch.empty_like(x))
     import warp as wp
     with open(sys.argv[1], "w") as f:
         json.dump(
             {
                 "rollout": list(rollout.shape),
                 "advantage": list(out["advantage"].shape),
-                "gae_warp_devices": sorted(_gae_kernels._LOADED_DEVICES),
+                "gae_warp_devices": sorted(gae_scan._LOADED_DEVICES),
                 "log_level": wp.config.log_level,
                 "version": wp.config.version,
             },
@@ -106,7 +110,7 @@ class TestWarpOutput:
         assert report["log_level"] == wp.LOG_INFO
         assert f"Warp {report['version']} initialized" in proc.stdout
         assert "Module torchrl_ext.envs._kernels.cartpole" in proc.stdout
-        assert "Module torchrl_ext.objectives._gae_kernels" in proc.stdout
+        assert "Module torchrl_ext.objectives._kernels.gae_scan" in proc.stdout
         assert "load on device 'cpu'" in proc.stdout
 
 

@@ -30,7 +30,7 @@ from torchrl.modules import (
 )
 from torchrl.objectives import ClipPPOLoss
 
-from torchrl_ext.objectives import RecurrentGAE, _gae_cpu, _gae_kernels, carry_recurrent_state
+from torchrl_ext.objectives import RecurrentGAE, carry_recurrent_state
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -120,8 +120,8 @@ class TestRecurrentGAEScan:
     @pytest.mark.parametrize("steps", [9, 12])
     @pytest.mark.parametrize("device", DEVICES)
     def test_env_major_matches_reference(self, mode, dtype, steps, device):
-        """float32/float64 take the numba kernel on the CPU (the four-step Warp kernel on CUDA
-        for float32 with ``steps=12``); float16/bfloat16 the strided Warp kernel."""
+        """float32/float64 run natively (numba on the CPU, Warp on CUDA); float16/bfloat16 are
+        computed in float32 and cast back."""
         td = make_rollout(mode=mode, dtype=dtype, seed=3, t=steps)
         out = RecurrentGAE(gamma=0.97, lmbda=0.9)(td.to(device))
         assert out["advantage"].device.type == device and out["advantage"].dtype == dtype
@@ -257,187 +257,6 @@ class TestRecurrentGAEScan:
         gae = RecurrentGAE(gamma=0.9, lmbda=0.9)
         assert ("next", "reward") in gae.in_keys and ("next", "state_value") in gae.in_keys
         assert {"advantage", "value_target", "is_init"} <= set(gae.out_keys)
-
-
-def scan_inputs(n, t, dtype=torch.float32, seed=0):
-    """``[N, T, 1]`` scan inputs (reward, value, next value, terminated, done) of a rollout."""
-    td = make_rollout(n=n, t=t, seed=seed, dtype=dtype)
-    keys = [("next", "reward"), "state_value", ("next", "state_value")]
-    flags = [("next", "terminated"), ("next", "done")]
-    return td, [td[key] for key in keys + flags]
-
-
-class TestScanKernels:
-    """Each scan kernel equals the float64 reference loop on its own, whatever the sizes.
-
-    The numba CPU kernel advances ``ROWS`` rows together over tiles of at most ``STEPS``
-    steps: row counts that leave a partial block, single steps and rows longer than a tile
-    are the edge cases. The Warp kernels (CUDA's path, kept for other layouts) are checked on
-    the CPU too.
-    """
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-    @pytest.mark.parametrize(
-        ("n", "t"),
-        [(1, 1), (3, 1), (5, 7), (16, 12), (13, 37), (17, 256), (37, 20), (9, 600), (2, 513)],
-    )
-    def test_cpu_kernel_matches_reference(self, n, t, dtype):
-        td, inputs = scan_inputs(n, t, dtype, seed=n * 1000 + t)
-        assert _gae_cpu.applies(*inputs)
-        adv, target, nonfinite, last_done, _ = _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9)
-        expected_adv, expected_target = reference_on(td, 0.97, 0.9)
-        tol = {"atol": TOL[dtype] * 10, "rtol": TOL[dtype]}
-        np.testing.assert_allclose(adv[..., 0].double(), expected_adv, **tol)
-        np.testing.assert_allclose(target[..., 0].double(), expected_target, **tol)
-        assert not nonfinite and adv.dtype == dtype and adv.shape == (n, t, 1)
-        assert torch.equal(last_done, td["next", "done"][:, -1, 0])
-
-    @pytest.mark.parametrize("t", [12, 9])
-    def test_warp_kernels_on_cpu_match_reference(self, t):
-        """``t=12``: the four-step kernel; ``t=9``: the strided one."""
-        td, inputs = scan_inputs(13, t, seed=t)
-        adv, target, last = _gae_kernels._gae_scan_warp(*inputs, 0.97, 0.9)
-        expected_adv, expected_target = reference_on(td, 0.97, 0.9)
-        np.testing.assert_allclose(adv[..., 0].double(), expected_adv, atol=1e-3, rtol=1e-4)
-        np.testing.assert_allclose(target[..., 0].double(), expected_target, atol=1e-3, rtol=1e-4)
-        assert not torch.isnan(last).any()
-
-    def test_cpu_kernel_equals_four_step_kernel(self):
-        """Same float32 arithmetic in the same order: identical to the bit."""
-        _, inputs = scan_inputs(21, 64, seed=5)
-        adv, target, _, _, _ = _gae_cpu.gae_scan_cpu(*inputs, 0.99, 0.95)
-        warp_adv, warp_target, _ = _gae_kernels._gae_scan_warp(*inputs, 0.99, 0.95)
-        assert torch.equal(adv, warp_adv) and torch.equal(target, warp_target)
-
-    @pytest.mark.parametrize("row", [0, _gae_cpu.ROWS - 1, _gae_cpu.ROWS + 4])
-    @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-    @pytest.mark.parametrize("which", [0, 1, 2])
-    def test_cpu_kernel_reports_nonfinite(self, row, bad, which):
-        """Found in any input and row (the last row is in a partial block), also where a
-        terminated step masks the next value or a done step cuts the trace before it."""
-        n_rows = _gae_cpu.ROWS + 5
-        _, inputs = scan_inputs(n_rows, 300, seed=row)
-        inputs[3][row, 150] = True
-        inputs[4][row, 150] = True
-        inputs[which][row, 150, 0] = bad
-        assert _gae_cpu.gae_scan_cpu(*inputs, 0.9, 0.9)[2]
-        assert not _gae_cpu.gae_scan_cpu(*scan_inputs(n_rows, 300, seed=row)[1], 0.9, 0.9)[2]
-
-    def test_layouts_it_declines(self):
-        """Non-contiguous, several channels, mixed or half dtypes go to the Warp kernels."""
-        _, inputs = scan_inputs(4, 8)
-        time_major = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in inputs]
-        assert not _gae_cpu.applies(*time_major)
-        two = [x.expand(4, 8, 2) for x in inputs]
-        assert not _gae_cpu.applies(*two)
-        mixed = [inputs[0].double(), *inputs[1:]]
-        assert not _gae_cpu.applies(*mixed)
-        assert not _gae_cpu.applies(*[x.half() for x in inputs[:3]], *inputs[3:])
-
-    @pytest.mark.parametrize("contiguous", [True, False])
-    def test_derive_is_init(self, contiguous):
-        done = torch.rand(5, 7, generator=torch.Generator().manual_seed(0)) < 0.3
-        first = torch.tensor([True, False, True, False, False])
-        rows = done if contiguous else done.T.contiguous().T
-        is_init = _gae_kernels.derive_is_init(rows, first)
-        assert torch.equal(is_init[:, 0], first)
-        assert torch.equal(is_init[:, 1:], done[:, :-1])
-
-
-def bits(x):
-    """The float32 bit patterns of ``x`` (``-0.0`` and ``0.0`` differ, so do NaN payloads)."""
-    return np.ascontiguousarray(x).view(np.int32)
-
-
-def scalar_kernel(inputs, coefs):
-    """The float64/scalar numba kernel on float32 ``[N, T]`` numpy inputs: the oracle."""
-    n, t = inputs[0].shape
-    outputs = (np.zeros((n, t), np.float32), np.zeros((n, t), np.float32))
-    last_done = np.zeros(n, np.bool_)
-    no_is_init = (np.zeros(0, np.bool_), np.zeros((0, 0), np.bool_))
-    nonfinite = _gae_cpu._scan_rows_scalar(inputs, coefs, outputs, last_done, *no_is_init)
-    return outputs, last_done, nonfinite
-
-
-def numpy_inputs(n, t, seed, p_done=0.1):
-    """Float32 ``[N, T]`` kernel inputs, with some signed zeros among the rewards and values."""
-    rng = np.random.default_rng(seed)
-    floats = [rng.standard_normal((n, t)).astype(np.float32) for _ in range(3)]
-    for x in floats[:2]:
-        x[rng.random((n, t)) < 0.05] = rng.choice([0.0, -0.0])
-    terminated = rng.random((n, t)) < p_done
-    done = terminated | (rng.random((n, t)) < p_done)
-    return (*floats, terminated, done)
-
-
-def offset_outputs(n, t, offsets):
-    """``(advantage, value_target)`` views starting ``offsets`` floats into fresh buffers."""
-    return tuple(np.zeros(n * t + 16, np.float32)[o : o + n * t].reshape(n, t) for o in offsets)
-
-
-class TestVectorKernel:
-    """The float32 kernel (8x8 transposed vector scan, non-temporal stores, fused ``is_init``)
-    equals the scalar kernel to the bit, whatever the sizes and output alignments.
-
-    Edge cases: ``T % 8 != 0`` (identity steps pad each tile's first chunk), ``T > 256`` (a
-    row in several tiles, the first one short), ``N % 8 != 0`` (a partial block repeats its
-    last row), outputs not on a cache line or at different offsets (plain stores), and
-    ``gamma`` or ``lmbda`` at 0 and 1.
-    """
-
-    SIZES = [(1, 1), (3, 5), (8, 8), (9, 15), (16, 16), (7, 33), (13, 255), (8, 256)]
-    SIZES += [(5, 257), (11, 300), (2, 520), (17, 64)]
-
-    @pytest.mark.parametrize(("n", "t"), SIZES)
-    @pytest.mark.parametrize(("gamma", "lmbda"), [(0.99, 0.95), (0.0, 0.9), (1.0, 1.0), (0.9, 0)])
-    def test_equals_scalar_kernel(self, n, t, gamma, lmbda):
-        inputs = numpy_inputs(n, t, seed=n * 1000 + t)
-        coefs = (np.float32(gamma), np.float32(gamma * lmbda))
-        expected, expected_last, expected_nonfinite = scalar_kernel(inputs, coefs)
-        outputs = offset_outputs(n, t, (0, 0))
-        last_done = np.zeros(n, np.bool_)
-        nonfinite = _gae_cpu._scan_rows(inputs, coefs, outputs, last_done)
-        for got, want in zip(outputs, expected, strict=True):
-            np.testing.assert_array_equal(bits(got), bits(want))
-        assert np.array_equal(last_done, expected_last)
-        assert nonfinite == expected_nonfinite
-
-    @pytest.mark.parametrize("offsets", [(0, 0), (4, 4), (1, 1), (3, 3), (0, 1), (16, 5)])
-    @pytest.mark.parametrize(("n", "t"), [(9, 40), (8, 256), (3, 301), (10, 17)])
-    def test_unaligned_outputs(self, offsets, n, t):
-        """Outputs off a cache line, or at different offsets to one, get the same bits."""
-        inputs = numpy_inputs(n, t, seed=t)
-        coefs = (np.float32(0.97), np.float32(0.97 * 0.9))
-        expected, _, _ = scalar_kernel(inputs, coefs)
-        outputs = offset_outputs(n, t, offsets)
-        _gae_cpu._scan_rows(inputs, coefs, outputs, np.zeros(n, np.bool_))
-        for got, want in zip(outputs, expected, strict=True):
-            np.testing.assert_array_equal(bits(got), bits(want))
-
-    @pytest.mark.parametrize("which", [0, 1, 2])
-    @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-    def test_nonfinite_in_a_padded_chunk(self, which, bad):
-        """A bad input among the first steps of a row with ``T % 8 != 0`` is reported."""
-        inputs = numpy_inputs(10, 21, seed=which)
-        inputs[which][9, 1] = bad
-        coefs = (np.float32(0.9), np.float32(0.81))
-        assert _gae_cpu._scan_rows(inputs, coefs, offset_outputs(10, 21, (0, 0)), np.zeros(10))
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-    @pytest.mark.parametrize(("n", "t"), [(1, 1), (5, 7), (9, 33), (7, 130), (16, 256), (3, 600)])
-    def test_fused_is_init_matches_loop(self, dtype, n, t):
-        """``is_init`` from the scan: ``is_init[n, 0] = first[n]``, ``[n, t] = done[n, t-1]``."""
-        td, inputs = scan_inputs(n, t, dtype, seed=t)
-        first = torch.rand(n, generator=torch.Generator().manual_seed(n)) < 0.5
-        done = td["next", "done"][..., 0]
-        expected = torch.empty(n, t, dtype=torch.bool)
-        for row in range(n):
-            expected[row, 0] = first[row]
-            for step in range(1, t):
-                expected[row, step] = done[row, step - 1]
-        *_, is_init = _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9, first_is_init=first)
-        assert is_init.dtype == torch.bool and torch.equal(is_init, expected)
-        assert _gae_cpu.gae_scan_cpu(*inputs, 0.97, 0.9)[4] is None
 
 
 class TestIsInit:

@@ -20,8 +20,8 @@ differ, at offset ``k mod 2**j`` inside it. The calls' inputs are stored one aft
 highest bit first, each time-major ``[2**j, lanes]``: the position of every step in that layout
 is the plan's ``index``.
 
-Two implementations give the same plan: a compiled loop for CPU tensors (numba, one pass) and
-torch operations for any device (and as the tests' cross-check).
+Two implementations give the same plan: torch operations for any device (the reference) and a
+compiled loop for CPU tensors (:mod:`torchrl_ext.objectives._kernels.segment_plan`, one pass).
 """
 
 from __future__ import annotations
@@ -31,12 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-try:
-    import numba
-
-    from torchrl_ext._intrinsics import memcpy
-except ImportError:  # pragma: no cover - numba is a dependency; this keeps the torch path alive
-    numba = None
+from torchrl_ext.objectives._kernels import segment_plan
 
 
 @dataclass
@@ -95,51 +90,17 @@ def boot_steps(done: torch.Tensor) -> torch.Tensor:
 
 def plan_segments(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | None) -> Plan:
     """Cuts bool ``[N, T]`` rows into segments and schedules them (see the module docstring)."""
-    if numba is not None and is_init.device.type == "cpu":
-        return _plan_compiled(is_init, done, chunk_len)
+    if is_init.device.type == "cpu":
+        return _plan_cpu(is_init, done, chunk_len)
     return plan_segments_torch(is_init, done, chunk_len)
 
 
 def gather_steps(root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor) -> torch.Tensor:
     """The critic's inputs in the calls' layout: row ``p`` is row ``reads[p]`` of both, stacked.
 
-    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations. On
-    the CPU a compiled loop copies the rows: 0.07 ms at 256 x 128 with 8 floats a row, where
-    joining the two and ``index_select`` take 0.16 ms.
+    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations.
     """
-    if (
-        numba is not None
-        and root.is_cpu
-        and final.is_cpu
-        and root.dtype == final.dtype
-        and root.shape[1:] == final.shape[1:]
-        and reads.is_cpu
-        and root.is_contiguous()
-        and final.is_contiguous()
-        and root.numel() > 0
-    ):
-        out = root.new_empty((reads.numel(), *root.shape[1:]))
-        _copy_rows(_bytes(root), _bytes(final), reads.numpy(), _bytes(out))
-        return out
     return torch.cat([root, final]).index_select(0, reads)
-
-
-def _bytes(x: torch.Tensor) -> np.ndarray:
-    """A contiguous tensor's rows as a ``[rows, row_bytes]`` uint8 array (a view)."""
-    return x.reshape(x.shape[0], -1).view(torch.uint8).numpy()
-
-
-def _copy_rows(first, second, reads, out):
-    """``out[p] = (first, second stacked)[reads[p]]``, row by row with ``memcpy``."""
-    size = out.shape[1]
-    n_first = first.shape[0]
-    for p in range(reads.size):
-        r = reads[p]
-        if r < n_first:
-            source = first.ctypes.data + r * size
-        else:
-            source = second.ctypes.data + (r - n_first) * size
-        memcpy(out.ctypes.data + p * size, source, size)
 
 
 # ------------------------------------------------------------------ torch (any device)
@@ -214,8 +175,7 @@ def _log2(x: torch.Tensor) -> torch.Tensor:
     return torch.frexp(x.float()).exponent.long() - 1
 
 
-# ------------------------------------------------------------------ compiled (CPU)
-def _plan_compiled(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | None) -> Plan:
+def _plan_cpu(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | None) -> Plan:
     init_np = is_init.contiguous().numpy()
     done_np = done.contiguous().numpy()
     n_steps = done_np.size
@@ -223,7 +183,7 @@ def _plan_compiled(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | N
     steps = np.empty((3, 2 * n_steps), dtype=np.int64)  # index, reads, sources
     boot_idx = np.empty(n_steps, dtype=np.int64)
     calls = np.zeros((2, 64), dtype=np.int64)  # lanes and offsets per bit
-    n_seg, n_boot, n_bits = _plan(
+    n_seg, n_boot, n_bits = segment_plan.plan(
         init_np, done_np, chunk_len or 0, segments, boot_idx, calls, steps
     )
     size = n_steps + n_boot
@@ -243,106 +203,3 @@ def _plan_compiled(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | N
         reads=torch.from_numpy(steps[1, :size]),
         calls=plan_calls,
     )
-
-
-def _plan(is_init, done, chunk_len, segments, boot_idx, calls, steps):
-    """The whole plan in two passes; returns the segment, bootstrap-step and bit counts."""
-    first, continues, lengths, booted = segments[0], segments[1], segments[2], segments[3]
-    n_seg, n_boot = _find_segments(
-        is_init, done, chunk_len, first, continues, lengths, booted, boot_idx
-    )
-    longest = 0
-    for s in range(n_seg):
-        longest = max(longest, lengths[s])
-    n_bits = 0
-    while (1 << n_bits) <= longest:
-        n_bits += 1
-    index, reads, sources = steps[0], steps[1], steps[2]
-    _schedule(
-        first[:n_seg],
-        lengths[:n_seg],
-        booted[:n_seg],
-        done.size,
-        calls[0, :n_bits],
-        calls[1, :n_bits],
-        sources,
-        index,
-        reads,
-    )
-    return n_seg, n_boot, n_bits
-
-
-def _find_segments(is_init, done, chunk_len, first, continues, lengths, booted, boot_idx):
-    """One pass over the rows: what :class:`Plan` needs of each segment, and the boot steps.
-
-    Writes each segment's first step, reset flag, length and whether it ends on a bootstrap
-    step, and the flat indices of the steps followed by one; returns both counts.
-    """
-    n_rows, steps = done.shape
-    seg, n_boot = -1, 0
-    for n in range(n_rows):
-        for t in range(steps):
-            reset = is_init[n, t] or (t > 0 and done[n, t - 1])
-            if t == 0 or reset or (chunk_len > 0 and t % chunk_len == 0):
-                seg += 1
-                first[seg] = n * steps + t
-                continues[seg] = not reset
-                lengths[seg] = 0
-                booted[seg] = 0
-            lengths[seg] += 1
-            if done[n, t] or t == steps - 1:
-                boot_idx[n_boot] = n * steps + t
-                n_boot += 1
-                lengths[seg] += 1  # the bootstrap step closes the segment
-                booted[seg] = 1
-    return seg + 1, n_boot
-
-
-def _schedule(first, lengths, booted, n_steps, lanes, offsets, sources, index, reads):
-    """Lanes, offsets (highest bit first) and pool sources of the calls; each step's place.
-
-    A segment's steps are its row steps ``first[s] + k``, then its bootstrap step if
-    ``booted[s]``; bootstrap steps are numbered after the ``n_steps`` row steps, in order.
-    """
-    n_bits = lanes.size
-    lanes[:] = 0
-    for s in range(first.size):
-        for j in range(n_bits):
-            lanes[j] += (lengths[s] >> j) & 1
-    member_start = lanes.copy()
-    offset, start = 0, 0
-    for j in range(n_bits - 1, -1, -1):
-        offsets[j] = offset
-        offset += lanes[j] << j
-        member_start[j] = start
-        start += lanes[j]
-    taken = lanes.copy()
-    taken[:] = 0
-    boot, n_seg = n_steps, first.size
-    for s in range(n_seg):
-        rows = lengths[s] - booted[s]
-        k, state = 0, s
-        for j in range(n_bits - 1, -1, -1):
-            if (lengths[s] >> j) & 1:
-                lane = taken[j]
-                taken[j] += 1
-                sources[member_start[j] + lane] = state
-                state = n_seg + member_start[j] + lane
-                pos = offsets[j] + lane
-                for _ in range(1 << j):
-                    if k < rows:
-                        index[first[s] + k] = pos
-                        reads[pos] = first[s] + k
-                    else:  # the bootstrap step reads the last row step's next observation
-                        index[boot] = pos
-                        reads[pos] = n_steps + first[s] + k - 1
-                    pos += lanes[j]
-                    k += 1
-        boot += booted[s]
-
-
-if numba is not None:
-    _find_segments = numba.njit(cache=True, nogil=True, inline="always")(_find_segments)
-    _schedule = numba.njit(cache=True, nogil=True, inline="always")(_schedule)
-    _plan = numba.njit(cache=True, nogil=True)(_plan)
-    _copy_rows = numba.njit(cache=True, nogil=True)(_copy_rows)

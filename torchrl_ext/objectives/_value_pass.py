@@ -294,7 +294,7 @@ def _plain_leaf(module: TensorDictModuleBase) -> bool:
     """Whether a leaf is a plain TensorDictModule: tensors in by key, tensors out by key."""
     return (
         type(module) is TensorDictModule
-        and module._kwargs is None
+        and module._kwargs is None  # no public way to tell in_keys given as a kwargs dict
         and module.inplace is True
         and list(module.out_keys) == list(module.out_keys_source)
     )
@@ -303,7 +303,9 @@ def _plain_leaf(module: TensorDictModuleBase) -> bool:
 def _call_plain(module: TensorDictModule, env: dict, flat: TensorDictBase, rows: slice) -> None:
     """What a plain :class:`~tensordict.nn.TensorDictModule` does, on tensors in ``env``."""
     tensors = tuple(_lookup(env, flat, key, rows) for key in module.in_keys)
-    out = module._call_module(tensors)
+    inner = module.module
+    call = inner if module.method is None else getattr(inner, module.method)
+    out = call(*tensors, **module.method_kwargs)
     if isinstance(out, (dict, TensorDictBase)):
         out = tuple(out[key] for key in module.out_keys)
     elif not isinstance(out, tuple):

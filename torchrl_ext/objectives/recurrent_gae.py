@@ -29,9 +29,8 @@ from torchrl_ext._checks import (
     check_key,
     check_optional_int,
 )
-from torchrl_ext.objectives._fast_path import plain_gae
-from torchrl_ext.objectives._gae_kernels import ScanResult, derive_is_init, gae_scan
 from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
+from torchrl_ext.objectives._scan import ScanResult, Workspace, derive_is_init, gae_scan
 from torchrl_ext.objectives._value_pass import ValuePass
 
 InitialState = Literal["zeros", "stored"]
@@ -315,6 +314,7 @@ class RecurrentGAE(ValueEstimatorBase):
         self._value_pass = value_pass
         self._tensor_keys = _AcceptedKeys()
         self._carry: torch.Tensor | None = None
+        self._workspace = Workspace()
 
     # ------------------------------------------------------------------ keys
     @property
@@ -433,12 +433,6 @@ class RecurrentGAE(ValueEstimatorBase):
         """
         del target_params
         with torch.no_grad():
-            if self._value_pass is None and time_dim is None and self.time_dim is None:
-                keys, carry = self._tensor_keys, self._carry
-                carry = plain_gae(tensordict, keys, self.gamma, self.lmbda, carry)
-                if carry is not None:  # the common case, handled in full
-                    self._carry = carry
-                    return tensordict
             rollout = self._read(tensordict, time_dim)
             value, next_value = self._values(tensordict, rollout, params)
             scan = self._scan(rollout, value, next_value)
@@ -456,8 +450,8 @@ class RecurrentGAE(ValueEstimatorBase):
         if time_dim is None:
             time_dim = self.time_dim
         if time_dim is None:
-            named = td._has_names() and "time" in td.names
-            time_dim = td.names.index("time") if named else batch_dims - 1
+            names = td.names
+            time_dim = names.index("time") if "time" in names else batch_dims - 1
         elif not -batch_dims <= time_dim < batch_dims:
             raise ValueError(
                 f"time_dim={time_dim} is out of range for batch_size={tuple(td.batch_size)}."
@@ -573,12 +567,8 @@ class RecurrentGAE(ValueEstimatorBase):
         inputs = (reward, value, next_value, rollout.terminated, rollout.done)
         if len(feature) != 1 or any(x.shape[2:] != feature for x in inputs[3:]):
             inputs = tuple(_to_channels(x, feature) for x in inputs)
-        scan = gae_scan(
-            *inputs,
-            self.gamma,
-            self.lmbda,
-            first_is_init=rollout.first_is_init if rollout.is_init is None else None,
-        )
+        first_is_init = rollout.first_is_init if rollout.is_init is None else None
+        scan = gae_scan(inputs, self.gamma, self.lmbda, first_is_init, self._workspace)
         if scan.nonfinite:
             _raise_on_nonfinite(
                 {next_key(keys.reward): reward, keys.value: value, next_key(keys.value): next_value}
