@@ -20,9 +20,8 @@ from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_choice, check_int
-from torchrl_ext.envs._kernels import course_env as _k
-from torchrl_ext.envs.course import CourseGenerator, CourseParams
-from torchrl_ext.envs.course.generator import MIN_POINTS
+from torchrl_ext.envs.course._kernels import env as _k
+from torchrl_ext.envs.course.generator import MIN_POINTS, CourseGenerator, CourseParams
 from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require
 
 __all__ = ["CarConfig", "CourseEnv"]
