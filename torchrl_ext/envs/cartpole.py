@@ -10,28 +10,28 @@ from torchrl.data import Categorical, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import cartpole as _k
 from torchrl_ext.envs._memory import empty_output
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
 
 __all__ = ["CartPoleEnv"]
 
 
-def _cartpole_params() -> list[float]:
+def _cartpole_params() -> dict[str, float]:
     """Constants of ``CartPole-v1``, derived in double precision exactly as gymnasium does."""
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
-    params = [0.0] * _k.NUM_PARAMS
-    params[_k.P_GRAVITY] = gravity
-    params[_k.P_MASSPOLE] = masspole
-    params[_k.P_TOTAL_MASS] = masspole + masscart
-    params[_k.P_LENGTH] = length
-    params[_k.P_POLEMASS_LENGTH] = masspole * length
-    params[_k.P_FORCE_MAG] = force_mag
-    params[_k.P_TAU] = tau
-    params[_k.P_THETA_LIMIT] = 12 * 2 * math.pi / 360
-    params[_k.P_X_LIMIT] = 2.4
-    params[_k.P_FOUR_THIRDS] = 4.0 / 3.0
-    params[_k.P_RESET_LOW] = -0.05
-    params[_k.P_RESET_HIGH] = 0.05
-    return params
+    return {
+        "gravity": gravity,
+        "masspole": masspole,
+        "total_mass": masspole + masscart,
+        "length": length,
+        "polemass_length": masspole * length,
+        "force_mag": force_mag,
+        "tau": tau,
+        "theta_limit": 12 * 2 * math.pi / 360,
+        "x_limit": 2.4,
+        "four_thirds": 4.0 / 3.0,
+        "reset_low": -0.05,
+        "reset_high": 0.05,
+    }
 
 
 def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor:
@@ -122,7 +122,7 @@ class CartPoleEnv(WarpEnv):
     def _allocate_state(self) -> None:
         self._state = torch.zeros(self.num_envs, 4, dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
-        self._wp_params = params_vector(_cartpole_params(), self.dtype)
+        self._wp_params = pack_params(_k.PARAMS, _cartpole_params(), self.dtype)
 
     @property
     def state(self) -> torch.Tensor:
@@ -134,51 +134,25 @@ class CartPoleEnv(WarpEnv):
         state["state"] = self._state
         return state
 
-    def _common_inputs(self) -> list:
+    def _counters(self) -> list:
         b = self.buffers
-        return [self._wp_state, b["action"], self._wp_params, b["seed"], b["steps"], b["episode"]]
-
-    def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            *self._common_inputs(),
-            self.step_limit,
-            int(autoreset),
-            int(self.observe_velocity),
-            b["next"]["observation"],
-            b["root"]["observation"],
-            b["reward"],
-            b["terminated"],
-            b["truncated"],
-            b["done"],
-        ]
-        return [(_k.cartpole_step, inputs)]
+        return [self._wp_params, b["seed"], b["steps"], b["episode"]]
 
     def _reset_launches(self) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            self._wp_state,
-            b["mask"],
-            self._wp_params,
-            b["seed"],
-            b["steps"],
-            b["episode"],
-            b["root"]["observation"],
-            int(self.observe_velocity),
-        ]
-        return [(_k.cartpole_reset, inputs)]
+        inputs = [self._wp_state, self.buffers["mask"], *self._counters()]
+        full = int(self.observe_velocity)
+        return [(_k.cartpole_reset, [*inputs, full, self._slots["root"]["observation"]])]
 
-    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
-        b = self.buffers
+    def _steps_launches(
+        self, actions: wp.array, out: dict, reset_last: bool, root_from: int
+    ) -> list[Launch]:
         inputs = [
             self._wp_state,
-            wp.from_torch(actions),
-            self._wp_params,
-            b["seed"],
-            b["steps"],
-            b["episode"],
+            actions,
+            *self._counters(),
             self.step_limit,
-            actions.shape[1],
+            int(reset_last),
+            root_from,
             int(self.observe_velocity),
             out["root"]["observation"],
             out["next"]["observation"],
@@ -187,7 +161,7 @@ class CartPoleEnv(WarpEnv):
             out["truncated"],
             out["done"],
         ]
-        return [(_k.cartpole_rollout, inputs)]
+        return [(_k.cartpole_steps, inputs)]
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""

@@ -9,30 +9,30 @@ import warp as wp
 from torchrl.data import Bounded, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import pendulum as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
 
 __all__ = ["PendulumEnv"]
 
 _MAX_TORQUE = 2.0
 
 
-def _pendulum_params() -> list[float]:
+def _pendulum_params() -> dict[str, float]:
     """Constants of ``Pendulum-v1`` (g = 10, m = l = 1), derived as gymnasium does."""
     gravity, mass, length = 10.0, 1.0, 1.0
-    params = [0.0] * _k.NUM_PARAMS
-    params[_k.P_MAX_SPEED] = 8.0
-    params[_k.P_MAX_TORQUE] = _MAX_TORQUE
-    params[_k.P_DT] = 0.05
-    params[_k.P_GRAVITY_COEF] = 3 * gravity / (2 * length)
-    params[_k.P_TORQUE_COEF] = 3.0 / (mass * length**2)
-    params[_k.P_RESET_THETA] = math.pi
-    params[_k.P_RESET_THETA_DOT] = 1.0
-    params[_k.P_PI] = math.pi
-    params[_k.P_TWO_PI] = 2 * math.pi
-    params[_k.P_COST_SPEED] = 0.1
-    params[_k.P_COST_TORQUE] = 0.001
-    params[_k.P_ZERO] = 0.0
-    return params
+    return {
+        "max_speed": 8.0,
+        "max_torque": _MAX_TORQUE,
+        "dt": 0.05,
+        "gravity_coef": 3 * gravity / (2 * length),
+        "torque_coef": 3.0 / (mass * length**2),
+        "reset_theta": math.pi,
+        "reset_theta_dot": 1.0,
+        "pi": math.pi,
+        "two_pi": 2 * math.pi,
+        "cost_speed": 0.1,
+        "cost_torque": 0.001,
+        "zero": 0.0,
+    }
 
 
 class PendulumEnv(WarpEnv):
@@ -98,7 +98,7 @@ class PendulumEnv(WarpEnv):
     def _allocate_state(self) -> None:
         self._state = torch.zeros(self.num_envs, 2, dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
-        self._wp_params = params_vector(_pendulum_params(), self.dtype)
+        self._wp_params = pack_params(_k.PARAMS, _pendulum_params(), self.dtype)
 
     @property
     def state(self) -> torch.Tensor:
@@ -114,35 +114,20 @@ class PendulumEnv(WarpEnv):
         b = self.buffers
         return [self._wp_params, b["seed"], b["steps"], b["episode"]]
 
-    def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            self._wp_state,
-            b["action"],
-            *self._counters(),
-            self.step_limit,
-            int(autoreset),
-            b["next"]["observation"],
-            b["root"]["observation"],
-            b["reward"],
-            b["terminated"],
-            b["truncated"],
-            b["done"],
-        ]
-        return [(_k.pendulum_step, inputs)]
-
     def _reset_launches(self) -> list[Launch]:
-        b = self.buffers
-        inputs = [self._wp_state, b["mask"], *self._counters(), b["root"]["observation"]]
-        return [(_k.pendulum_reset, inputs)]
+        inputs = [self._wp_state, self.buffers["mask"], *self._counters()]
+        return [(_k.pendulum_reset, [*inputs, self._slots["root"]["observation"]])]
 
-    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
+    def _steps_launches(
+        self, actions: wp.array, out: dict, reset_last: bool, root_from: int
+    ) -> list[Launch]:
         inputs = [
             self._wp_state,
-            wp.from_torch(actions[..., 0]),  # [N, T], strided
+            actions,
             *self._counters(),
             self.step_limit,
-            actions.shape[1],
+            int(reset_last),
+            root_from,
             out["root"]["observation"],
             out["next"]["observation"],
             out["reward"],
@@ -150,7 +135,7 @@ class PendulumEnv(WarpEnv):
             out["truncated"],
             out["done"],
         ]
-        return [(_k.pendulum_rollout, inputs)]
+        return [(_k.pendulum_steps, inputs)]
 
     def _check_action_values(self, action: torch.Tensor) -> None:
         nan = torch.isnan(action)
