@@ -6,6 +6,21 @@ graph capture and the ``[N, T]`` rollout fast path. A concrete env supplies its 
 state and says which module-level Warp kernels to launch on which buffers (see
 :class:`~torchrl_ext.envs.CartPoleEnv` for a complete example and ``tutorials/warp_env.py`` for a
 walk-through).
+
+TorchRL and tensordict internals this module relies on (tested against the public API in
+``test/envs/test_torchrl_contract.py``):
+
+* ``EnvBase._step``, ``_reset``, ``_set_seed``: EnvBase's documented extension points;
+* ``EnvBase._step_and_maybe_reset``: overridden for the fused step; it is what the public
+  ``step_and_maybe_reset`` and ``EnvBase.compile`` call, so overriding it keeps both working
+  (overriding the public method would bypass ``compile``);
+* ``EnvBase._step_mdp`` (its ``exclude_from_root`` and ``keys_from_next``),
+  ``_post_step_mdp_hooks`` and the ``_torchrl_native_autoreset`` flag: read to decide whether the
+  fused step may build the next root itself, and to build it as TorchRL would; no public
+  equivalent exists (the public ``torchrl.envs.utils.step_mdp`` is the slow generic function);
+* ``TensorDict._new_unsafe`` and ``TensorDict._set_str``: construction and setting without
+  re-validation, for entries the env made itself (as ``EnvBase`` does); the public alternatives
+  are ``TensorDict(...)`` and ``TensorDict.set``, which validate every entry on every step.
 """
 
 from __future__ import annotations
@@ -109,13 +124,11 @@ def pack_params(
 
 def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
     """Set an entry the env built itself (right batch size and device) without re-validating it."""
-    if not isinstance(tensordict, TensorDict):
-        tensordict.set(key, value)
-    elif isinstance(key, str):
+    if isinstance(tensordict, TensorDict) and isinstance(key, str):
         # the fast setter TorchRL's own EnvBase.any_done uses for values it made
         tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
     else:
-        tensordict._set_tuple(key, value, validated=True, inplace=False, non_blocking=False)
+        tensordict.set(key, value)
 
 
 @functools.cache
