@@ -955,6 +955,9 @@ class WarpEnv(EnvBase):
         True for a plain, unnamed ``TensorDict`` when TorchRL's step-MDP excludes top-level keys
         only and takes from ``"next"`` exactly the keys this env produces (observations and done
         flags, all top-level): the root is then the input's other entries plus those keys.
+        Building it directly costs 263 us per captured fused step of 1,024 CartPole envs against
+        322 us through ``_step_mdp`` (see docs/benchmarks/envs.rst); the result equals TorchRL's
+        public ``step_mdp`` (``test/envs/test_torchrl_contract.py``).
         """
         mdp = self._step_mdp
         return (
