@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import torch
-import warp as wp
 from torchrl.data import Categorical, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import cartpole as _k
 from torchrl_ext.envs._memory import empty_output
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
+from torchrl_ext.envs._vector_state import VectorStateEnv
 
 __all__ = ["CartPoleEnv"]
 
@@ -48,7 +47,7 @@ def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor
     return flips.view(-1)[:total].view(num_envs, steps)
 
 
-class CartPoleEnv(WarpEnv):
+class CartPoleEnv(VectorStateEnv):
     """Batched cart-pole with gymnasium ``CartPole-v1`` dynamics, simulated in Warp kernels.
 
     Each env balances a pole on a cart by pushing left (action 0) or right (action 1) with a
@@ -60,7 +59,8 @@ class CartPoleEnv(WarpEnv):
     With ``dtype=torch.float64`` the simulation performs gymnasium's float64 operations in the
     same order, so observations equal gymnasium's states bit for bit given the same state and
     actions. With ``observe_velocity=False`` the observation is ``(x, theta)`` only: the standard
-    partially observable variant, which needs memory.
+    partially observable variant, which needs memory. :attr:`state` is ``(x, x_dot, theta,
+    theta_dot)`` per env.
 
     Args:
         num_envs (int): number of envs.
@@ -89,6 +89,11 @@ class CartPoleEnv(WarpEnv):
         >>> bool(data["next", "done"].any()), bool(data["next", "truncated"].any())
         (True, False)
     """
+
+    state_size = 4
+    param_structs = _k.PARAMS
+    reset_kernel = _k.cartpole_reset
+    steps_kernel = _k.cartpole_steps
 
     def __init__(
         self,
@@ -119,49 +124,11 @@ class CartPoleEnv(WarpEnv):
         self.action_spec = Categorical(2, shape=(n,), dtype=torch.int64, device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
-    def _allocate_state(self) -> None:
-        self._state = torch.zeros(self.num_envs, 4, dtype=self.dtype, device=self.device)
-        self._wp_state = wp.from_torch(self._state)
-        self._wp_params = pack_params(_k.PARAMS, _cartpole_params(), self.dtype)
+    def _param_values(self) -> dict[str, float]:
+        return _cartpole_params()
 
-    @property
-    def state(self) -> torch.Tensor:
-        """The ``[num_envs, 4]`` physical state ``(x, x_dot, theta, theta_dot)``, a live view."""
-        return self._state
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["state"] = self._state
-        return state
-
-    def _counters(self) -> list:
-        b = self.buffers
-        return [self._wp_params, b["seed"], b["steps"], b["episode"]]
-
-    def _reset_launches(self) -> list[Launch]:
-        inputs = [self._wp_state, self.buffers["mask"], *self._counters()]
-        full = int(self.observe_velocity)
-        return [(_k.cartpole_reset, [*inputs, full, self._slots["root"]["observation"]])]
-
-    def _steps_launches(
-        self, actions: wp.array, out: dict, reset_last: bool, root_from: int
-    ) -> list[Launch]:
-        inputs = [
-            self._wp_state,
-            actions,
-            *self._counters(),
-            self.step_limit,
-            int(reset_last),
-            root_from,
-            int(self.observe_velocity),
-            out["root"]["observation"],
-            out["next"]["observation"],
-            out["reward"],
-            out["terminated"],
-            out["truncated"],
-            out["done"],
-        ]
-        return [(_k.cartpole_steps, inputs)]
+    def _kernel_options(self) -> list:
+        return [int(self.observe_velocity)]
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""

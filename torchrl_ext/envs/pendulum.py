@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import torch
-import warp as wp
 from torchrl.data import Bounded, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import pendulum as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
+from torchrl_ext.envs._vector_state import VectorStateEnv
 
 __all__ = ["PendulumEnv"]
 
@@ -35,7 +34,7 @@ def _pendulum_params() -> dict[str, float]:
     }
 
 
-class PendulumEnv(WarpEnv):
+class PendulumEnv(VectorStateEnv):
     """Batched inverted pendulum with gymnasium ``Pendulum-v1`` dynamics, simulated in Warp kernels.
 
     The action is a torque in ``[-2, 2]``; values outside are clipped (as gymnasium does), NaN
@@ -43,7 +42,7 @@ class PendulumEnv(WarpEnv):
     ``-(theta^2 + 0.1 theta_dot^2 + 0.001 u^2)`` for the pre-step state with ``theta`` wrapped to
     ``[-pi, pi)``. Episodes never terminate; they are truncated after ``max_steps`` steps. New
     episodes start with ``theta`` uniform in ``[-pi, pi)`` and ``theta_dot`` in ``[-1, 1)``, drawn
-    from the env's ``(seed, env, episode)`` stream.
+    from the env's ``(seed, env, episode)`` stream. :attr:`state` is ``(theta, theta_dot)`` per env.
 
     Args:
         num_envs (int): number of envs.
@@ -71,6 +70,11 @@ class PendulumEnv(WarpEnv):
         True
     """
 
+    state_size = 2
+    param_structs = _k.PARAMS
+    reset_kernel = _k.pendulum_reset
+    steps_kernel = _k.pendulum_steps
+
     def __init__(
         self,
         num_envs: int,
@@ -95,47 +99,8 @@ class PendulumEnv(WarpEnv):
         )
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
-    def _allocate_state(self) -> None:
-        self._state = torch.zeros(self.num_envs, 2, dtype=self.dtype, device=self.device)
-        self._wp_state = wp.from_torch(self._state)
-        self._wp_params = pack_params(_k.PARAMS, _pendulum_params(), self.dtype)
-
-    @property
-    def state(self) -> torch.Tensor:
-        """The ``[num_envs, 2]`` physical state ``(theta, theta_dot)``, a live view."""
-        return self._state
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["state"] = self._state
-        return state
-
-    def _counters(self) -> list:
-        b = self.buffers
-        return [self._wp_params, b["seed"], b["steps"], b["episode"]]
-
-    def _reset_launches(self) -> list[Launch]:
-        inputs = [self._wp_state, self.buffers["mask"], *self._counters()]
-        return [(_k.pendulum_reset, [*inputs, self._slots["root"]["observation"]])]
-
-    def _steps_launches(
-        self, actions: wp.array, out: dict, reset_last: bool, root_from: int
-    ) -> list[Launch]:
-        inputs = [
-            self._wp_state,
-            actions,
-            *self._counters(),
-            self.step_limit,
-            int(reset_last),
-            root_from,
-            out["root"]["observation"],
-            out["next"]["observation"],
-            out["reward"],
-            out["terminated"],
-            out["truncated"],
-            out["done"],
-        ]
-        return [(_k.pendulum_steps, inputs)]
+    def _param_values(self) -> dict[str, float]:
+        return _pendulum_params()
 
     def _check_action_values(self, action: torch.Tensor) -> None:
         nan = torch.isnan(action)
