@@ -15,7 +15,7 @@ class VectorStateEnv(WarpEnv):
 
     A subclass sets :attr:`state_size`, :attr:`reset_kernel` and :attr:`steps_kernel`, and
     returns its named constants from :meth:`_param_values` for the struct :attr:`param_structs`.
-    The kernels take ``(state, mask | actions, params, seed, steps, episode, ...)`` in the order
+    The kernels take ``(state, mask | actions, params, episodes, ...)`` in the order
     below; :meth:`_kernel_options` adds the env's own scalars after the fixed ones.
     """
 
@@ -48,8 +48,7 @@ class VectorStateEnv(WarpEnv):
         return state
 
     def _inputs(self, first: wp.array) -> list:
-        b = self.buffers
-        return [self._wp_state, first, self._wp_params, b["seed"], b["steps"], b["episode"]]
+        return [self._wp_state, first, self._wp_params, self.buffers["episodes"]]
 
     def _reset_launches(self) -> list[Launch]:
         inputs = [*self._inputs(self.buffers["mask"]), *self._kernel_options()]

@@ -41,8 +41,10 @@ from torchrl.envs import EnvBase
 
 from torchrl_ext._checks import check_bool, check_int
 from torchrl_ext.envs._kernels.common import (
+    Episodes,
     begin_episode,
     count_step,
+    next_episode_key,
     param_structs,
     stream_key,
     uniform_range,
@@ -50,12 +52,15 @@ from torchrl_ext.envs._kernels.common import (
 from torchrl_ext.envs._memory import empty_output
 
 # Helpers re-exported for writing new envs' kernels: per-env counter-based random streams
-# (``stream_key``, ``uniform_range``), episode bookkeeping (``begin_episode``, ``count_step``) and
-# named constants passed by value (``param_structs``, ``pack_params``).
+# (``stream_key``, ``uniform_range``), episode bookkeeping (``Episodes``, ``begin_episode``,
+# ``next_episode_key``, ``count_step``) and named constants passed by value (``param_structs``,
+# ``pack_params``).
 __all__ = [
+    "Episodes",
     "WarpEnv",
     "begin_episode",
     "count_step",
+    "next_episode_key",
     "pack_params",
     "param_structs",
     "stream_key",
@@ -421,7 +426,8 @@ class WarpEnv(EnvBase):
         """Warp views of the env-owned buffers the kernels read and write.
 
         Keys: ``"action"``, ``"mask"`` (int32 reset mask), ``"seed"`` (two uint32 words),
-        ``"steps"`` and ``"episode"`` (int32 counters), ``"reward"``, ``"done"``,
+        ``"steps"`` and ``"episode"`` (int32 counters), ``"episodes"`` (the last three as one
+        ``Episodes`` struct, see :func:`next_episode_key`), ``"reward"``, ``"done"``,
         ``"terminated"``, ``"truncated"``, and ``"next"``/``"root"``: dicts of observation buffers.
         """
         return self._wp
@@ -479,6 +485,9 @@ class WarpEnv(EnvBase):
             self._t[key] = flag
         self._wp = _warp_views(self._t)
         self._wp["seed"] = wp.zeros(2, dtype=wp.uint32, device=self._wp_device)
+        episodes = self._wp["episodes"] = Episodes()
+        episodes.seed, episodes.steps = self._wp["seed"], self._wp["steps"]
+        episodes.episode = self._wp["episode"]
         # the step buffers as one time slot, [N, 1, ...]: the layout of _steps_launches
         self._slots = _warp_views(self._t, _time_slot)
 

@@ -18,10 +18,10 @@ from typing import Any
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import (
-    begin_episode,
+    Episodes,
     count_step,
+    next_episode_key,
     param_structs,
-    stream_key,
     uniform_range,
 )
 
@@ -81,13 +81,11 @@ def _fell(x: Any, theta: Any, p: Any) -> bool:
 def _begin(
     state: wp.array2d(dtype=Any),
     p: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    episodes: Episodes,
     i: int,
 ):
     """Start env ``i``'s next episode: bump its counters, draw a state uniform in [low, high)^4."""
-    key = stream_key(seed, i, begin_episode(steps, episode, i))
+    key = next_episode_key(episodes, i)
     low = wp.float64(p.reset_low)
     high = wp.float64(p.reset_high)
     return (
@@ -144,9 +142,7 @@ def cartpole_reset(
     state: wp.array2d(dtype=Any),
     mask: wp.array(dtype=wp.int32),
     params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    episodes: Episodes,
     full: int,
     obs_root: wp.array3d(dtype=Any),
 ):
@@ -154,7 +150,7 @@ def cartpole_reset(
     i = wp.tid()
     x, x_dot, theta, theta_dot = _load(state, i)
     if mask[i] != 0:
-        x, x_dot, theta, theta_dot = _begin(state, params, seed, steps, episode, i)
+        x, x_dot, theta, theta_dot = _begin(state, params, episodes, i)
         _store(state, i, x, x_dot, theta, theta_dot)
     _observe(obs_root, i, 0, x, x_dot, theta, theta_dot, full)
 
@@ -164,9 +160,7 @@ def cartpole_steps(
     state: wp.array2d(dtype=Any),
     actions: wp.array2d(dtype=wp.int64),
     params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    episodes: Episodes,
     max_steps: int,
     reset_last: int,
     root_from: int,
@@ -196,13 +190,13 @@ def cartpole_steps(
             x, x_dot, theta, theta_dot, _force(actions[i, t], p), p
         )
         term = _fell(x, theta, p)
-        trunc = count_step(steps, i, max_steps)
+        trunc = count_step(episodes.steps, i, max_steps)
         _observe(obs_next, i, t, x, x_dot, theta, theta_dot, full)
         reward[i, t] = one
         terminated[i, t] = term
         truncated[i, t] = trunc
         done[i, t] = term or trunc
         if (term or trunc) and (t + 1 < horizon or reset_last != 0):
-            x, x_dot, theta, theta_dot = _begin(state, p, seed, steps, episode, i)
+            x, x_dot, theta, theta_dot = _begin(state, p, episodes, i)
         _observe(obs_root, i, t + 1 - root_from, x, x_dot, theta, theta_dot, full)
     _store(state, i, x, x_dot, theta, theta_dot)

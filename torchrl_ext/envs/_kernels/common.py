@@ -57,6 +57,19 @@ def uniform_range(key: wp.uint32, draw: int, low: wp.float64, high: wp.float64) 
     return low + (high - low) * uniform64(key, draw)
 
 
+@wp.struct
+class Episodes:
+    """Per-env episode bookkeeping, passed to kernels as one argument.
+
+    ``seed`` holds the two 32-bit words of the env's seed; ``steps`` and ``episode`` count the
+    steps of the current episode and the episodes begun, per env.
+    """
+
+    seed: wp.array(dtype=wp.uint32)
+    steps: wp.array(dtype=wp.int32)
+    episode: wp.array(dtype=wp.int32)
+
+
 @wp.func
 def count_step(steps: wp.array(dtype=wp.int32), i: int, max_steps: int) -> bool:
     """Advance env ``i``'s step counter; return whether the time limit truncates it."""
@@ -74,6 +87,12 @@ def begin_episode(
     episode[i] = e + 1
     steps[i] = 0
     return e
+
+
+@wp.func
+def next_episode_key(episodes: Episodes, i: int) -> wp.uint32:
+    """Begin env ``i``'s next episode (:func:`begin_episode`); return its random stream's key."""
+    return stream_key(episodes.seed, i, begin_episode(episodes.steps, episodes.episode, i))
 
 
 def param_structs(name: str, names: Sequence[str], module: str) -> dict[Any, type]:

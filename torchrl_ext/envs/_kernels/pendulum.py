@@ -14,10 +14,10 @@ from typing import Any
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import (
-    begin_episode,
+    Episodes,
     count_step,
+    next_episode_key,
     param_structs,
-    stream_key,
     uniform_range,
 )
 
@@ -65,13 +65,11 @@ def _dynamics(th: Any, thdot: Any, action: Any, p: Any):
 def _begin(
     state: wp.array2d(dtype=Any),
     p: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    episodes: Episodes,
     i: int,
 ):
     """Start env ``i``'s next episode: angle uniform in ``[-pi, pi)``, speed in ``[-1, 1)``."""
-    key = stream_key(seed, i, begin_episode(steps, episode, i))
+    key = next_episode_key(episodes, i)
     th_high = wp.float64(p.reset_theta)
     thdot_high = wp.float64(p.reset_theta_dot)
     return (
@@ -100,16 +98,14 @@ def pendulum_reset(
     state: wp.array2d(dtype=Any),
     mask: wp.array(dtype=wp.int32),
     params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    episodes: Episodes,
     obs_root: wp.array3d(dtype=Any),
 ):
     """Reset the envs whose ``mask`` entry is nonzero; write every env's observation (slot 0)."""
     i = wp.tid()
     th, thdot = _load(state, i)
     if mask[i] != 0:
-        th, thdot = _begin(state, params, seed, steps, episode, i)
+        th, thdot = _begin(state, params, episodes, i)
         state[i, 0] = th
         state[i, 1] = thdot
     _observe(obs_root, i, 0, th, thdot)
@@ -120,9 +116,7 @@ def pendulum_steps(
     state: wp.array2d(dtype=Any),
     actions: wp.array2d(dtype=Any),
     params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    episodes: Episodes,
     max_steps: int,
     reset_last: int,
     root_from: int,
@@ -145,14 +139,14 @@ def pendulum_steps(
     _observe(obs_root, i, -root_from, th, thdot)
     for t in range(horizon):
         th, thdot, r = _dynamics(th, thdot, actions[i, t], params)
-        trunc = count_step(steps, i, max_steps)
+        trunc = count_step(episodes.steps, i, max_steps)
         _observe(obs_next, i, t, th, thdot)
         reward[i, t] = r
         terminated[i, t] = False
         truncated[i, t] = trunc
         done[i, t] = trunc
         if trunc and (t + 1 < horizon or reset_last != 0):
-            th, thdot = _begin(state, params, seed, steps, episode, i)
+            th, thdot = _begin(state, params, episodes, i)
         _observe(obs_root, i, t + 1 - root_from, th, thdot)
     state[i, 0] = th
     state[i, 1] = thdot
