@@ -7,20 +7,9 @@ state and says which module-level Warp kernels to launch on which buffers (see
 :class:`~torchrl_ext.envs.CartPoleEnv` for a complete example and ``tutorials/warp_env.py`` for a
 walk-through).
 
-TorchRL and tensordict internals this module relies on (tested against the public API in
-``test/envs/test_torchrl_contract.py``):
-
-* ``EnvBase._step``, ``_reset``, ``_set_seed``: EnvBase's documented extension points;
-* ``EnvBase._step_and_maybe_reset``: overridden for the fused step; it is what the public
-  ``step_and_maybe_reset`` and ``EnvBase.compile`` call, so overriding it keeps both working
-  (overriding the public method would bypass ``compile``);
-* ``EnvBase._step_mdp`` (its ``exclude_from_root`` and ``keys_from_next``),
-  ``_post_step_mdp_hooks`` and the ``_torchrl_native_autoreset`` flag: read to decide whether the
-  fused step may build the next root itself, and to build it as TorchRL would; no public
-  equivalent exists (the public ``torchrl.envs.utils.step_mdp`` is the slow generic function);
-* ``TensorDict._new_unsafe`` and ``TensorDict._set_str``: construction and setting without
-  re-validation, for entries the env made itself (as ``EnvBase`` does); the public alternatives
-  are ``TensorDict(...)`` and ``TensorDict.set``, which validate every entry on every step.
+The TorchRL and tensordict internals it relies on, and why, are listed in
+``docs/concepts/envs.rst`` ("TorchRL internals"); ``test/envs/test_torchrl_contract.py`` checks
+the key paths against TorchRL's public API.
 """
 
 from __future__ import annotations
