@@ -13,7 +13,8 @@ from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
 class VectorStateEnv(WarpEnv):
     """Base of the envs whose state is an ``[N, D]`` array and whose step is one kernel.
 
-    A subclass sets :attr:`state_size`, :attr:`reset_kernel` and :attr:`steps_kernel`, and
+    A subclass sets :attr:`state_size`, :attr:`reset_kernel` and :attr:`steps_kernel` (and
+    optionally :attr:`step_kernel`, the same kernel without its loop, for ``T = 1``), and
     returns its named constants from :meth:`_param_values` for the struct :attr:`param_structs`.
     The kernels take ``(state, mask | actions, params, episodes, ...)`` in the order
     below; :meth:`_kernel_options` adds the env's own scalars after the fixed ones.
@@ -23,6 +24,7 @@ class VectorStateEnv(WarpEnv):
     param_structs: dict
     reset_kernel: Any
     steps_kernel: Any
+    step_kernel: Any = None
 
     def _param_values(self) -> dict[str, float]:
         raise NotImplementedError
@@ -61,4 +63,5 @@ class VectorStateEnv(WarpEnv):
         observations = [out["root"]["observation"], out["next"]["observation"]]
         flags = [out["terminated"], out["truncated"], out["done"]]
         inputs = [*self._inputs(actions), *limits, *observations, out["reward"], *flags]
-        return [(self.steps_kernel, inputs)]
+        one = actions.shape[1] == 1 and self.step_kernel is not None
+        return [(self.step_kernel if one else self.steps_kernel, inputs)]

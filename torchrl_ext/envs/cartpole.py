@@ -94,6 +94,7 @@ class CartPoleEnv(VectorStateEnv):
     param_structs = _k.PARAMS
     reset_kernel = _k.cartpole_reset
     steps_kernel = _k.cartpole_steps
+    step_kernel = _k.cartpole_step
 
     def __init__(
         self,
