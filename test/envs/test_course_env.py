@@ -670,3 +670,20 @@ def test_states_that_pass_the_checks_never_crash_the_kernels():
     assert done.returncode == 0, done.stderr[-2000:]
     fewest, kinds = map(int, done.stdout.split())
     assert kinds == 3 and fewest >= 10, done.stdout  # every env took enough scrambled states
+
+
+class TestCarParams:
+    """CarConfig reaches the kernels field by field, by name."""
+
+    def test_car_config_fields_are_the_kernel_struct_fields(self):
+        from dataclasses import fields
+
+        from torchrl_ext.envs.course._kernels import env as kernels
+
+        names = [f.name for f in fields(CarConfig)]
+        assert names == list(kernels.CAR_FIELDS) == list(kernels.CarParams.vars)
+
+    def test_each_constant_lands_in_its_own_field(self):
+        values = {"dt": 0.25, "accel": 3.0, "max_speed": 7.0, "crash_penalty": 2.0}
+        env = CourseEnv(2, seed=0, car=CarConfig(**values))
+        assert {name: getattr(env._car_params, name) for name in values} == values

@@ -25,7 +25,14 @@ from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
 from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv
-from torchrl_ext.envs.warp_env import begin_episode, count_step, stream_key, uniform_range
+from torchrl_ext.envs.warp_env import (
+    begin_episode,
+    count_step,
+    pack_params,
+    param_structs,
+    stream_key,
+    uniform_range,
+)
 
 N = 12
 
@@ -400,6 +407,21 @@ class TestWarpEnv:
         _assert_td_equal(data, ref)
         assert torch.equal(fast.state, stock.state)
         assert int(data["next", "done"].sum()) >= N * 3
+
+    @pytest.mark.parametrize("steps", [1, 2])
+    @pytest.mark.parametrize(
+        ("fast_cls", "stock_cls"), [(CartPoleEnv, _StockCartPole), (PendulumEnv, _StockPendulum)]
+    )
+    def test_shortest_rollouts_equal_generic_rollout(self, fast_cls, stock_cls, steps):
+        """T = 1 and 2: the one-kernel path's first and last slots, done on the first step."""
+        fast, stock = fast_cls(N, seed=8, max_steps=1), stock_cls(N, seed=8, max_steps=1)
+        data = fast.rollout(steps, break_when_any_done=False)
+        ref = stock.rollout(
+            steps, actions=list(data["action"].unbind(1)), break_when_any_done=False
+        )
+        _assert_td_equal(data, ref)
+        assert torch.equal(fast.state, stock.state)
+        assert bool(data["next", "truncated"].all())
 
     @pytest.mark.parametrize("fast_cls", [CartPoleEnv, PendulumEnv])
     def test_rollout_with_policy_uses_fused_steps(self, fast_cls):
@@ -942,3 +964,44 @@ class TestBadArgumentsFuzz:
         with pytest.raises((TypeError, ValueError)):
             env.load_state_dict(state)
         assert_state_unchanged(before, env)
+
+
+class TestNamedParams:
+    """Constants reach kernels as ``@wp.struct`` fields filled by name, never by list position."""
+
+    def test_pack_params_fills_each_field_by_name(self):
+        structs = param_structs("Pair", ("first", "second"), __name__)
+        packed = pack_params(structs, {"second": 0.1, "first": 2.5}, torch.float64)
+        assert (packed.first, packed.second) == (2.5, 0.1)  # exact doubles
+        single = pack_params(structs, {"second": 0.1, "first": 2.5}, torch.float32)
+        assert single._cls is structs[wp.float32]
+        assert all(var.type is wp.float32 for var in structs[wp.float32].vars.values())
+
+    @pytest.mark.parametrize(
+        ("values", "match"),
+        [({"first": 1.0}, r"missing=\['second'\]"), ({"first": 1, "second": 2, "x": 3}, "'x'")],
+    )
+    def test_pack_params_refuses_missing_or_unexpected_names(self, values, match):
+        structs = param_structs("Pair", ("first", "second"), __name__)
+        with pytest.raises(ValueError, match=match):
+            pack_params(structs, values, torch.float32)
+
+    def test_every_env_constant_is_a_struct_field(self):
+        from torchrl_ext.envs import cartpole, pendulum
+        from torchrl_ext.envs._kernels import cartpole as cartpole_kernels
+        from torchrl_ext.envs._kernels import pendulum as pendulum_kernels
+
+        pairs = (
+            (cartpole._cartpole_params, cartpole_kernels),
+            (pendulum._pendulum_params, pendulum_kernels),
+        )
+        for make, kernels in pairs:
+            values = make()
+            for scalar in (wp.float32, wp.float64):
+                assert list(kernels.PARAMS[scalar].vars) == list(values)
+
+    def test_cartpole_constants_match_gymnasium_by_name(self):
+        env = CartPoleEnv(2, seed=0, dtype=torch.float64)
+        p = env._wp_params
+        assert (p.gravity, p.masspole, p.total_mass, p.length) == (9.8, 0.1, 1.1, 0.5)
+        assert (p.polemass_length, p.force_mag, p.tau, p.x_limit) == (0.05, 10.0, 0.02, 2.4)

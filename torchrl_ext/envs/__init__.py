@@ -7,8 +7,14 @@ Importing this package initializes Warp, quietly (:mod:`torchrl_ext._warp`; set
 from torchrl_ext import _warp
 from torchrl_ext.envs import course
 from torchrl_ext.envs.cartpole import CartPoleEnv
-from torchrl_ext.envs.course import CourseDefect, CourseGenerator, CourseParams, effective_seed
-from torchrl_ext.envs.course_env import CarConfig, CourseEnv
+from torchrl_ext.envs.course import (
+    CarConfig,
+    CourseDefect,
+    CourseEnv,
+    CourseGenerator,
+    CourseParams,
+    effective_seed,
+)
 from torchrl_ext.envs.pendulum import PendulumEnv
 from torchrl_ext.envs.warp_env import WarpEnv
 

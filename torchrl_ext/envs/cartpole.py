@@ -5,33 +5,32 @@ from __future__ import annotations
 import math
 
 import torch
-import warp as wp
 from torchrl.data import Categorical, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import cartpole as _k
 from torchrl_ext.envs._memory import empty_output
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
+from torchrl_ext.envs._vector_state import VectorStateEnv
 
 __all__ = ["CartPoleEnv"]
 
 
-def _cartpole_params() -> list[float]:
+def _cartpole_params() -> dict[str, float]:
     """Constants of ``CartPole-v1``, derived in double precision exactly as gymnasium does."""
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
-    params = [0.0] * _k.NUM_PARAMS
-    params[_k.P_GRAVITY] = gravity
-    params[_k.P_MASSPOLE] = masspole
-    params[_k.P_TOTAL_MASS] = masspole + masscart
-    params[_k.P_LENGTH] = length
-    params[_k.P_POLEMASS_LENGTH] = masspole * length
-    params[_k.P_FORCE_MAG] = force_mag
-    params[_k.P_TAU] = tau
-    params[_k.P_THETA_LIMIT] = 12 * 2 * math.pi / 360
-    params[_k.P_X_LIMIT] = 2.4
-    params[_k.P_FOUR_THIRDS] = 4.0 / 3.0
-    params[_k.P_RESET_LOW] = -0.05
-    params[_k.P_RESET_HIGH] = 0.05
-    return params
+    return {
+        "gravity": gravity,
+        "masspole": masspole,
+        "total_mass": masspole + masscart,
+        "length": length,
+        "polemass_length": masspole * length,
+        "force_mag": force_mag,
+        "tau": tau,
+        "theta_limit": 12 * 2 * math.pi / 360,
+        "x_limit": 2.4,
+        "four_thirds": 4.0 / 3.0,
+        "reset_low": -0.05,
+        "reset_high": 0.05,
+    }
 
 
 def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor:
@@ -48,7 +47,7 @@ def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor
     return flips.view(-1)[:total].view(num_envs, steps)
 
 
-class CartPoleEnv(WarpEnv):
+class CartPoleEnv(VectorStateEnv):
     """Batched cart-pole with gymnasium ``CartPole-v1`` dynamics, simulated in Warp kernels.
 
     Each env balances a pole on a cart by pushing left (action 0) or right (action 1) with a
@@ -60,7 +59,8 @@ class CartPoleEnv(WarpEnv):
     With ``dtype=torch.float64`` the simulation performs gymnasium's float64 operations in the
     same order, so observations equal gymnasium's states bit for bit given the same state and
     actions. With ``observe_velocity=False`` the observation is ``(x, theta)`` only: the standard
-    partially observable variant, which needs memory.
+    partially observable variant, which needs memory. :attr:`state` is ``(x, x_dot, theta,
+    theta_dot)`` per env.
 
     Args:
         num_envs (int): number of envs.
@@ -89,6 +89,12 @@ class CartPoleEnv(WarpEnv):
         >>> bool(data["next", "done"].any()), bool(data["next", "truncated"].any())
         (True, False)
     """
+
+    state_size = 4
+    param_structs = _k.PARAMS
+    reset_kernel = _k.cartpole_reset
+    steps_kernel = _k.cartpole_steps
+    step_kernel = _k.cartpole_step
 
     def __init__(
         self,
@@ -119,75 +125,11 @@ class CartPoleEnv(WarpEnv):
         self.action_spec = Categorical(2, shape=(n,), dtype=torch.int64, device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
-    def _allocate_state(self) -> None:
-        self._state = torch.zeros(self.num_envs, 4, dtype=self.dtype, device=self.device)
-        self._wp_state = wp.from_torch(self._state)
-        self._wp_params = params_vector(_cartpole_params(), self.dtype)
+    def _param_values(self) -> dict[str, float]:
+        return _cartpole_params()
 
-    @property
-    def state(self) -> torch.Tensor:
-        """The ``[num_envs, 4]`` physical state ``(x, x_dot, theta, theta_dot)``, a live view."""
-        return self._state
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["state"] = self._state
-        return state
-
-    def _common_inputs(self) -> list:
-        b = self.buffers
-        return [self._wp_state, b["action"], self._wp_params, b["seed"], b["steps"], b["episode"]]
-
-    def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            *self._common_inputs(),
-            self.step_limit,
-            int(autoreset),
-            int(self.observe_velocity),
-            b["next"]["observation"],
-            b["root"]["observation"],
-            b["reward"],
-            b["terminated"],
-            b["truncated"],
-            b["done"],
-        ]
-        return [(_k.cartpole_step, inputs)]
-
-    def _reset_launches(self) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            self._wp_state,
-            b["mask"],
-            self._wp_params,
-            b["seed"],
-            b["steps"],
-            b["episode"],
-            b["root"]["observation"],
-            int(self.observe_velocity),
-        ]
-        return [(_k.cartpole_reset, inputs)]
-
-    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            self._wp_state,
-            wp.from_torch(actions),
-            self._wp_params,
-            b["seed"],
-            b["steps"],
-            b["episode"],
-            self.step_limit,
-            actions.shape[1],
-            int(self.observe_velocity),
-            out["root"]["observation"],
-            out["next"]["observation"],
-            out["reward"],
-            out["terminated"],
-            out["truncated"],
-            out["done"],
-        ]
-        return [(_k.cartpole_rollout, inputs)]
+    def _kernel_options(self) -> list:
+        return [int(self.observe_velocity)]
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""

@@ -5,37 +5,36 @@ from __future__ import annotations
 import math
 
 import torch
-import warp as wp
 from torchrl.data import Bounded, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import pendulum as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, params_vector
+from torchrl_ext.envs._vector_state import VectorStateEnv
 
 __all__ = ["PendulumEnv"]
 
 _MAX_TORQUE = 2.0
 
 
-def _pendulum_params() -> list[float]:
+def _pendulum_params() -> dict[str, float]:
     """Constants of ``Pendulum-v1`` (g = 10, m = l = 1), derived as gymnasium does."""
     gravity, mass, length = 10.0, 1.0, 1.0
-    params = [0.0] * _k.NUM_PARAMS
-    params[_k.P_MAX_SPEED] = 8.0
-    params[_k.P_MAX_TORQUE] = _MAX_TORQUE
-    params[_k.P_DT] = 0.05
-    params[_k.P_GRAVITY_COEF] = 3 * gravity / (2 * length)
-    params[_k.P_TORQUE_COEF] = 3.0 / (mass * length**2)
-    params[_k.P_RESET_THETA] = math.pi
-    params[_k.P_RESET_THETA_DOT] = 1.0
-    params[_k.P_PI] = math.pi
-    params[_k.P_TWO_PI] = 2 * math.pi
-    params[_k.P_COST_SPEED] = 0.1
-    params[_k.P_COST_TORQUE] = 0.001
-    params[_k.P_ZERO] = 0.0
-    return params
+    return {
+        "max_speed": 8.0,
+        "max_torque": _MAX_TORQUE,
+        "dt": 0.05,
+        "gravity_coef": 3 * gravity / (2 * length),
+        "torque_coef": 3.0 / (mass * length**2),
+        "reset_theta": math.pi,
+        "reset_theta_dot": 1.0,
+        "pi": math.pi,
+        "two_pi": 2 * math.pi,
+        "cost_speed": 0.1,
+        "cost_torque": 0.001,
+        "zero": 0.0,
+    }
 
 
-class PendulumEnv(WarpEnv):
+class PendulumEnv(VectorStateEnv):
     """Batched inverted pendulum with gymnasium ``Pendulum-v1`` dynamics, simulated in Warp kernels.
 
     The action is a torque in ``[-2, 2]``; values outside are clipped (as gymnasium does), NaN
@@ -43,7 +42,7 @@ class PendulumEnv(WarpEnv):
     ``-(theta^2 + 0.1 theta_dot^2 + 0.001 u^2)`` for the pre-step state with ``theta`` wrapped to
     ``[-pi, pi)``. Episodes never terminate; they are truncated after ``max_steps`` steps. New
     episodes start with ``theta`` uniform in ``[-pi, pi)`` and ``theta_dot`` in ``[-1, 1)``, drawn
-    from the env's ``(seed, env, episode)`` stream.
+    from the env's ``(seed, env, episode)`` stream. :attr:`state` is ``(theta, theta_dot)`` per env.
 
     Args:
         num_envs (int): number of envs.
@@ -71,6 +70,11 @@ class PendulumEnv(WarpEnv):
         True
     """
 
+    state_size = 2
+    param_structs = _k.PARAMS
+    reset_kernel = _k.pendulum_reset
+    steps_kernel = _k.pendulum_steps
+
     def __init__(
         self,
         num_envs: int,
@@ -95,62 +99,8 @@ class PendulumEnv(WarpEnv):
         )
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
-    def _allocate_state(self) -> None:
-        self._state = torch.zeros(self.num_envs, 2, dtype=self.dtype, device=self.device)
-        self._wp_state = wp.from_torch(self._state)
-        self._wp_params = params_vector(_pendulum_params(), self.dtype)
-
-    @property
-    def state(self) -> torch.Tensor:
-        """The ``[num_envs, 2]`` physical state ``(theta, theta_dot)``, a live view."""
-        return self._state
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["state"] = self._state
-        return state
-
-    def _counters(self) -> list:
-        b = self.buffers
-        return [self._wp_params, b["seed"], b["steps"], b["episode"]]
-
-    def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b = self.buffers
-        inputs = [
-            self._wp_state,
-            b["action"],
-            *self._counters(),
-            self.step_limit,
-            int(autoreset),
-            b["next"]["observation"],
-            b["root"]["observation"],
-            b["reward"],
-            b["terminated"],
-            b["truncated"],
-            b["done"],
-        ]
-        return [(_k.pendulum_step, inputs)]
-
-    def _reset_launches(self) -> list[Launch]:
-        b = self.buffers
-        inputs = [self._wp_state, b["mask"], *self._counters(), b["root"]["observation"]]
-        return [(_k.pendulum_reset, inputs)]
-
-    def _rollout_launches(self, actions: torch.Tensor, out: dict) -> list[Launch]:
-        inputs = [
-            self._wp_state,
-            wp.from_torch(actions[..., 0]),  # [N, T], strided
-            *self._counters(),
-            self.step_limit,
-            actions.shape[1],
-            out["root"]["observation"],
-            out["next"]["observation"],
-            out["reward"],
-            out["terminated"],
-            out["truncated"],
-            out["done"],
-        ]
-        return [(_k.pendulum_rollout, inputs)]
+    def _param_values(self) -> dict[str, float]:
+        return _pendulum_params()
 
     def _check_action_values(self, action: torch.Tensor) -> None:
         nan = torch.isnan(action)

@@ -1,10 +1,14 @@
-"""Warp kernels of the cart-pole: dynamics, masked reset, fused step with auto-reset, rollout.
+"""Warp kernels of the cart-pole: dynamics, masked reset and one kernel for T steps.
 
 The dynamics reproduce gymnasium's ``CartPole-v1`` operation by operation (same constants, same
 evaluation order, explicit Euler), so a float64 simulation matches gymnasium bit for bit. Physical
-constants arrive by value as one Warp vector of the state dtype (``params``, indexed by the ``P_*``
-constants), so the compiler keeps them in registers. The state of one env is carried in local
-variables ``(x, x_dot, theta, theta_dot)`` between loads and stores.
+constants arrive by value as one :data:`PARAMS` struct of the state dtype, so the compiler keeps
+them in registers. The state of one env is carried in local variables ``(x, x_dot, theta,
+theta_dot)`` between loads and stores.
+
+:func:`_advance` is the one step of the cart-pole, dynamics and bookkeeping: :func:`cartpole_steps`
+loops it (a rollout of ``T`` steps into ``[N, T]`` outputs), :func:`cartpole_step` runs it once
+(a step or fused step, on ``[N, 1]`` views of the step buffers).
 """
 
 from __future__ import annotations
@@ -13,27 +17,38 @@ from typing import Any
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import begin_episode, count_step, stream_key, uniform_range
+from torchrl_ext.envs._kernels.common import (
+    Episodes,
+    count_step,
+    next_episode_key,
+    param_structs,
+    uniform_range,
+)
 
-P_GRAVITY = 0
-P_MASSPOLE = 1
-P_TOTAL_MASS = 2
-P_LENGTH = 3
-P_POLEMASS_LENGTH = 4
-P_FORCE_MAG = 5
-P_TAU = 6
-P_THETA_LIMIT = 7
-P_X_LIMIT = 8
-P_FOUR_THIRDS = 9
-P_RESET_LOW = 10
-P_RESET_HIGH = 11
-NUM_PARAMS = 12
+PARAMS = param_structs(
+    "CartPoleParams",
+    (
+        "gravity",
+        "masspole",
+        "total_mass",
+        "length",
+        "polemass_length",
+        "force_mag",
+        "tau",
+        "theta_limit",
+        "x_limit",
+        "four_thirds",
+        "reset_low",
+        "reset_high",
+    ),
+    __name__,
+)
 
 
 @wp.func
 def _force(action: wp.int64, p: Any):
     """The push of ``action``: ``+force_mag`` for 1, ``-force_mag`` for 0."""
-    force = p[P_FORCE_MAG]
+    force = p.force_mag
     if action == wp.int64(0):
         force = -force
     return force
@@ -44,33 +59,35 @@ def _dynamics(x: Any, x_dot: Any, theta: Any, theta_dot: Any, force: Any, p: Any
     """One explicit-Euler step; returns the new ``(x, x_dot, theta, theta_dot)``."""
     costheta = wp.cos(theta)
     sintheta = wp.sin(theta)
-    temp = (force + p[P_POLEMASS_LENGTH] * (theta_dot * theta_dot) * sintheta) / p[P_TOTAL_MASS]
-    denom = p[P_LENGTH] * (
-        p[P_FOUR_THIRDS] - p[P_MASSPOLE] * (costheta * costheta) / p[P_TOTAL_MASS]
-    )
-    thetaacc = (p[P_GRAVITY] * sintheta - costheta * temp) / denom
-    xacc = temp - p[P_POLEMASS_LENGTH] * thetaacc * costheta / p[P_TOTAL_MASS]
+    temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
+    denom = p.length * (p.four_thirds - p.masspole * (costheta * costheta) / p.total_mass)
+    thetaacc = (p.gravity * sintheta - costheta * temp) / denom
+    xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
     return (
-        x + p[P_TAU] * x_dot,
-        x_dot + p[P_TAU] * xacc,
-        theta + p[P_TAU] * theta_dot,
-        theta_dot + p[P_TAU] * thetaacc,
+        x + p.tau * x_dot,
+        x_dot + p.tau * xacc,
+        theta + p.tau * theta_dot,
+        theta_dot + p.tau * thetaacc,
     )
 
 
 @wp.func
 def _fell(x: Any, theta: Any, p: Any) -> bool:
     """Whether the cart left the track or the pole leans past the angle limit."""
-    x_lim = p[P_X_LIMIT]
-    t_lim = p[P_THETA_LIMIT]
-    return x < -x_lim or x > x_lim or theta < -t_lim or theta > t_lim
+    return x < -p.x_limit or x > p.x_limit or theta < -p.theta_limit or theta > p.theta_limit
 
 
 @wp.func
-def _initial(key: wp.uint32, p: Any, state: wp.array2d(dtype=Any)):
-    """A start state uniform in ``[low, high)^4`` from the stream ``key``, in the state dtype."""
-    low = wp.float64(p[P_RESET_LOW])
-    high = wp.float64(p[P_RESET_HIGH])
+def _begin(
+    state: wp.array2d(dtype=Any),
+    p: Any,
+    episodes: Episodes,
+    i: int,
+):
+    """Start env ``i``'s next episode: bump its counters, draw a state uniform in [low, high)^4."""
+    key = next_episode_key(episodes, i)
+    low = wp.float64(p.reset_low)
+    high = wp.float64(p.reset_high)
     return (
         state.dtype(uniform_range(key, 0, low, high)),
         state.dtype(uniform_range(key, 1, low, high)),
@@ -96,18 +113,6 @@ def _store(state: wp.array2d(dtype=Any), i: int, x: Any, x_dot: Any, theta: Any,
 
 @wp.func
 def _observe(
-    obs: wp.array2d(dtype=Any), i: int, x: Any, x_dot: Any, theta: Any, theta_dot: Any, full: int
-):
-    """Write env ``i``'s observation: the state, or ``(x, theta)`` when ``full == 0``."""
-    if full != 0:
-        _store(obs, i, x, x_dot, theta, theta_dot)
-    else:
-        obs[i, 0] = x
-        obs[i, 1] = theta
-
-
-@wp.func
-def _observe_at(
     obs: wp.array3d(dtype=Any),
     i: int,
     t: int,
@@ -117,28 +122,19 @@ def _observe_at(
     theta_dot: Any,
     full: int,
 ):
-    """Write env ``i``'s observation into time slot ``t`` of a ``[N, T, D]`` buffer."""
-    if full != 0:
-        obs[i, t, 0] = x
-        obs[i, t, 1] = x_dot
-        obs[i, t, 2] = theta
-        obs[i, t, 3] = theta_dot
-    else:
-        obs[i, t, 0] = x
-        obs[i, t, 1] = theta
+    """Write env ``i``'s observation into slot ``t`` of ``[N, S, D]``: the state, or ``(x, theta)``.
 
-
-@wp.func
-def _begin(
-    state: wp.array2d(dtype=Any),
-    p: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
-    i: int,
-):
-    """Start env ``i``'s next episode: bump its counters and draw its start state."""
-    return _initial(stream_key(seed, i, begin_episode(steps, episode, i)), p, state)
+    Slots outside ``[0, S)`` are not written.
+    """
+    if t >= 0 and t < obs.shape[1]:
+        if full != 0:
+            obs[i, t, 0] = x
+            obs[i, t, 1] = x_dot
+            obs[i, t, 2] = theta
+            obs[i, t, 3] = theta_dot
+        else:
+            obs[i, t, 0] = x
+            obs[i, t, 1] = theta
 
 
 @wp.kernel
@@ -146,68 +142,35 @@ def cartpole_reset(
     state: wp.array2d(dtype=Any),
     mask: wp.array(dtype=wp.int32),
     params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
-    obs_root: wp.array2d(dtype=Any),
+    episodes: Episodes,
     full: int,
+    obs_root: wp.array3d(dtype=Any),
 ):
-    """Reset the envs whose ``mask`` entry is nonzero; write every env's current observation."""
+    """Reset the envs whose ``mask`` entry is nonzero; write every env's observation (slot 0)."""
     i = wp.tid()
     x, x_dot, theta, theta_dot = _load(state, i)
     if mask[i] != 0:
-        x, x_dot, theta, theta_dot = _begin(state, params, seed, steps, episode, i)
+        x, x_dot, theta, theta_dot = _begin(state, params, episodes, i)
         _store(state, i, x, x_dot, theta, theta_dot)
-    _observe(obs_root, i, x, x_dot, theta, theta_dot, full)
+    _observe(obs_root, i, 0, x, x_dot, theta, theta_dot, full)
 
 
-@wp.kernel
-def cartpole_step(
-    state: wp.array2d(dtype=Any),
-    action: wp.array(dtype=wp.int64),
-    params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
-    max_steps: int,
-    autoreset: int,
-    full: int,
-    obs_next: wp.array2d(dtype=Any),
-    obs_root: wp.array2d(dtype=Any),
-    reward: wp.array(dtype=Any),
-    terminated: wp.array(dtype=wp.bool),
-    truncated: wp.array(dtype=wp.bool),
-    done: wp.array(dtype=wp.bool),
-):
-    """Step every env; with ``autoreset`` also reset the done ones and write the next root obs."""
-    i = wp.tid()
-    p = params
-    x, x_dot, theta, theta_dot = _load(state, i)
-    x, x_dot, theta, theta_dot = _dynamics(x, x_dot, theta, theta_dot, _force(action[i], p), p)
-    term = _fell(x, theta, p)
-    trunc = count_step(steps, i, max_steps)
-    _observe(obs_next, i, x, x_dot, theta, theta_dot, full)
-    reward[i] = reward.dtype(1.0)
-    terminated[i] = term
-    truncated[i] = trunc
-    done[i] = term or trunc
-    if autoreset != 0:
-        if term or trunc:
-            x, x_dot, theta, theta_dot = _begin(state, p, seed, steps, episode, i)
-        _observe(obs_root, i, x, x_dot, theta, theta_dot, full)
-    _store(state, i, x, x_dot, theta, theta_dot)
-
-
-@wp.kernel
-def cartpole_rollout(
+@wp.func
+def _advance(
+    x: Any,
+    x_dot: Any,
+    theta: Any,
+    theta_dot: Any,
+    t: int,
+    i: int,
+    last: int,
     state: wp.array2d(dtype=Any),
     actions: wp.array2d(dtype=wp.int64),
-    params: Any,
-    seed: wp.array(dtype=wp.uint32),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
+    p: Any,
+    episodes: Episodes,
     max_steps: int,
-    horizon: int,
+    reset_last: int,
+    root_from: int,
     full: int,
     obs_root: wp.array3d(dtype=Any),
     obs_next: wp.array3d(dtype=Any),
@@ -216,26 +179,125 @@ def cartpole_rollout(
     truncated: wp.array2d(dtype=wp.bool),
     done: wp.array2d(dtype=wp.bool),
 ):
-    """Run ``horizon`` auto-resetting steps into ``[N, T]`` outputs (no reset after the last).
+    """Step ``t`` of env ``i`` from the given state: outputs, auto-reset, next root; new state."""
+    x, x_dot, theta, theta_dot = _dynamics(x, x_dot, theta, theta_dot, _force(actions[i, t], p), p)
+    term = _fell(x, theta, p)
+    trunc = count_step(episodes.steps, i, max_steps)
+    _observe(obs_next, i, t, x, x_dot, theta, theta_dot, full)
+    reward[i, t] = reward.dtype(1.0)
+    terminated[i, t] = term
+    truncated[i, t] = trunc
+    done[i, t] = term or trunc
+    if (term or trunc) and (t < last or reset_last != 0):
+        x, x_dot, theta, theta_dot = _begin(state, p, episodes, i)
+    _observe(obs_root, i, t + 1 - root_from, x, x_dot, theta, theta_dot, full)
+    return x, x_dot, theta, theta_dot
 
-    ``actions`` is ``[N, T]``: ``actions[i, t]`` is env ``i``'s action at step ``t``.
+
+@wp.kernel
+def cartpole_steps(
+    state: wp.array2d(dtype=Any),
+    actions: wp.array2d(dtype=wp.int64),
+    params: Any,
+    episodes: Episodes,
+    max_steps: int,
+    reset_last: int,
+    root_from: int,
+    full: int,
+    obs_root: wp.array3d(dtype=Any),
+    obs_next: wp.array3d(dtype=Any),
+    reward: wp.array2d(dtype=Any),
+    terminated: wp.array2d(dtype=wp.bool),
+    truncated: wp.array2d(dtype=wp.bool),
+    done: wp.array2d(dtype=wp.bool),
+):
+    """Run ``T = actions.shape[1]`` steps of every env, resetting the done ones in between.
+
+    Step ``t`` applies ``actions[i, t]`` and writes slot ``t`` of the ``next`` outputs. A done env
+    starts a new episode before the next step, and after the last one only if ``reset_last``.
+    State ``t`` (the one step ``t`` starts from; state ``T`` is the final one) is observed into
+    ``obs_root`` slot ``t - root_from`` if that slot exists.
     """
     i = wp.tid()
-    p = params
-    one = reward.dtype(1.0)
+    last = actions.shape[1] - 1
     x, x_dot, theta, theta_dot = _load(state, i)
-    for t in range(horizon):
-        _observe_at(obs_root, i, t, x, x_dot, theta, theta_dot, full)
-        x, x_dot, theta, theta_dot = _dynamics(
-            x, x_dot, theta, theta_dot, _force(actions[i, t], p), p
+    _observe(obs_root, i, -root_from, x, x_dot, theta, theta_dot, full)
+    for t in range(last + 1):
+        x, x_dot, theta, theta_dot = _advance(
+            x,
+            x_dot,
+            theta,
+            theta_dot,
+            t,
+            i,
+            last,
+            state,
+            actions,
+            params,
+            episodes,
+            max_steps,
+            reset_last,
+            root_from,
+            full,
+            obs_root,
+            obs_next,
+            reward,
+            terminated,
+            truncated,
+            done,
         )
-        term = _fell(x, theta, p)
-        trunc = count_step(steps, i, max_steps)
-        _observe_at(obs_next, i, t, x, x_dot, theta, theta_dot, full)
-        reward[i, t] = one
-        terminated[i, t] = term
-        truncated[i, t] = trunc
-        done[i, t] = term or trunc
-        if (term or trunc) and t + 1 < horizon:
-            x, x_dot, theta, theta_dot = _begin(state, p, seed, steps, episode, i)
+    _store(state, i, x, x_dot, theta, theta_dot)
+
+
+@wp.kernel
+def cartpole_step(
+    state: wp.array2d(dtype=Any),
+    actions: wp.array2d(dtype=wp.int64),
+    params: Any,
+    episodes: Episodes,
+    max_steps: int,
+    reset_last: int,
+    root_from: int,
+    full: int,
+    obs_root: wp.array3d(dtype=Any),
+    obs_next: wp.array3d(dtype=Any),
+    reward: wp.array2d(dtype=Any),
+    terminated: wp.array2d(dtype=wp.bool),
+    truncated: wp.array2d(dtype=wp.bool),
+    done: wp.array2d(dtype=wp.bool),
+):
+    """:func:`cartpole_steps` for ``T = 1`` (the env's step and fused step), without the loop.
+
+    The same :func:`_advance`, as straight-line code: a fused step of 1,024 envs takes 20.6 us
+    instead of 24.8 us in the loop, whose state variables Warp cannot keep in registers
+    (docs/benchmarks/envs.rst).
+    """
+    i = wp.tid()
+    t = 0
+    last = 0
+    x, x_dot, theta, theta_dot = _load(state, i)
+    _observe(obs_root, i, -root_from, x, x_dot, theta, theta_dot, full)
+    x, x_dot, theta, theta_dot = _advance(
+        x,
+        x_dot,
+        theta,
+        theta_dot,
+        t,
+        i,
+        last,
+        state,
+        actions,
+        params,
+        episodes,
+        max_steps,
+        reset_last,
+        root_from,
+        full,
+        obs_root,
+        obs_next,
+        reward,
+        terminated,
+        truncated,
+        done,
+    )
     _store(state, i, x, x_dot, theta, theta_dot)

@@ -1,4 +1,4 @@
-"""Warp functions shared by every env kernel: counter-based hashing and episode bookkeeping.
+"""Warp functions shared by every env kernel: hashing, episode bookkeeping, named constants.
 
 Random numbers in kernels never come from a stateful generator. Every draw is a pure function of
 ``(seed, env_index, episode, draw_index)`` computed by a chain of 32-bit avalanche mixers
@@ -7,6 +7,9 @@ Random numbers in kernels never come from a stateful generator. Every draw is a 
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import warp as wp
 
@@ -54,6 +57,19 @@ def uniform_range(key: wp.uint32, draw: int, low: wp.float64, high: wp.float64) 
     return low + (high - low) * uniform64(key, draw)
 
 
+@wp.struct
+class Episodes:
+    """Per-env episode bookkeeping, passed to kernels as one argument.
+
+    ``seed`` holds the two 32-bit words of the env's seed; ``steps`` and ``episode`` count the
+    steps of the current episode and the episodes begun, per env.
+    """
+
+    seed: wp.array(dtype=wp.uint32)
+    steps: wp.array(dtype=wp.int32)
+    episode: wp.array(dtype=wp.int32)
+
+
 @wp.func
 def count_step(steps: wp.array(dtype=wp.int32), i: int, max_steps: int) -> bool:
     """Advance env ``i``'s step counter; return whether the time limit truncates it."""
@@ -71,3 +87,31 @@ def begin_episode(
     episode[i] = e + 1
     steps[i] = 0
     return e
+
+
+@wp.func
+def next_episode_key(episodes: Episodes, i: int) -> wp.uint32:
+    """Begin env ``i``'s next episode (:func:`begin_episode`); return its random stream's key."""
+    return stream_key(episodes.seed, i, begin_episode(episodes.steps, episodes.episode, i))
+
+
+def param_structs(name: str, names: Sequence[str], module: str) -> dict[Any, type]:
+    """One ``@wp.struct`` per float dtype (``wp.float32``, ``wp.float64``), a field per name.
+
+    Kernels take the struct by value (``params: Any``) and read ``params.<name>``, so a constant
+    is found by its name, never by its position in a list; :func:`pack_params` fills one.
+
+    Args:
+        name (str): stem of the struct names (``<name>32``, ``<name>64``).
+        names (sequence of str): the field names.
+        module (str): the module of the kernels that take it (pass ``__name__``).
+
+    Returns:
+        ``{wp.float32: struct, wp.float64: struct}``.
+    """
+    structs = {}
+    for scalar in (wp.float32, wp.float64):
+        suffix = "32" if scalar is wp.float32 else "64"
+        body = {"__annotations__": dict.fromkeys(names, scalar), "__module__": module}
+        structs[scalar] = wp.struct(type(f"{name}{suffix}", (), body))
+    return structs

@@ -1,5 +1,6 @@
-"""Procedural closed courses, generated per env in Warp kernels from ``(seed, epoch)``."""
+"""Procedural closed courses, generated per env in Warp kernels, and the car env driving them."""
 
+from torchrl_ext.envs.course.env import CarConfig, CourseEnv
 from torchrl_ext.envs.course.generator import (
     CourseDefect,
     CourseGenerator,
@@ -7,4 +8,11 @@ from torchrl_ext.envs.course.generator import (
     effective_seed,
 )
 
-__all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
+__all__ = [
+    "CarConfig",
+    "CourseDefect",
+    "CourseEnv",
+    "CourseGenerator",
+    "CourseParams",
+    "effective_seed",
+]

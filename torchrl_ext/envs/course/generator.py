@@ -19,7 +19,7 @@ import torch
 import warp as wp
 
 from torchrl_ext._checks import check_int
-from torchrl_ext.envs.course import _kernels as K
+from torchrl_ext.envs.course._kernels import generator as K
 
 __all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
 

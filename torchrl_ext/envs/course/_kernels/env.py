@@ -10,28 +10,31 @@ Every kernel runs one thread per env. The car's state lives in three arrays:
   (``END_NONE``, ``END_RESPAWN`` or ``END_REGENERATE``).
 
 The course arrays come from :class:`~torchrl_ext.envs.course.CourseGenerator`. Constants arrive
-by value in one :data:`CarParams` vector indexed by the ``P_*`` constants.
+by value in one :data:`CarParams` struct, read by name.
 """
 
 from __future__ import annotations
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import count_step
+from torchrl_ext.envs._kernels.common import count_step, param_structs
 
-P_DT = 0
-P_ACCEL = 1
-P_DRAG = 2
-P_MAX_SPEED = 3
-P_MAX_STEER = 4
-P_WHEELBASE = 5
-P_MAX_RANGE = 6
-P_RAY_SPREAD = 7
-P_PROGRESS_COEF = 8
-P_CRASH_PENALTY = 9
-NUM_PARAMS = 10
+CAR_FIELDS = (
+    "dt",
+    "accel",
+    "drag",
+    "max_speed",
+    "max_steer",
+    "wheelbase",
+    "max_range",
+    "ray_spread",
+    "progress_coef",
+    "crash_penalty",
+)
+"""The car and reward constants, by name: the fields of ``CarConfig`` and of :data:`CarParams`."""
 
-CarParams = wp.types.vector(length=NUM_PARAMS, dtype=wp.float32)
+CAR_PARAMS = param_structs("CarParams", CAR_FIELDS, __name__)
+CarParams = CAR_PARAMS[wp.float32]
 
 # pose columns
 X, Y, HEADING, SPEED = 0, 1, 2, 3
@@ -178,12 +181,12 @@ def drive_cars(
     i = wp.tid()
     if valid[i] == 0:
         return
-    dt = params[P_DT]
-    steer = wp.clamp(action[i, 0], -1.0, 1.0) * params[P_MAX_STEER]
+    dt = params.dt
+    steer = wp.clamp(action[i, 0], -1.0, 1.0) * params.max_steer
     throttle = wp.clamp(action[i, 1], -1.0, 1.0)
-    v = pose[i, SPEED] + (params[P_ACCEL] * throttle - params[P_DRAG] * pose[i, SPEED]) * dt
-    v = wp.clamp(v, 0.0, params[P_MAX_SPEED])
-    heading = wrap_angle(pose[i, HEADING] + v * wp.tan(steer) / params[P_WHEELBASE] * dt)
+    v = pose[i, SPEED] + (params.accel * throttle - params.drag * pose[i, SPEED]) * dt
+    v = wp.clamp(v, 0.0, params.max_speed)
+    heading = wrap_angle(pose[i, HEADING] + v * wp.tan(steer) / params.wheelbase * dt)
     pose[i, X] = pose[i, X] + v * wp.cos(heading) * dt
     pose[i, Y] = pose[i, Y] + v * wp.sin(heading) * dt
     pose[i, HEADING] = heading
@@ -277,9 +280,9 @@ def end_episodes(
     ok = valid[i] != 0
     out = counts[i, OUT] != 0
     finished = counts[i, PASSED] >= laps * checkpoint_count[i]
-    r = wp.float32(counts[i, STEP_PASSES]) + params[P_PROGRESS_COEF] * track[i, DELTA]
+    r = wp.float32(counts[i, STEP_PASSES]) + params.progress_coef * track[i, DELTA]
     if out:
-        r = r - params[P_CRASH_PENALTY]
+        r = r - params.crash_penalty
     reward[i] = wp.where(ok, r, 0.0)
     term = (not ok) or finished or out
     trunc = count_step(steps, i, max_steps)
@@ -415,11 +418,11 @@ def observe(
         angle = heading
         if num_rays > 1:
             frac = wp.float32(r) / wp.float32(num_rays - 1)
-            angle = heading + params[P_RAY_SPREAD] * (2.0 * frac - 1.0)
+            angle = heading + params.ray_spread * (2.0 * frac - 1.0)
         direction = wp.vec2f(wp.cos(angle), wp.sin(angle))
         reading = wp.float32(0.0)
         if ok:
-            reading = cast_ray(centerline, i, p, direction, seg, half_width, params[P_MAX_RANGE])
+            reading = cast_ray(centerline, i, p, direction, seg, half_width, params.max_range)
         observation[i, r] = reading
     tangent = centerline[i, (seg + 1) % num_points] - centerline[i, seg]
     error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))

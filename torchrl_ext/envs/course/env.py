@@ -8,6 +8,7 @@ RL step, masked regeneration included, is a fixed sequence of kernel launches th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, fields
@@ -20,10 +21,9 @@ from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_choice, check_int
-from torchrl_ext.envs._kernels import course_env as _k
-from torchrl_ext.envs.course import CourseGenerator, CourseParams
-from torchrl_ext.envs.course.generator import MIN_POINTS
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require
+from torchrl_ext.envs.course._kernels import env as _k
+from torchrl_ext.envs.course.generator import MIN_POINTS, CourseGenerator, CourseParams
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, pack_params
 
 __all__ = ["CarConfig", "CourseEnv"]
 
@@ -55,8 +55,8 @@ class CarConfig:
     Examples:
         >>> from torchrl_ext.envs import CarConfig
         >>> config = CarConfig(max_speed=3.0)
-        >>> print(config.max_speed, len(config.as_list()))
-        3.0 10
+        >>> print(config.max_speed, config.dt)
+        3.0 0.1
     """
 
     dt: float = 0.1
@@ -73,10 +73,6 @@ class CarConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             _check_constant(f.name, getattr(self, f.name), f.name not in _MAY_BE_ZERO)
-
-    def as_list(self) -> list[float]:
-        """The constants as floats, in the kernels' ``P_*`` order."""
-        return [float(getattr(self, f.name)) for f in fields(self)]
 
 
 _MAY_BE_ZERO = ("drag", "ray_spread", "progress_coef", "crash_penalty")
@@ -249,7 +245,7 @@ class CourseEnv(WarpEnv):
         }
         self._w["zero_mask"] = wp.from_torch(self._zero_mask)
         self._w["all_mask"] = wp.from_torch(self._all_mask)
-        self._car_params = _k.CarParams(*self.car.as_list())
+        self._car_params = pack_params(_k.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
         # load the generator's mask-reduction kernels before any capture records them
         self._generator.regenerate(self._w["zero_mask"])
 
@@ -355,17 +351,29 @@ class CourseEnv(WarpEnv):
             w["regen_mask"],
             w["respawn_mask"],
         ]
-        return [
+        recipes = [
             (_k.drive_cars, [w["pose"], b["action"], valid, p]),
             (_k.track_progress, progress),
             (_k.end_episodes, ends),
             (_k.observe, self._observe_inputs("next", w["zero_mask"], w["zero_mask"], False)),
         ]
+        return recipes + self._auto_reset_recipes(carry=True) if autoreset else recipes
 
     def _reset_launches(self) -> list[Launch]:
         w = self._w
         inputs = [self.buffers["mask"], w["counts"], self._generator.valid]
-        return [(_k.plan_reset, [*inputs, w["regen_mask"], w["respawn_mask"]])]
+        plan = (_k.plan_reset, [*inputs, w["regen_mask"], w["respawn_mask"]])
+        return [plan, *self._auto_reset_recipes(carry=False)]
+
+    def _auto_reset_recipes(self, carry: bool) -> list[Launch]:
+        """Regenerate the envs of the regeneration mask, respawn those of either mask, observe.
+
+        The step and reset kernels write both masks first, so the whole sequence records into
+        one graph.
+        """
+        w = self._w
+        regenerate = _RegenerateCommand(self._generator, w["regen_mask"])
+        return [regenerate, *self._respawn_recipes(w["regen_mask"], w["respawn_mask"], carry)]
 
     def _respawn_recipes(
         self, first: wp.array, second: wp.array, carry: bool = False
@@ -407,40 +415,6 @@ class CourseEnv(WarpEnv):
             out["out_of_bounds"],
             out["valid"],
         ]
-
-    def _record(self, recipes: list[Launch]) -> list:
-        return [
-            wp.launch(k, dim=self.num_envs, inputs=inputs, device=self._wp_device, record_cmd=True)
-            for k, inputs in recipes
-        ]
-
-    def _launch_now(self, recipes: list[Launch]) -> None:
-        with self._on_torch_stream():
-            for kernel, inputs in recipes:
-                wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
-
-    def _launch_list(self, mode: str) -> list:
-        """Commands of ``mode``: the base's kernels, plus masked regeneration and respawn.
-
-        ``"step"``: drive, progress, episode ends, next observation. ``"step_autoreset"`` and
-        ``"reset"`` then regenerate the envs of the internal regeneration mask, respawn those of
-        either mask and write the root observation. All of it records into one graph.
-        """
-        cmds = self._commands.get(mode)
-        if cmds is None:
-            if mode == "reset":
-                recipes = self._reset_launches()
-            else:
-                recipes = self._step_launches(autoreset=mode == "step_autoreset")
-            cmds = self._record(recipes)
-            if mode != "step":
-                w = self._w
-                cmds.append(_RegenerateCommand(self._generator, w["regen_mask"]))
-                carry = mode == "step_autoreset"
-                masks = (w["regen_mask"], w["respawn_mask"])
-                cmds += self._record(self._respawn_recipes(*masks, carry=carry))
-            self._commands[mode] = cmds
-        return cmds
 
     # ------------------------------------------------------------------ the two masks
     def regenerate(self, mask: torch.Tensor | wp.array | None = None, advance: bool = True) -> None:
