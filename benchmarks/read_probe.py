@@ -21,7 +21,7 @@ import torch
 from _sequence_setup import make_buffer
 from torchrl.data import LazyTensorStorage
 
-from torchrl_ext.data import _gather as rows_kernel
+from torchrl_ext.data._kernels import gather as rows_kernel
 
 
 def index_select_read(storage, index):

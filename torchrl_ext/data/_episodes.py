@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tensordict import is_tensor_collection
@@ -65,8 +66,46 @@ class Reach:
         return torch.remainder(positions, self.written) if self.wraps else positions
 
 
-def check_storage(storage: Storage, owner: str) -> None:
-    """Raises ``TypeError`` unless ``storage`` is a TensorDict-backed ``TensorStorage``."""
+@dataclass(frozen=True)
+class Snapshot:
+    """What a sample reads from the storage, read once before any window is built.
+
+    Attributes:
+        contents (TensorDictBase): the stored records (written in place, so the same object
+            from one sample to the next until the storage is re-initialized).
+        lanes (tuple of int): sizes of the storage dims after time (empty for 1-D storages).
+        written (int): time steps holding at least one written record.
+        oldest (int): time coordinate of the oldest record.
+        newest (int): time coordinate of the newest record.
+        flags (torch.Tensor or None): the stored done flags ``[capacity, *lanes]`` (a view),
+            ``None`` when no done key is read.
+    """
+
+    contents: Any
+    lanes: tuple[int, ...]
+    written: int
+    oldest: int
+    newest: int
+    flags: torch.Tensor | None
+
+
+def snapshot(
+    storage: Storage, done_key: NestedKey | None, owner: str, known: tuple | None = None
+) -> Snapshot:
+    """Reads the contents, the write seam and the done flags of a TensorDict-backed storage.
+
+    Args:
+        storage (Storage): the storage a sample is drawn from.
+        done_key (NestedKey or None): the stored done flags to read, or ``None``.
+        owner (str): the caller's name, for error messages.
+        known (tuple, optional): ``(contents, flags)`` of an earlier snapshot; its flags are
+            reused while the contents are the same object.
+
+    Raises:
+        TypeError: if the storage is not a TensorDict-backed ``TensorStorage``.
+        RuntimeError: if the storage is empty.
+        ValueError: see :func:`read_flags`.
+    """
     if not isinstance(storage, TensorStorage):
         raise TypeError(
             f"{owner} needs a TensorDict-backed TensorStorage (LazyTensorStorage, "
@@ -79,8 +118,17 @@ def check_storage(storage: Storage, owner: str) -> None:
             f"{owner} needs the storage to hold TensorDict data, but it holds "
             f"{type(contents).__name__}; extend the buffer with TensorDicts."
         )
-    if len(storage) == 0:
+    if contents is None or len(storage) == 0:
         raise RuntimeError(f"{owner} cannot expand anchors from an empty storage.")
+    written, oldest, newest = seam(storage)
+    flags = None
+    if done_key is not None:
+        if known is not None and known[0] is contents:
+            flags = known[1]
+        else:
+            flags = read_flags(storage, done_key, owner)
+    lanes = tuple(contents.batch_size[1 : storage.ndim])
+    return Snapshot(contents, lanes, written, oldest, newest, flags)
 
 
 def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tensor:
@@ -111,10 +159,10 @@ def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tens
 
 def seam(storage: TensorStorage) -> tuple[int, int, int]:
     """Returns ``(written, oldest, newest)`` time coordinates of a ring-buffer storage."""
-    length, total = len(storage), storage._total_shape  # one length read: it takes a lock
-    if length != storage.max_size:  # what `_is_full` compares
-        lanes = total[1:].numel()
-        written = -(length // -lanes)  # time steps holding at least one record
+    length = len(storage)  # one length read: it takes a lock
+    total = storage._storage.batch_size[: storage.ndim]
+    if length != storage.max_size:  # not full: written from slot 0 on
+        written = -(length // -total[1:].numel())  # time steps holding at least one record
         return written, 0, written - 1
     written = int(total[0])
     cursor = storage._last_cursor_index
@@ -138,7 +186,7 @@ def _writer_cursor(storage: TensorStorage) -> int | None:
 
 
 def reach_in_storage_order(
-    storage: TensorStorage,
+    view: Snapshot,
     flags: torch.Tensor | None,
     time: torch.Tensor,
     lanes: tuple[torch.Tensor, ...],
@@ -149,7 +197,7 @@ def reach_in_storage_order(
     """Builds the reach of every anchor from storage order and (optionally) done flags.
 
     Args:
-        storage (TensorStorage): the storage the records come from.
+        view (Snapshot): what the sample read from the storage.
         flags (torch.Tensor or None): stored done flags (``[capacity, *lanes]``), or ``None``
             when the written span is one trajectory.
         time (torch.Tensor): ``[B]`` anchor time coordinates.
@@ -159,7 +207,7 @@ def reach_in_storage_order(
         crosses_episodes (bool): ``True`` for ``include_reset``: done flags only mark where a
             new episode starts inside the window; only the write seam bounds the reach.
     """
-    written, oldest, newest = seam(storage)
+    written, oldest, newest = view.written, view.oldest, view.newest
     span = back + forward + 1
     base = torch.remainder(time - back, written)
     wraps = span > written or int(base.max()) + span > written

@@ -26,7 +26,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
-from torchrl_ext.data import _gather as _rows
+from torchrl_ext.data._kernels import gather as _rows
 
 
 class _Unsupported(Exception):
@@ -67,8 +67,8 @@ class _Level:
         """This level's sample at ``index`` (all in ``[0, rows)``), nested batch dims kept.
 
         With a ``copies`` list, the leaves the kernel copies are allocated and appended to it
-        (for :func:`~torchrl_ext.data._gather.copy_rows` to fill); with ``None``, every leaf is
-        read by ``index_select``.
+        (for :func:`~torchrl_ext.data._kernels.gather.copy_rows` to fill); with ``None``,
+        every leaf is read by ``index_select``.
         """
         n = index.shape[0]
         out = {}
@@ -103,7 +103,8 @@ def _entry(key: str, value: Any) -> tuple:
 def _read(level: _Level, index: torch.Tensor, rows: int) -> TensorDict | None:
     """The sample at ``index`` read through ``level``; ``None`` for an index out of range.
 
-    Long indices (:func:`~torchrl_ext.data._gather.takes`) use the row kernel where it applies.
+    Long indices (:func:`~torchrl_ext.data._kernels.gather.takes`) use the row kernel where it
+    applies.
     """
     copies = [] if _rows.takes(index) else None
     out = level.read(index, rows, copies)

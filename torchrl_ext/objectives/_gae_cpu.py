@@ -61,7 +61,7 @@ import torch
 try:
     import numba
 
-    from torchrl_ext._intrinsics import memcpy, prefetch, voidptr
+    from torchrl_ext._native.intrinsics import memcpy, prefetch, voidptr
     from torchrl_ext.objectives import _gae_simd
 
     AVAILABLE = _gae_simd.AVAILABLE

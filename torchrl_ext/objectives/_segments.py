@@ -34,7 +34,7 @@ import torch
 try:
     import numba
 
-    from torchrl_ext._intrinsics import memcpy
+    from torchrl_ext._native.intrinsics import memcpy
 except ImportError:  # pragma: no cover - numba is a dependency; this keeps the torch path alive
     numba = None
 

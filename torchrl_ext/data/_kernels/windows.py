@@ -151,7 +151,7 @@ def _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride
 
 
 if AVAILABLE:
-    from torchrl_ext._intrinsics import prefetch
+    from torchrl_ext._native.intrinsics import prefetch
 
     _prefetch_reaches = numba.njit(cache=True, nogil=True)(_prefetch_reaches)
     _wrap = numba.njit(cache=True, nogil=True, inline="always")(_wrap)

@@ -32,7 +32,7 @@ import torch
 try:
     import numba
 
-    from torchrl_ext._intrinsics import memcpy, prefetch
+    from torchrl_ext._native.intrinsics import memcpy, prefetch
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - numba is a dependency
@@ -185,7 +185,7 @@ def copy_rows(index: torch.Tensor, rows: int, copies: list[tuple]) -> bool:
 
     Examples:
         >>> import torch
-        >>> from torchrl_ext.data._gather import copy_rows
+        >>> from torchrl_ext.data._kernels.gather import copy_rows
         >>> values, out = torch.arange(12.0).view(6, 2), torch.empty(4, 2)
         >>> copy_rows(torch.tensor([4, 5, 0, 0]), 6, [(values, out, 8)])
         True
