@@ -1255,3 +1255,85 @@ class TestSequenceFuzz:
         else:
             assert all(math.isfinite(tree[i]) for i in range(30))
         rb.sample()  # whatever happened, sampling still works
+
+
+class TestSequencePublicAPI:
+    """The key sampling paths through torchrl's public buffer API only: constructors,
+    ``extend``, ``sample(return_info=True)``, ``update_priority``. The oracle is the reference
+    loop over the data as written (no storage internals are read)."""
+
+    CAPACITY, WRITTEN = 40, 57  # a wrapped ring: the write seam sits inside the storage
+
+    @classmethod
+    def _data(cls):
+        gen = torch.Generator().manual_seed(11)
+        done = (torch.rand(cls.WRITTEN, generator=gen) < 0.12).tolist()
+        return done, episodes_td(done)
+
+    @classmethod
+    def _ring(cls, done) -> reference.Ring:
+        """The ring as written: slot ``i % capacity`` holds the last record written there."""
+        slots = [False] * cls.CAPACITY
+        for i, flag in enumerate(done):
+            slots[i % cls.CAPACITY] = flag
+        return reference.Ring(done=slots, full=True, newest=(cls.WRITTEN - 1) % cls.CAPACITY)
+
+    @pytest.mark.parametrize("storage", [LazyTensorStorage, LazyMemmapStorage, "fast"])
+    @pytest.mark.parametrize("boundary", ["pad", "stop", "include_reset"])
+    @pytest.mark.parametrize("layout", ["flat", "batch_time"])
+    def test_sample_matches_reference(self, storage, boundary, layout):
+        from torchrl_ext.data import FastLazyTensorStorage
+
+        storage = FastLazyTensorStorage if storage == "fast" else storage
+        params = {"length": 3, "episode_boundary": boundary, "burn_in": 2, "bootstrap": 1}
+        unit = Sequence(**params, layout=layout)
+        rb = TensorDictReplayBuffer(
+            storage=storage(self.CAPACITY),
+            sample_unit=unit,
+            batch_size=8,
+            generator=torch.Generator().manual_seed(2),
+        )
+        done, data = self._data()
+        for start in range(0, self.WRITTEN, 9):
+            rb.extend(data[start : start + 9])
+        ring = self._ring(done)
+        for _ in range(5):
+            sample, info = rb.sample(return_info=True)
+            steps = sample["step"].reshape(-1, unit.window)
+            valid = sample["validity_mask"].reshape(-1, unit.window)
+            anchors = sample["anchor_index"].reshape(-1, unit.window)[:, 0]
+            for row, anchor in enumerate(anchors.tolist()):
+                slots, ok, is_init = reference.expand(ring, anchor, **params)
+                written = [self._step_at(slot) for slot in slots]
+                assert steps[row].tolist() == written
+                assert valid[row].tolist() == ok
+                if layout == "batch_time":
+                    assert sample["is_init"][row].tolist() == is_init
+            assert torch.equal(info["index"].reshape(-1), sample["index"].reshape(-1))
+
+    @classmethod
+    def _step_at(cls, slot: int) -> int:
+        """The step of the record slot ``slot`` holds after all writes."""
+        wraps = (cls.WRITTEN - 1 - slot) // cls.CAPACITY
+        return slot + wraps * cls.CAPACITY
+
+    def test_prioritized_update_steers_sampling(self):
+        unit = Sequence(3, burn_in=1, layout="batch_time", priority_reduction="mean")
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0,
+            beta=1.0,
+            storage=LazyTensorStorage(20),
+            sample_unit=unit,
+            batch_size=16,
+            generator=torch.Generator().manual_seed(0),
+        )
+        rb.extend(episodes_td([i % 10 == 9 for i in range(20)]))
+        rb.update_priority(torch.arange(20), torch.full((20,), 1e-4))
+        sample = rb.sample()
+        favoured = int(sample["anchor_index"][0, 0])
+        td_error = torch.where(sample["anchor_index"] == favoured, 100.0, 1e-4)
+        unit.update_priority(rb, sample.set("td_error", td_error))
+        counts = torch.zeros(20)
+        for _ in range(40):
+            counts += torch.bincount(rb.sample()["anchor_index"][:, 0], minlength=20)
+        assert counts[favoured] > 0.95 * counts.sum()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import is_tensor_collection
@@ -66,8 +66,7 @@ class Reach:
         return torch.remainder(positions, self.written) if self.wraps else positions
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """What a sample reads from the storage, read once before any window is built.
 
     Attributes:
@@ -223,8 +222,8 @@ def reach_in_storage_order(
     # the first end at or after the anchor closes its episode, the last end before it opens it
     distance = torch.where(ends, _end_distances(back, forward, time.device), span)
     if back:
-        torch.minimum(to_start, distance[:, :back].amin(1).long(), out=to_start)
-    torch.minimum(to_stop, distance[:, back:].amin(1).long(), out=to_stop)
+        torch.minimum(to_start, distance[:, :back].amin(1), out=to_start)
+    torch.minimum(to_stop, distance[:, back:].amin(1), out=to_stop)
     return reach
 
 
@@ -233,19 +232,10 @@ def _read_span(
 ) -> torch.Tensor:
     """Reads the done flags of every column of every anchor's reach, as ``[B, span]`` bool."""
     device = reach.base.device
-    if not lanes and not reach.wraps and flags.is_contiguous():
-        # sliding windows over the flags: one row copy per anchor, no per-record index math
-        windows = flags.as_strided((flags.shape[0] - span + 1, span), (1, 1))
-        out = windows.index_select(0, reach.base.to(flags.device))
-    else:
-        index = reach.positions(torch.arange(span, device=device).expand(len(reach.base), span))
-        index = index.to(flags.device)
-        if lanes:
-            coords = tuple(lane.to(flags.device).unsqueeze(1).expand_as(index) for lane in lanes)
-            out = flags[(index, *coords)]
-        else:
-            out = flags[index]
-    out = torch.as_tensor(out)
+    index = reach.positions(torch.arange(span, device=device).expand(len(reach.base), span))
+    index = index.to(flags.device)
+    coords = tuple(lane.to(flags.device).unsqueeze(1).expand_as(index) for lane in lanes)
+    out = flags[(index, *coords)]
     if out.is_floating_point() and not bool(torch.isfinite(out).all()):
         raise ValueError(
             f"done flags must be finite, got {out[~torch.isfinite(out)][0].item()!r} among the "
@@ -253,10 +243,7 @@ def _read_span(
         )
     if out.dtype is not torch.bool:
         out = out != 0
-    return out if out.device == device else out.to(device)
-
-
-_DISTANCES: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+    return out.to(device)
 
 
 def _end_distances(back: int, forward: int, device: torch.device) -> torch.Tensor:
@@ -265,14 +252,8 @@ def _end_distances(back: int, forward: int, device: torch.device) -> torch.Tenso
     An end at relative step ``j >= 0`` stops the episode ``j`` steps after the anchor; an end at
     ``j < 0`` starts it ``-j - 1`` steps before.
     """
-    key = (back, forward, device)
-    distance = _DISTANCES.get(key)
-    if distance is None:
-        # small integer types reduce faster; spans never exceed the int32 range in practice
-        dtype = torch.int16 if back + forward + 2 < 2**15 else torch.int32
-        rel = torch.arange(-back, forward + 1, device=device)
-        distance = _DISTANCES[key] = torch.where(rel < 0, -rel - 1, rel).to(dtype)
-    return distance
+    rel = torch.arange(-back, forward + 1, device=device)
+    return torch.where(rel < 0, -rel - 1, rel)
 
 
 class TrajectoryIndex:

@@ -45,7 +45,7 @@ class _Setting:
     cached tables depend on them, so a changed setting means a new unit.
     """
 
-    def __set_name__(self, owner: type, name: str) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
 
     def __get__(self, unit: Any, owner: type | None = None) -> Any:
@@ -283,22 +283,8 @@ class Sequence(SampleUnit, _TorchRLSequence):
         self._traj_index: _episodes.TrajectoryIndex | None = None
         self._lock = threading.Lock()
         self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
-        self._constant_records: dict[tuple, dict[str, torch.Tensor]] = {}
         # (contents, done flags) of the last storage read, checked for colliding keys
         self._known: tuple[Any, torch.Tensor | None] | None = None
-
-    length = _Setting()
-    episode_boundary = _Setting()
-    done_key = _Setting()
-    traj_key = _Setting()
-    burn_in = _Setting()
-    bootstrap = _Setting()
-    stride = _Setting()
-    layout = _Setting()
-    priority_reduction = _Setting()
-    priority_eta = _Setting()
-    priority_learning_only = _Setting()
-    is_init_key = _Setting()
 
     # -- window geometry ---------------------------------------------------------------------
 
@@ -325,15 +311,14 @@ class Sequence(SampleUnit, _TorchRLSequence):
         back = self.burn_in * self.stride
         return back + self._forward if self.episode_boundary == "stop" else back
 
-    def _table(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """Per-device constants: window offsets (int32), learning mask, steps, offsets (int64)."""
+    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-device constants: window offsets (int32), learning mask, steps."""
         table = self._tables.get(device)
         if table is None:
             steps = torch.arange(self.window, device=device)
-            offsets = (steps - self.burn_in) * self.stride
+            offsets = ((steps - self.burn_in) * self.stride).to(torch.int32)
             learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
-            table = (offsets.to(torch.int32), learning, steps, offsets)
-            self._tables[device] = table
+            table = self._tables[device] = (offsets, learning, steps)
         return table
 
     # -- expansion ---------------------------------------------------------------------------
@@ -366,10 +351,10 @@ class Sequence(SampleUnit, _TorchRLSequence):
         _check_anchors(time, lanes, view)
         expanded = self._expand_info(info, time.shape[0])
         if self._compiled_applies(view, time, lanes):
-            positions, per_record = self._records_compiled(view, time, lanes)
+            index, per_record = self._records_compiled(view, time, lanes)
         else:
-            positions, per_record = self._records_vectorized(view, storage, time, lanes, anchors)
-        return self._shape(positions, lanes, per_record, expanded)
+            index, per_record = self._records_vectorized(view, storage, time, lanes, anchors)
+        return index, {**expanded, **per_record}
 
     def _snapshot(self, storage: Storage) -> _episodes.Snapshot:
         """Everything a sample reads from the storage, read here and nowhere else.
@@ -420,12 +405,13 @@ class Sequence(SampleUnit, _TorchRLSequence):
     def _records_compiled(self, view, time, lanes):
         """Record time coordinates and per-record info, all written by one compiled loop.
 
-        Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping
-        ``[B, window]`` view.
+        Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view,
+        already laid out flat or ``[B, window]``.
         """
         num, window = time.shape[0], self.window
-        ints = torch.empty(4 + len(lanes), num, window, dtype=torch.int64)
-        bools = torch.empty(3, num, window, dtype=torch.bool)
+        shape = (num * window,) if self.layout == "flat" else (num, window)
+        ints = torch.empty(4 + len(lanes), *shape, dtype=torch.int64)
+        bools = torch.empty(3, *shape, dtype=torch.bool)
         flags = view.flags
         windows.expand_records(
             None if flags is None else flags.reshape(flags.shape[0], -1),
@@ -448,7 +434,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         }
         if self.layout == "batch_time":
             per_record[self.is_init_key] = starts
-        return positions, per_record
+        return ((positions, *lane) if lane else positions), per_record
 
     def _kernel_geometry(self) -> tuple[int, int, int, int, int, int]:
         """``(burn_in, length, stride, back, forward, mode)`` for the compiled loop."""
@@ -462,10 +448,10 @@ class Sequence(SampleUnit, _TorchRLSequence):
         )
 
     def _records_vectorized(self, view, storage, time, lanes, anchors):
-        """Record time coordinates and per-record info from batched tensor ops (any device)."""
+        """Record coordinates and per-record info from batched tensor ops (any device)."""
         num = time.shape[0]
         reach = self._reach(view, storage, time, lanes)
-        offsets = self._table(time.device)[0]
+        offsets, learning, steps = self._table(time.device)
         # columns index the reach (steps -back .. forward around the drawn anchor); int32
         # arithmetic is cheaper on these small broadcast blocks
         column = offsets + reach.back
@@ -475,32 +461,19 @@ class Sequence(SampleUnit, _TorchRLSequence):
         highest = (reach.back + reach.to_stop).to(torch.int32).unsqueeze(1)
         clamped = torch.minimum(torch.maximum(column, lowest), highest)
         valid = clamped == column
-        per_record = self._per_record(num, time.device)
-        per_record["validity_mask"] = valid
-        per_record["anchor_index"] = anchors.unsqueeze(1).expand(
-            num, self.window, *anchors.shape[1:]
-        )
+        per_record = {  # views over the batch; _shape makes them real tensors
+            "sequence_id": torch.arange(num, device=time.device).unsqueeze(1).expand_as(valid),
+            "step_in_sequence": steps.expand_as(valid),
+            "learning_mask": learning.expand_as(valid),
+            "validity_mask": valid,
+            "anchor_index": anchors.unsqueeze(1).expand(num, self.window, *anchors.shape[1:]),
+        }
         if self.layout == "batch_time":
             per_record[self.is_init_key] = _window_starts(valid, reach, clamped)
-        return reach.positions(clamped), per_record
-
-    def _per_record(self, num: int, device: torch.device) -> dict[str, torch.Tensor]:
-        """Fresh copies of the entries that depend only on the batch size."""
-        key = (num, device)
-        cached = self._constant_records.get(key)
-        if cached is None:
-            _, learning, steps, _ = self._table(device)
-            cached = {
-                "sequence_id": torch.arange(num, device=device)
-                .repeat_interleave(self.window)
-                .view(num, self.window),
-                "step_in_sequence": steps.repeat(num, 1),
-                "learning_mask": learning.repeat(num, 1),
-            }
-            if len(self._constant_records) > 8:
-                self._constant_records.clear()
-            self._constant_records[key] = cached
-        return {name: value.clone() for name, value in cached.items()}
+        coords = (reach.positions(clamped), *(lane.unsqueeze(1).expand_as(valid) for lane in lanes))
+        coords = tuple(self._lay_out(c) for c in coords)
+        index = coords if lanes else coords[0]
+        return index, {key: self._lay_out(value) for key, value in per_record.items()}
 
     def _reach(self, view, storage, time, lanes) -> _episodes.Reach:
         if self.traj_key is not None:
@@ -535,19 +508,16 @@ class Sequence(SampleUnit, _TorchRLSequence):
                     f"info entry {key!r} has {tensor.shape[0]} rows but the sampler drew "
                     f"{num} anchors; per-anchor info must have one row per anchor."
                 )
-            out[key] = tensor.unsqueeze(1).expand(num, self.window, *tensor.shape[1:])
+            out[key] = self._lay_out(
+                tensor.unsqueeze(1).expand(num, self.window, *tensor.shape[1:])
+            )
         return out
 
-    def _shape(self, positions, lanes, per_record, expanded):
-        """Lays records out flat or ``[B, window]``; expanded views become real tensors."""
-        flat = self.layout == "flat"
-        info = {k: _materialize(v, flat) for k, v in {**expanded, **per_record}.items()}
-        positions = positions.reshape(-1) if flat else positions
-        if not lanes:
-            return positions, info
-        coords = tuple(lane.unsqueeze(1).expand(-1, self.window) for lane in lanes)
-        coords = tuple(c.reshape(-1) if flat else c.contiguous() for c in coords)
-        return (positions, *coords), info
+    def _lay_out(self, value: torch.Tensor) -> torch.Tensor:
+        """A ``[B, window, ...]`` tensor (or view) as a real tensor, flat or ``[B, window]``."""
+        if self.layout == "flat":
+            return value.reshape(-1, *value.shape[2:])
+        return value.contiguous()
 
     # -- trajectory ids ----------------------------------------------------------------------
 
@@ -662,7 +632,6 @@ class Sequence(SampleUnit, _TorchRLSequence):
         state["_traj_index"] = None
         state["_lock"] = None
         state["_tables"] = {}
-        state["_constant_records"] = {}
         state["_known"] = None
         return state
 
@@ -678,6 +647,14 @@ class Sequence(SampleUnit, _TorchRLSequence):
         )
 
 
+# every constructor argument reads back as a fixed setting: ``unit.length``, ``unit.layout``, ...
+for _name in (
+    "length", "episode_boundary", "done_key", "traj_key", "burn_in", "bootstrap", "stride",
+    "layout", "priority_reduction", "priority_eta", "priority_learning_only", "is_init_key",
+):  # fmt: skip
+    setattr(Sequence, _name, _Setting(_name))
+del _name
+
 # -- helpers ---------------------------------------------------------------------------------
 
 
@@ -692,14 +669,6 @@ def _window_starts(
         episode = reach.episode.gather(1, column)
         starts[:, 1:] |= episode[:, 1:] != episode[:, :-1]
     return starts
-
-
-def _materialize(value: Any, flat: bool) -> Any:
-    if not isinstance(value, torch.Tensor) or value.ndim < 2:
-        return value
-    if flat:
-        return value.reshape(-1, *value.shape[2:])
-    return value.contiguous()
 
 
 def _plain_key(key: NestedKey) -> NestedKey:

@@ -10,11 +10,10 @@ non-tensor leaves, named dims) to the stock read, so the data returned is identi
 case: same values, dtypes, batch sizes and devices, never aliasing the storage.
 
 Long CPU indices (a batch of sequence windows: thousands of rows in runs) go further: the leaves
-with narrow rows are read in one pass by the prefetching kernel of :mod:`._gather`, which keeps
-many cache misses in flight and copies each run of rows as one block (about 1.6x faster than
-``index_select`` with warm caches, 1.2-1.3x with cold ones, on 64 windows of 120 rows). Which
-leaves it copies is worked out once per layout of the contents (``_Level``) and checked, by
-identity, at every read.
+with narrow rows are read in one pass by the prefetching kernel of
+:mod:`torchrl_ext.data._kernels.gather`, which keeps many cache misses in flight and copies each
+run of rows as one block. Which leaves it copies is worked out once per layout of the contents
+(``_Level``) and checked, by identity, at every read.
 """
 
 from __future__ import annotations
