@@ -67,25 +67,14 @@ class Reach:
 
 
 class Snapshot(NamedTuple):
-    """What a sample reads from the storage, read once before any window is built.
+    """What a sample reads from the storage, read once before any window is built."""
 
-    Attributes:
-        contents (TensorDictBase): the stored records (written in place, so the same object
-            from one sample to the next until the storage is re-initialized).
-        lanes (tuple of int): sizes of the storage dims after time (empty for 1-D storages).
-        written (int): time steps holding at least one written record.
-        oldest (int): time coordinate of the oldest record.
-        newest (int): time coordinate of the newest record.
-        flags (torch.Tensor or None): the stored done flags ``[capacity, *lanes]`` (a view),
-            ``None`` when no done key is read.
-    """
-
-    contents: Any
-    lanes: tuple[int, ...]
-    written: int
-    oldest: int
+    contents: Any  # the stored TensorDict (written in place: the same object between samples)
+    lanes: tuple[int, ...]  # sizes of the storage dims after time
+    written: int  # time steps holding at least one written record
+    oldest: int  # time coordinates of the oldest and the newest record
     newest: int
-    flags: torch.Tensor | None
+    flags: torch.Tensor | None  # stored done flags [capacity, *lanes] (a view), or None
 
 
 def snapshot(
