@@ -1319,15 +1319,7 @@ class TestSequencePublicAPI:
 
     def test_prioritized_update_steers_sampling(self):
         unit = Sequence(3, burn_in=1, layout="batch_time", priority_reduction="mean")
-        rb = TensorDictPrioritizedReplayBuffer(
-            alpha=1.0,
-            beta=1.0,
-            storage=LazyTensorStorage(20),
-            sample_unit=unit,
-            batch_size=16,
-            generator=torch.Generator().manual_seed(0),
-        )
-        rb.extend(episodes_td([i % 10 == 9 for i in range(20)]))
+        rb = prioritized(unit, records=20, period=10)  # public constructor and extend
         rb.update_priority(torch.arange(20), torch.full((20,), 1e-4))
         sample = rb.sample()
         favoured = int(sample["anchor_index"][0, 0])

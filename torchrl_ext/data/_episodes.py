@@ -167,7 +167,7 @@ def _writer_cursor(storage: TensorStorage) -> int | None:
     keeps its cursor (the next slot to write) in its checkpoint.
     """
     for entity in storage._attached_entities:
-        cursor = getattr(getattr(entity, "_writer", None), "_cursor", None)
+        cursor = getattr(getattr(entity, "writer", None), "_cursor", None)
         if isinstance(cursor, int):
             return cursor - 1
     return None
