@@ -36,10 +36,32 @@ POSITION, SEQUENCE_ID, STEP, ANCHOR, LANE = range(5)
 VALID, LEARNING, START = range(3)
 
 
+def _prefetch_reaches(flags, time, lanes, back, forward):
+    """Prefetches the done flags of every anchor's reach before any is read.
+
+    Anchors are scattered over the storage, so on a storage larger than the caches each
+    reach's first flags miss; asking for all of them up front lets those misses overlap
+    instead of each waiting for the previous anchor's. A prefetch is only a hint: the part of
+    a reach that wraps around the ring is skipped.
+    """
+    if flags.shape[0] == 0:
+        return
+    base, row = flags.ctypes.data, flags.strides[0]
+    step = max(row, 64)  # a cache line, or one row per line when rows are wider
+    last_row = flags.shape[0] - 1
+    has_lanes = lanes.shape[0] > 0
+    for b in range(time.shape[0]):
+        column = base + (lanes[b] if has_lanes else 0) * flags.strides[1]
+        first, last = max(time[b] - back, 0), min(time[b] + forward, last_row)
+        for address in range(column + first * row, column + last * row + 1, step):
+            prefetch(address)
+
+
 def _expand(flags, time, lanes, seam, geometry, ints, bools):
     written, oldest, newest = seam
     burn_in, length, stride, back, forward, mode = geometry
     has_lanes = lanes.shape[0] > 0
+    _prefetch_reaches(flags, time, lanes, back, forward)
     for b in range(time.shape[0]):
         t = time[b]
         lane = lanes[b] if has_lanes else 0
@@ -136,6 +158,9 @@ def _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride
 
 
 if AVAILABLE:
+    from torchrl_ext._native.intrinsics import prefetch
+
+    _prefetch_reaches = numba.njit(cache=True, nogil=True)(_prefetch_reaches)
     _wrap = numba.njit(cache=True, nogil=True, inline="always")(_wrap)
     _steps = numba.njit(cache=True, nogil=True, inline="always")(_steps)
     _unflagged_run = numba.njit(cache=True, nogil=True, inline="always")(_unflagged_run)
