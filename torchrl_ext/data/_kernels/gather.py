@@ -20,9 +20,9 @@ Rows are copied as raw bytes, whatever their dtype. The storage uses the kernel 
 (:func:`supports`); below and above, its fixed cost is not repaid.
 
 Why it exists: reading one sample's 7,680 records (64 windows of 120, 16 float features, one
-torch thread, ``benchmarks/read_probe.py``, medians of 6 fresh processes) takes 0.046 ms with
-the kernel against 0.066 ms with ``index_select`` at 1e4 records, and 0.076 against 0.126 ms at
-1e6 records (a storage larger than the caches): it saves 30-40% of the read, and a fifth of a
+torch thread, ``benchmarks/read_probe.py``, medians of 6 fresh processes) takes 0.044 ms with
+the kernel against 0.061 ms with ``index_select`` at 1e4 records, and 0.080 against 0.136 ms at
+1e6 records (a storage larger than the caches): it saves 27-41% of the read, and a fifth of a
 whole online sample at 1e6 records (0.20 against 0.25 ms).
 """
 
