@@ -155,10 +155,12 @@ print(batch.shape, sorted(k for k in batch.keys() if isinstance(k, str)))
 # %%
 # Priorities per anchor
 # ---------------------
-# A window's records share one priority: that of its anchor. With a prioritized TensorDict
-# buffer, write per-record TD errors into the sample and call
-# ``update_tensordict_priority``; the unit reduces each window over its valid records (here
-# R2D2's ``0.9 * max + 0.1 * mean``) and updates the anchors only.
+# A window's records share one priority: that of its anchor. Write per-record TD errors into
+# the sample under the buffer's ``priority_key`` and call ``unit.update_priority(rb, sample)``:
+# the unit reduces each window over its valid records (here R2D2's
+# ``0.9 * max + 0.1 * mean``) and writes one priority per anchor through the buffer's public
+# ``update_priority``. (torchrl's own ``rb.update_tensordict_priority(sample)`` always takes
+# the max, and gives the same result only for flat samples with ``"max"``.)
 unit = Sequence(length=8, burn_in=4, priority_reduction="mixture", priority_eta=0.9)
 prb = TensorDictPrioritizedReplayBuffer(
     alpha=0.9,
@@ -172,7 +174,7 @@ _ = prb.extend(experience)
 batch = prb.sample()
 batch.set("td_error", torch.rand(batch.shape, generator=gen))
 anchors, priority = unit.reduce_priority(batch, batch["td_error"])
-prb.update_tensordict_priority(batch)
+unit.update_priority(prb, batch)
 print(f"{batch.numel()} records, {anchors.numel()} anchors updated")
 
 # %%

@@ -647,22 +647,86 @@ class TestSequencePriorities:
         with pytest.raises(ValueError, match="one value per record"):
             unit.reduce_priority(info, torch.ones(4))
 
+    @staticmethod
+    def _tree(rb, size: int = 50) -> list[float]:
+        return [rb.sampler._sum_tree[i] for i in range(size)]
+
     @pytest.mark.parametrize("layout", ["flat", "batch_time"])
     @pytest.mark.parametrize("reduction", ["max", "mean", "mixture"])
-    def test_update_tensordict_priority_routes_to_anchors(self, layout, reduction):
+    def test_update_priority_routes_to_anchors(self, layout, reduction):
         unit = Sequence(4, burn_in=2, layout=layout, priority_reduction=reduction)
         rb = prioritized(unit)
         sample = rb.sample()
         gen = torch.Generator().manual_seed(1)
         sample.set("td_error", torch.rand(sample.shape, generator=gen) + 0.1)
         anchors, expected = unit.reduce_priority(sample, sample["td_error"])
-        tree = rb._sampler._sum_tree
-        before = [tree[i] for i in range(50)]
-        rb.update_tensordict_priority(sample)
-        got = torch.tensor([tree[int(a)] for a in anchors])
-        assert torch.allclose(got, expected.float() + rb._sampler._eps, atol=1e-5)
+        before = self._tree(rb)
+        unit.update_priority(rb, sample)
+        after = self._tree(rb)
+        got = torch.tensor([after[int(a)] for a in anchors])
+        assert torch.allclose(got, expected.float() + rb.sampler._eps, atol=1e-5)
         untouched = [i for i in range(50) if i not in set(anchors.tolist())]
-        assert all(tree[i] == before[i] for i in untouched)
+        assert all(after[i] == before[i] for i in untouched)
+
+    def test_update_priority_takes_an_explicit_priority(self):
+        unit = Sequence(4, burn_in=2, priority_reduction="mean")
+        rb, twin = prioritized(unit), prioritized(unit)
+        sample = rb.sample()
+        td_error = torch.rand(sample.shape, generator=torch.Generator().manual_seed(3))
+        unit.update_priority(rb, sample, td_error)
+        unit.update_priority(twin, sample.set("td_error", td_error))
+        assert self._tree(rb) == self._tree(twin)
+
+    def test_update_priority_needs_a_priority(self):
+        unit = Sequence(4, burn_in=2)
+        rb = prioritized(unit)
+        with pytest.raises(ValueError, match="'td_error'"):
+            unit.update_priority(rb, rb.sample())
+        with pytest.raises(TypeError, match="buffer=dict"):
+            unit.update_priority({}, rb.sample(), torch.ones(36))
+
+    def test_unit_installs_nothing_on_the_buffer(self):
+        unit = Sequence(4, burn_in=2)
+        rb = prioritized(unit)
+        before = dict(vars(rb))
+        rb.sample()
+        assert vars(rb).keys() == before.keys()
+        assert all(vars(rb)[k] is v for k, v in before.items() if callable(v))
+
+    def test_update_tensordict_priority_equals_ours_on_flat_max(self):
+        """torchrl's own anchor reduction: max over valid records, per anchor (flat layout)."""
+        unit = Sequence(4, burn_in=2, bootstrap=1)
+        ours, theirs = prioritized(unit, period=7), prioritized(unit, period=7)
+        sample = ours.sample()
+        assert torch.equal(theirs.sample()["index"], sample["index"])  # same generator seed
+        sample.set("td_error", torch.rand(sample.shape, generator=torch.Generator().manual_seed(4)))
+        unit.update_priority(ours, sample)
+        theirs.update_tensordict_priority(sample)
+        assert self._tree(ours) == self._tree(theirs)
+
+    def test_update_tensordict_priority_on_batch_time_is_torchrl_s(self):
+        """batch_time: torchrl takes the max over all records and skips anchors whose first
+        record is invalid; the unit's update reduces over valid records and keeps them all."""
+        unit = Sequence(4, burn_in=2, layout="batch_time")
+        rb = prioritized(unit)
+        sample = rb.sample()
+        first_invalid = ~sample["validity_mask"][:, 0]
+        assert first_invalid.any()  # the seed draws a window whose burn-in is clamped
+        td_error = torch.rand(sample.shape, generator=torch.Generator().manual_seed(1)) + 0.1
+        sample.set("td_error", td_error)
+        before = self._tree(rb)
+        rb.update_tensordict_priority(sample)
+        after = self._tree(rb)
+        anchors = sample["anchor_index"][:, 0]
+        eps = rb.sampler._eps
+        for row, anchor in enumerate(anchors.tolist()):
+            if first_invalid[row]:
+                assert after[anchor] == before[anchor]
+            else:
+                assert after[anchor] == pytest.approx(td_error[row].max().item() + eps)
+        unit.update_priority(rb, sample)
+        skipped = anchors[first_invalid].tolist()
+        assert all(self._tree(rb)[a] != before[a] for a in skipped)
 
     def test_update_priority_on_plain_prioritized_buffer(self):
         unit = Sequence(3)
@@ -1050,15 +1114,22 @@ class TestSequenceHardening:
 
     @pytest.mark.parametrize("layout", ["flat", "batch_time"])
     def test_priority_update_without_learning_mask(self, layout):
+        """A sample without learning_mask, as torchrl's own unit's users may pass it."""
         unit, rb = self._prioritized(layout=layout)
         sample = rb.sample()
         sample.set("td_error", torch.rand(sample.shape, generator=torch.Generator().manual_seed(2)))
         expected = unit.reduce_priority(sample, sample["td_error"])
-        sample = sample.exclude("learning_mask")  # as torchrl's own unit's users may pass it
-        rb.update_tensordict_priority(sample)
-        tree = rb._sampler._sum_tree
-        got = torch.tensor([tree[int(a)] for a in expected[0]])
-        assert torch.allclose(got, expected[1].float() + rb._sampler._eps, atol=1e-6)
+        sample = sample.exclude("learning_mask")
+        if layout == "flat":  # torchrl's own reduction agrees there
+            rb.update_tensordict_priority(sample)
+            self._check_tree(rb, *expected)
+        unit.update_priority(rb, sample)
+        self._check_tree(rb, *expected)
+
+    @staticmethod
+    def _check_tree(rb, anchors, reduced):
+        got = torch.tensor([rb.sampler._sum_tree[int(a)] for a in anchors])
+        assert torch.allclose(got, reduced.float() + rb.sampler._eps, atol=1e-6)
 
     def test_priority_update_without_any_mask_reduces_all_records(self):
         unit, rb = self._prioritized()
@@ -1080,7 +1151,7 @@ class TestSequenceHardening:
         tree = rb._sampler._sum_tree
         before = [tree[i] for i in range(50)]
         with pytest.raises(ValueError, match=r"record 3 of window 0"):
-            rb.update_tensordict_priority(sample)
+            unit.update_priority(rb, sample)
         with pytest.raises(ValueError, match="finite and >= 0"):
             unit.reduce_priority(sample, td_error)
         assert [tree[i] for i in range(50)] == before
@@ -1170,16 +1241,91 @@ class TestSequenceFuzz:
             st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=24, max_size=24
         )
     )
-    def test_update_tensordict_priority(self, values):
-        rb = prioritized(Sequence(2, burn_in=1, bootstrap=1), records=30, period=6)
+    def test_update_priority(self, values):
+        unit = Sequence(2, burn_in=1, bootstrap=1)
+        rb = prioritized(unit, records=30, period=6)
         sample = rb.sample()
         sample.set("td_error", torch.tensor(values))
         tree = rb._sampler._sum_tree
         before = [tree[i] for i in range(30)]
         try:
-            rb.update_tensordict_priority(sample)
+            unit.update_priority(rb, sample)
         except ValueError:
             assert [tree[i] for i in range(30)] == before
         else:
             assert all(math.isfinite(tree[i]) for i in range(30))
         rb.sample()  # whatever happened, sampling still works
+
+
+class TestSequencePublicAPI:
+    """The key sampling paths through torchrl's public buffer API only: constructors,
+    ``extend``, ``sample(return_info=True)``, ``update_priority``. The oracle is the reference
+    loop over the data as written (no storage internals are read)."""
+
+    CAPACITY, WRITTEN = 40, 57  # a wrapped ring: the write seam sits inside the storage
+
+    @classmethod
+    def _data(cls):
+        gen = torch.Generator().manual_seed(11)
+        done = (torch.rand(cls.WRITTEN, generator=gen) < 0.12).tolist()
+        return done, episodes_td(done)
+
+    @classmethod
+    def _ring(cls, done) -> reference.Ring:
+        """The ring as written: slot ``i % capacity`` holds the last record written there."""
+        slots = [False] * cls.CAPACITY
+        for i, flag in enumerate(done):
+            slots[i % cls.CAPACITY] = flag
+        return reference.Ring(done=slots, full=True, newest=(cls.WRITTEN - 1) % cls.CAPACITY)
+
+    @pytest.mark.parametrize("storage", [LazyTensorStorage, LazyMemmapStorage, "fast"])
+    @pytest.mark.parametrize("boundary", ["pad", "stop", "include_reset"])
+    @pytest.mark.parametrize("layout", ["flat", "batch_time"])
+    def test_sample_matches_reference(self, storage, boundary, layout):
+        from torchrl_ext.data import FastLazyTensorStorage
+
+        storage = FastLazyTensorStorage if storage == "fast" else storage
+        params = {"length": 3, "episode_boundary": boundary, "burn_in": 2, "bootstrap": 1}
+        unit = Sequence(**params, layout=layout)
+        rb = TensorDictReplayBuffer(
+            storage=storage(self.CAPACITY),
+            sample_unit=unit,
+            batch_size=8,
+            generator=torch.Generator().manual_seed(2),
+        )
+        done, data = self._data()
+        for start in range(0, self.WRITTEN, 9):
+            rb.extend(data[start : start + 9])
+        ring = self._ring(done)
+        for _ in range(5):
+            sample, info = rb.sample(return_info=True)
+            steps = sample["step"].reshape(-1, unit.window)
+            valid = sample["validity_mask"].reshape(-1, unit.window)
+            anchors = sample["anchor_index"].reshape(-1, unit.window)[:, 0]
+            for row, anchor in enumerate(anchors.tolist()):
+                slots, ok, is_init = reference.expand(ring, anchor, **params)
+                written = [self._step_at(slot) for slot in slots]
+                assert steps[row].tolist() == written
+                assert valid[row].tolist() == ok
+                if layout == "batch_time":
+                    assert sample["is_init"][row].tolist() == is_init
+            assert torch.equal(info["index"].reshape(-1), sample["index"].reshape(-1))
+
+    @classmethod
+    def _step_at(cls, slot: int) -> int:
+        """The step of the record slot ``slot`` holds after all writes."""
+        wraps = (cls.WRITTEN - 1 - slot) // cls.CAPACITY
+        return slot + wraps * cls.CAPACITY
+
+    def test_prioritized_update_steers_sampling(self):
+        unit = Sequence(3, burn_in=1, layout="batch_time", priority_reduction="mean")
+        rb = prioritized(unit, records=20, period=10)  # public constructor and extend
+        rb.update_priority(torch.arange(20), torch.full((20,), 1e-4))
+        sample = rb.sample()
+        favoured = int(sample["anchor_index"][0, 0])
+        td_error = torch.where(sample["anchor_index"] == favoured, 100.0, 1e-4)
+        unit.update_priority(rb, sample.set("td_error", td_error))
+        counts = torch.zeros(20)
+        for _ in range(40):
+            counts += torch.bincount(rb.sample()["anchor_index"][:, 0], minlength=20)
+        assert counts[favoured] > 0.95 * counts.sum()

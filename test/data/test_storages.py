@@ -21,8 +21,8 @@ from torchrl.data.replay_buffers import Sequence as TorchRLSequence
 
 from torchrl_ext import Sequence
 from torchrl_ext.data import FastLazyMemmapStorage, FastLazyTensorStorage
-from torchrl_ext.data import _gather as rows_kernel
 from torchrl_ext.data import storages as storages_module
+from torchrl_ext.data._kernels import gather as rows_kernel
 
 PAIRS = [(FastLazyTensorStorage, LazyTensorStorage), (FastLazyMemmapStorage, LazyMemmapStorage)]
 
@@ -258,7 +258,7 @@ def test_plain_replay_buffer_and_round_trips(cls, tmp_path):
     assert_same(clone.get(index), buffer.storage.get(index))
 
 
-# --- the prefetching row kernel (torchrl_ext.data._gather) -------------------------------------
+# --- the prefetching row kernel (torchrl_ext.data._kernels.gather) ----------------------------
 
 
 @pytest.fixture

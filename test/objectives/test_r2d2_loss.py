@@ -478,7 +478,7 @@ class TestR2D2LossPriorities:
         sample = rb.sample()
         loss, _, _ = make_loss(3, burn_in, n_step, 0.9)
         loss(sample)
-        rb.update_tensordict_priority(sample)
+        rb._sample_unit.update_priority(rb, sample)
         sampler = rb.sampler
         mask = sample["learning_mask"] & sample["validity_mask"]
         for row in range(sample.shape[0]):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import is_tensor_collection
@@ -65,8 +66,34 @@ class Reach:
         return torch.remainder(positions, self.written) if self.wraps else positions
 
 
-def check_storage(storage: Storage, owner: str) -> None:
-    """Raises ``TypeError`` unless ``storage`` is a TensorDict-backed ``TensorStorage``."""
+class Snapshot(NamedTuple):
+    """What a sample reads from the storage, read once before any window is built."""
+
+    contents: Any  # the stored TensorDict (written in place: the same object between samples)
+    lanes: tuple[int, ...]  # sizes of the storage dims after time
+    written: int  # time steps holding at least one written record
+    oldest: int  # time coordinates of the oldest and the newest record
+    newest: int
+    flags: torch.Tensor | None  # stored done flags [capacity, *lanes] (a view), or None
+
+
+def snapshot(
+    storage: Storage, done_key: NestedKey | None, owner: str, known: tuple | None = None
+) -> Snapshot:
+    """Reads the contents, the write seam and the done flags of a TensorDict-backed storage.
+
+    Args:
+        storage (Storage): the storage a sample is drawn from.
+        done_key (NestedKey or None): the stored done flags to read, or ``None``.
+        owner (str): the caller's name, for error messages.
+        known (tuple, optional): ``(contents, flags)`` of an earlier snapshot; its flags are
+            reused while the contents are the same object.
+
+    Raises:
+        TypeError: if the storage is not a TensorDict-backed ``TensorStorage``.
+        RuntimeError: if the storage is empty.
+        ValueError: see :func:`read_flags`.
+    """
     if not isinstance(storage, TensorStorage):
         raise TypeError(
             f"{owner} needs a TensorDict-backed TensorStorage (LazyTensorStorage, "
@@ -79,8 +106,17 @@ def check_storage(storage: Storage, owner: str) -> None:
             f"{owner} needs the storage to hold TensorDict data, but it holds "
             f"{type(contents).__name__}; extend the buffer with TensorDicts."
         )
-    if len(storage) == 0:
+    if contents is None or len(storage) == 0:
         raise RuntimeError(f"{owner} cannot expand anchors from an empty storage.")
+    written, oldest, newest = seam(storage)
+    flags = None
+    if done_key is not None:
+        if known is not None and known[0] is contents:
+            flags = known[1]
+        else:
+            flags = read_flags(storage, done_key, owner)
+    lanes = tuple(contents.batch_size[1 : storage.ndim])
+    return Snapshot(contents, lanes, written, oldest, newest, flags)
 
 
 def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tensor:
@@ -111,10 +147,10 @@ def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tens
 
 def seam(storage: TensorStorage) -> tuple[int, int, int]:
     """Returns ``(written, oldest, newest)`` time coordinates of a ring-buffer storage."""
-    length, total = len(storage), storage._total_shape  # one length read: it takes a lock
-    if length != storage.max_size:  # what `_is_full` compares
-        lanes = total[1:].numel()
-        written = -(length // -lanes)  # time steps holding at least one record
+    length = len(storage)  # one length read: it takes a lock
+    total = storage._storage.batch_size[: storage.ndim]
+    if length != storage.max_size:  # not full: written from slot 0 on
+        written = -(length // -total[1:].numel())  # time steps holding at least one record
         return written, 0, written - 1
     written = int(total[0])
     cursor = storage._last_cursor_index
@@ -131,14 +167,14 @@ def _writer_cursor(storage: TensorStorage) -> int | None:
     keeps its cursor (the next slot to write) in its checkpoint.
     """
     for entity in storage._attached_entities:
-        cursor = getattr(getattr(entity, "_writer", None), "_cursor", None)
+        cursor = getattr(getattr(entity, "writer", None), "_cursor", None)
         if isinstance(cursor, int):
             return cursor - 1
     return None
 
 
 def reach_in_storage_order(
-    storage: TensorStorage,
+    view: Snapshot,
     flags: torch.Tensor | None,
     time: torch.Tensor,
     lanes: tuple[torch.Tensor, ...],
@@ -149,7 +185,7 @@ def reach_in_storage_order(
     """Builds the reach of every anchor from storage order and (optionally) done flags.
 
     Args:
-        storage (TensorStorage): the storage the records come from.
+        view (Snapshot): what the sample read from the storage.
         flags (torch.Tensor or None): stored done flags (``[capacity, *lanes]``), or ``None``
             when the written span is one trajectory.
         time (torch.Tensor): ``[B]`` anchor time coordinates.
@@ -159,7 +195,7 @@ def reach_in_storage_order(
         crosses_episodes (bool): ``True`` for ``include_reset``: done flags only mark where a
             new episode starts inside the window; only the write seam bounds the reach.
     """
-    written, oldest, newest = seam(storage)
+    written, oldest, newest = view.written, view.oldest, view.newest
     span = back + forward + 1
     base = torch.remainder(time - back, written)
     wraps = span > written or int(base.max()) + span > written
@@ -175,8 +211,8 @@ def reach_in_storage_order(
     # the first end at or after the anchor closes its episode, the last end before it opens it
     distance = torch.where(ends, _end_distances(back, forward, time.device), span)
     if back:
-        torch.minimum(to_start, distance[:, :back].amin(1).long(), out=to_start)
-    torch.minimum(to_stop, distance[:, back:].amin(1).long(), out=to_stop)
+        torch.minimum(to_start, distance[:, :back].amin(1), out=to_start)
+    torch.minimum(to_stop, distance[:, back:].amin(1), out=to_stop)
     return reach
 
 
@@ -185,19 +221,10 @@ def _read_span(
 ) -> torch.Tensor:
     """Reads the done flags of every column of every anchor's reach, as ``[B, span]`` bool."""
     device = reach.base.device
-    if not lanes and not reach.wraps and flags.is_contiguous():
-        # sliding windows over the flags: one row copy per anchor, no per-record index math
-        windows = flags.as_strided((flags.shape[0] - span + 1, span), (1, 1))
-        out = windows.index_select(0, reach.base.to(flags.device))
-    else:
-        index = reach.positions(torch.arange(span, device=device).expand(len(reach.base), span))
-        index = index.to(flags.device)
-        if lanes:
-            coords = tuple(lane.to(flags.device).unsqueeze(1).expand_as(index) for lane in lanes)
-            out = flags[(index, *coords)]
-        else:
-            out = flags[index]
-    out = torch.as_tensor(out)
+    index = reach.positions(torch.arange(span, device=device).expand(len(reach.base), span))
+    index = index.to(flags.device)
+    coords = tuple(lane.to(flags.device).unsqueeze(1).expand_as(index) for lane in lanes)
+    out = flags[(index, *coords)]
     if out.is_floating_point() and not bool(torch.isfinite(out).all()):
         raise ValueError(
             f"done flags must be finite, got {out[~torch.isfinite(out)][0].item()!r} among the "
@@ -205,10 +232,7 @@ def _read_span(
         )
     if out.dtype is not torch.bool:
         out = out != 0
-    return out if out.device == device else out.to(device)
-
-
-_DISTANCES: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+    return out.to(device)
 
 
 def _end_distances(back: int, forward: int, device: torch.device) -> torch.Tensor:
@@ -217,14 +241,8 @@ def _end_distances(back: int, forward: int, device: torch.device) -> torch.Tenso
     An end at relative step ``j >= 0`` stops the episode ``j`` steps after the anchor; an end at
     ``j < 0`` starts it ``-j - 1`` steps before.
     """
-    key = (back, forward, device)
-    distance = _DISTANCES.get(key)
-    if distance is None:
-        # small integer types reduce faster; spans never exceed the int32 range in practice
-        dtype = torch.int16 if back + forward + 2 < 2**15 else torch.int32
-        rel = torch.arange(-back, forward + 1, device=device)
-        distance = _DISTANCES[key] = torch.where(rel < 0, -rel - 1, rel).to(dtype)
-    return distance
+    rel = torch.arange(-back, forward + 1, device=device)
+    return torch.where(rel < 0, -rel - 1, rel)
 
 
 class TrajectoryIndex:

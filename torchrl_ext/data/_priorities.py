@@ -1,8 +1,8 @@
 """Per-anchor priorities for windows of records.
 
-A window's records share one priority, the one of the anchor the sampler drew. These helpers
-reduce per-record priorities (TD errors) to anchors, and plug that reduction into torchrl's
-prioritized TensorDict buffers so that ``update_tensordict_priority(sample)`` uses it.
+A window's records share one priority, the one of the anchor the sampler drew: these helpers
+reduce per-record priorities (TD errors) to one value per anchor, refusing values a sum tree
+must never hold.
 """
 
 from __future__ import annotations
@@ -148,49 +148,3 @@ def _get(sample: Any, key: str) -> torch.Tensor:
             "Sequence sample unit."
         )
     return value
-
-
-class _RecordPriorities:
-    """Stand-in for a buffer's ``_get_priority_vector``: keeps window samples per record."""
-
-    def __init__(self, buffer: Any) -> None:
-        self.buffer = buffer
-
-    def __call__(self, data: Any) -> torch.Tensor:
-        buffer = self.buffer
-        if not (is_tensor_collection(data) and "anchor_index" in data.keys()):
-            return type(buffer)._get_priority_vector(buffer, data)
-        priority = data.get(buffer.priority_key, None)
-        if priority is None:
-            default = buffer._sampler.default_priority
-            return torch.full(data.shape, default, dtype=torch.float, device=data.device)
-        return priority.reshape(data.shape)
-
-
-class _AnchorPriorities:
-    """Stand-in for a buffer's ``_anchor_reduced_priority``: the unit's reduction."""
-
-    def __init__(self, unit: Any) -> None:
-        self.unit = unit
-
-    def __call__(self, data: Any, priority: torch.Tensor):
-        if not (is_tensor_collection(data) and "anchor_index" in data.keys()):
-            return None
-        anchors, reduced = self.unit.reduce_priority(data, priority)
-        if isinstance(anchors, tuple):
-            anchors = torch.stack(anchors, -1)
-        return anchors, reduced
-
-
-def install_anchor_priorities(buffer: Any, unit: Any) -> None:
-    """Routes ``buffer.update_tensordict_priority`` through ``unit``'s per-anchor reduction.
-
-    Only prioritized TensorDict buffers have the two hooks; other buffers are left untouched.
-    """
-    if not (
-        hasattr(type(buffer), "_anchor_reduced_priority")
-        and hasattr(type(buffer), "_get_priority_vector")
-    ):
-        return
-    buffer._get_priority_vector = _RecordPriorities(buffer)
-    buffer._anchor_reduced_priority = _AnchorPriorities(unit)

@@ -10,7 +10,6 @@ bootstrap), respecting episode boundaries.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any, Literal
 
 import torch
@@ -20,8 +19,9 @@ from torchrl.data.replay_buffers.sample_units import Sequence as _TorchRLSequenc
 from torchrl.data.replay_buffers.storages import Storage
 
 from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_key
-from torchrl_ext.data import _episodes, _window_kernels
-from torchrl_ext.data._priorities import install_anchor_priorities, reduce_window_priorities
+from torchrl_ext.data import _episodes
+from torchrl_ext.data._kernels import windows
+from torchrl_ext.data._priorities import reduce_window_priorities
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 
@@ -29,11 +29,10 @@ _BOUNDARIES = ("pad", "stop", "include_reset")
 _LAYOUTS = ("flat", "batch_time")
 _REDUCTIONS = ("max", "mean", "mixture")
 _MODES = {
-    "pad": _window_kernels.PAD,
-    "stop": _window_kernels.STOP,
-    "include_reset": _window_kernels.CROSS,
+    "pad": windows.PAD,
+    "stop": windows.STOP,
+    "include_reset": windows.CROSS,
 }
-_CPU_DEVICES = ("cpu", torch.device("cpu"), "auto", None)
 _MAX_REACH = 2**31 - 1
 #: Per-record info entries every ``Sequence`` sample carries.
 _RECORD_KEYS = ("sequence_id", "step_in_sequence", "validity_mask", "learning_mask", "anchor_index")
@@ -46,7 +45,7 @@ class _Setting:
     cached tables depend on them, so a changed setting means a new unit.
     """
 
-    def __set_name__(self, owner: type, name: str) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
 
     def __get__(self, unit: Any, owner: type | None = None) -> Any:
@@ -161,14 +160,18 @@ class Sequence(SampleUnit, _TorchRLSequence):
     stored bool reset flag under ``is_init_key`` is the one exception, superseded by the
     window's flags in ``"batch_time"`` samples.
 
-    Priorities stay per anchor: with a prioritized TensorDict buffer,
-    ``rb.update_tensordict_priority(sample)`` reduces each window's per-record priorities over
-    its valid records (``priority_learning_only=True``: learning records only; a sample
-    without ``"learning_mask"`` or ``"validity_mask"``, as torchrl's own unit accepts, reduces
-    over the masks it has) with
-    ``priority_reduction`` (``"max"``; ``"mean"``; ``"mixture"``, R2D2's
-    ``eta * max + (1 - eta) * mean``) and writes them to the anchors. With other prioritized
-    buffers use ``rb.update_priority(*unit.reduce_priority(info, priority))``.
+    Priorities stay per anchor: ``unit.update_priority(rb, sample)`` reduces each window's
+    per-record priorities (the sample's ``rb.priority_key`` entry) over its valid records
+    (``priority_learning_only=True``: learning records only; a sample without
+    ``"learning_mask"`` or ``"validity_mask"``, as torchrl's own unit accepts, reduces over
+    the masks it has) with ``priority_reduction`` (``"max"``; ``"mean"``; ``"mixture"``,
+    R2D2's ``eta * max + (1 - eta) * mean``) and writes them to the anchors with the buffer's
+    public ``update_priority``. torchrl's ``rb.update_tensordict_priority(sample)`` applies
+    its own reduction, a max over valid records per anchor: the same result for flat samples
+    with ``"max"`` and ``priority_learning_only=False``; for any other reduction, for
+    ``priority_learning_only=True`` and for ``layout="batch_time"`` (where torchrl reduces
+    over all records and skips windows whose first record is invalid) call
+    ``unit.update_priority``.
 
     Args:
         length (int): records in the learning region, ``>= 1``.
@@ -278,25 +281,10 @@ class Sequence(SampleUnit, _TorchRLSequence):
             "is_init_key": check_key("is_init_key", is_init_key),
         }
         self._traj_index: _episodes.TrajectoryIndex | None = None
-        self._routed = weakref.WeakSet()
         self._lock = threading.Lock()
         self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
-        self._constant_records: dict[tuple, dict[str, torch.Tensor]] = {}
-        self._flags_view: tuple[Any, torch.Tensor] | None = None
-        self._checked_contents: Any = None
-
-    length = _Setting()
-    episode_boundary = _Setting()
-    done_key = _Setting()
-    traj_key = _Setting()
-    burn_in = _Setting()
-    bootstrap = _Setting()
-    stride = _Setting()
-    layout = _Setting()
-    priority_reduction = _Setting()
-    priority_eta = _Setting()
-    priority_learning_only = _Setting()
-    is_init_key = _Setting()
+        # (contents, done flags) of the last storage read, checked for colliding keys
+        self._known: tuple[Any, torch.Tensor | None] | None = None
 
     # -- window geometry ---------------------------------------------------------------------
 
@@ -323,15 +311,14 @@ class Sequence(SampleUnit, _TorchRLSequence):
         back = self.burn_in * self.stride
         return back + self._forward if self.episode_boundary == "stop" else back
 
-    def _table(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """Per-device constants: window offsets (int32), learning mask, steps, offsets (int64)."""
+    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-device constants: window offsets (int32), learning mask, steps."""
         table = self._tables.get(device)
         if table is None:
             steps = torch.arange(self.window, device=device)
-            offsets = (steps - self.burn_in) * self.stride
+            offsets = ((steps - self.burn_in) * self.stride).to(torch.int32)
             learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
-            table = (offsets.to(torch.int32), learning, steps, offsets)
-            self._tables[device] = table
+            table = self._tables[device] = (offsets, learning, steps)
         return table
 
     # -- expansion ---------------------------------------------------------------------------
@@ -359,41 +346,38 @@ class Sequence(SampleUnit, _TorchRLSequence):
                 trajectory ids that are not whole numbers, non-finite done flags, or a stored
                 entry that a per-record info entry would overwrite.
         """
-        _episodes.check_storage(storage, type(self).__name__)
-        time, lanes, anchors = _split_anchors(index, storage)
-        bounds = _episodes.seam(storage)
-        _check_anchors(time, lanes, bounds[0], storage)
-        self._check_collisions(storage)
-        num = time.shape[0]
-        expanded = self._expand_info(info, num)
-        if self._compiled_applies(storage, time, lanes):
-            index, per_record = self._records_compiled(storage, time, lanes, bounds)
-            self._route_priorities(storage)
-            flat = self.layout == "flat"
-            return index, {**{k: _materialize(v, flat) for k, v in expanded.items()}, **per_record}
-        positions, valid, starts = self._windows_vectorized(storage, time, lanes)
-        per_record = self._per_record(num, time.device)
-        per_record["validity_mask"] = valid
-        per_record["anchor_index"] = anchors.unsqueeze(1).expand(
-            num, self.window, *anchors.shape[1:]
-        )
-        if self.layout == "batch_time":
-            per_record[self.is_init_key] = starts
-        self._route_priorities(storage)
-        return self._shape(positions, lanes, per_record, expanded)
+        view = self._snapshot(storage)
+        time, lanes, anchors = _split_anchors(index, storage.ndim)
+        _check_anchors(time, lanes, view)
+        expanded = self._expand_info(info, time.shape[0])
+        if self._compiled_applies(view, time, lanes):
+            index, per_record = self._records_compiled(view, time, lanes)
+        else:
+            index, per_record = self._records_vectorized(view, storage, time, lanes, anchors)
+        return index, {**expanded, **per_record}
 
-    def _check_collisions(self, storage: Storage) -> None:
+    def _snapshot(self, storage: Storage) -> _episodes.Snapshot:
+        """Everything a sample reads from the storage, read here and nowhere else.
+
+        The done flags and the check of stored keys are kept while the storage's contents are
+        the same object (writes happen in place), so they are looked up once per storage.
+        """
+        done_key = self.done_key if self.traj_key is None else None
+        view = _episodes.snapshot(storage, done_key, type(self).__name__, self._known)
+        if self._known is None or self._known[0] is not view.contents:
+            self._check_collisions(view.contents)
+            self._known = (view.contents, view.flags)
+        return view
+
+    def _check_collisions(self, contents: Any) -> None:
         """Refuses stored entries that the sample's per-record info would overwrite.
 
         TensorDict buffers write every info entry into the sample, so a stored entry under one
         of those keys would silently be replaced. The one exception is a stored reset flag
         under ``is_init_key`` (one bool per record, as collectors and envs write it): the
         window's flags supersede it by design, since a recurrent module must also reset where
-        each window starts. Checked once per storage.
+        each window starts.
         """
-        contents = storage._storage
-        if contents is self._checked_contents:
-            return
         stored = {_plain_key(k) for k in contents.keys(include_nested=True)}
         outputs = [(k, k) for k in _RECORD_KEYS]
         if self.layout == "batch_time":
@@ -406,34 +390,34 @@ class Sequence(SampleUnit, _TorchRLSequence):
                     "entry would overwrite. Rename the stored entry"
                     + (", or pass another is_init_key=." if role == "is_init_key" else ".")
                 )
-        self._checked_contents = contents
 
-    def _compiled_applies(self, storage, time, lanes) -> bool:
+    def _compiled_applies(self, view: _episodes.Snapshot, time, lanes) -> bool:
         """The compiled loop serves done-flag boundaries on CPU, one lane dimension at most."""
         return (
             self.use_compiled
-            and _window_kernels.AVAILABLE
+            and windows.AVAILABLE
             and self.traj_key is None
             and time.device.type == "cpu"
             and len(lanes) <= 1
-            and getattr(storage, "device", "cpu") in _CPU_DEVICES
-            and (self.done_key is None or not self._flag_columns(storage).is_floating_point())
+            and (view.flags is None or (view.flags.is_cpu and not view.flags.is_floating_point()))
         )
 
-    def _records_compiled(self, storage, time, lanes, bounds):
-        """Record coordinates and per-record info, all written by one compiled loop.
+    def _records_compiled(self, view, time, lanes):
+        """Record time coordinates and per-record info, all written by one compiled loop.
 
-        Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view.
+        Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view,
+        already laid out flat or ``[B, window]``.
         """
         num, window = time.shape[0], self.window
         shape = (num * window,) if self.layout == "flat" else (num, window)
         ints = torch.empty(4 + len(lanes), *shape, dtype=torch.int64)
         bools = torch.empty(3, *shape, dtype=torch.bool)
-        _window_kernels.expand_records(
-            None if self.done_key is None else self._flag_columns(storage),
+        flags = view.flags
+        windows.expand_records(
+            None if flags is None else flags.reshape(flags.shape[0], -1),
             time.contiguous(),
             lanes[0].contiguous() if lanes else None,
-            bounds,
+            (view.written, view.oldest, view.newest),
             self._kernel_geometry(),
             window,
             ints,
@@ -463,25 +447,11 @@ class Sequence(SampleUnit, _TorchRLSequence):
             _MODES[self.episode_boundary],
         )
 
-    def _flag_columns(self, storage: Storage) -> torch.Tensor:
-        """The stored done flags as ``[capacity, lanes]``.
-
-        The view is kept while the storage's contents are the same object (writes happen in
-        place), so it is looked up once per storage rather than once per sample.
-        """
-        contents = storage._storage
-        cached = self._flags_view
-        if cached is not None and cached[0] is contents:
-            return cached[1]
-        flags = _episodes.read_flags(storage, self.done_key, type(self).__name__)
-        flags = flags.reshape(flags.shape[0], -1)
-        self._flags_view = (contents, flags)
-        return flags
-
-    def _windows_vectorized(self, storage, time, lanes):
-        """Windows from a handful of batched tensor operations (any device)."""
-        reach = self._reach(storage, time, lanes)
-        offsets = self._table(time.device)[0]
+    def _records_vectorized(self, view, storage, time, lanes, anchors):
+        """Record coordinates and per-record info from batched tensor ops (any device)."""
+        num = time.shape[0]
+        reach = self._reach(view, storage, time, lanes)
+        offsets, learning, steps = self._table(time.device)
         # columns index the reach (steps -back .. forward around the drawn anchor); int32
         # arithmetic is cheaper on these small broadcast blocks
         column = offsets + reach.back
@@ -491,38 +461,27 @@ class Sequence(SampleUnit, _TorchRLSequence):
         highest = (reach.back + reach.to_stop).to(torch.int32).unsqueeze(1)
         clamped = torch.minimum(torch.maximum(column, lowest), highest)
         valid = clamped == column
-        starts = _window_starts(valid, reach, clamped) if self.layout == "batch_time" else None
-        return reach.positions(clamped), valid, starts
+        per_record = {  # views over the batch; _shape makes them real tensors
+            "sequence_id": torch.arange(num, device=time.device).unsqueeze(1).expand_as(valid),
+            "step_in_sequence": steps.expand_as(valid),
+            "learning_mask": learning.expand_as(valid),
+            "validity_mask": valid,
+            "anchor_index": anchors.unsqueeze(1).expand(num, self.window, *anchors.shape[1:]),
+        }
+        if self.layout == "batch_time":
+            per_record[self.is_init_key] = _window_starts(valid, reach, clamped)
+        coords = (reach.positions(clamped), *(lane.unsqueeze(1).expand_as(valid) for lane in lanes))
+        coords = tuple(self._lay_out(c) for c in coords)
+        index = coords if lanes else coords[0]
+        return index, {key: self._lay_out(value) for key, value in per_record.items()}
 
-    def _per_record(self, num: int, device: torch.device) -> dict[str, torch.Tensor]:
-        """Fresh copies of the entries that depend only on the batch size."""
-        key = (num, device)
-        cached = self._constant_records.get(key)
-        if cached is None:
-            _, learning, steps, _ = self._table(device)
-            cached = {
-                "sequence_id": torch.arange(num, device=device)
-                .repeat_interleave(self.window)
-                .view(num, self.window),
-                "step_in_sequence": steps.repeat(num, 1),
-                "learning_mask": learning.repeat(num, 1),
-            }
-            if len(self._constant_records) > 8:
-                self._constant_records.clear()
-            self._constant_records[key] = cached
-        return {name: value.clone() for name, value in cached.items()}
-
-    def _reach(
-        self, storage: Storage, time: torch.Tensor, lanes: tuple[torch.Tensor, ...]
-    ) -> _episodes.Reach:
-        owner = type(self).__name__
+    def _reach(self, view, storage, time, lanes) -> _episodes.Reach:
         if self.traj_key is not None:
             return self._trajectory_index(storage).reach(time, self._back, self._forward)
         crosses = self.episode_boundary == "include_reset"
-        wants_flags = self.done_key is not None and (not crosses or self.layout == "batch_time")
-        flags = _episodes.read_flags(storage, self.done_key, owner) if wants_flags else None
+        flags = view.flags if not crosses or self.layout == "batch_time" else None
         return _episodes.reach_in_storage_order(
-            storage, flags, time, lanes, self._back, self._forward, crosses
+            view, flags, time, lanes, self._back, self._forward, crosses
         )
 
     def _stop_shift(self, reach: _episodes.Reach) -> torch.Tensor:
@@ -549,23 +508,16 @@ class Sequence(SampleUnit, _TorchRLSequence):
                     f"info entry {key!r} has {tensor.shape[0]} rows but the sampler drew "
                     f"{num} anchors; per-anchor info must have one row per anchor."
                 )
-            out[key] = tensor.unsqueeze(1).expand(num, self.window, *tensor.shape[1:])
+            out[key] = self._lay_out(
+                tensor.unsqueeze(1).expand(num, self.window, *tensor.shape[1:])
+            )
         return out
 
-    def _shape(self, positions, lanes, per_record, expanded):
-        """Lays records out flat or ``[B, window]``; expanded views become real tensors."""
-        info = {**expanded, **per_record}
-        flat = self.layout == "flat"
-        info = {k: _materialize(v, flat) for k, v in info.items()}
-        positions = positions.reshape(-1) if flat else positions
-        if not lanes:
-            return positions, info
-        coords = tuple(lane.unsqueeze(1).expand(-1, self.window) for lane in lanes)
+    def _lay_out(self, value: torch.Tensor) -> torch.Tensor:
+        """A ``[B, window, ...]`` tensor (or view) as a real tensor, flat or ``[B, window]``."""
         if self.layout == "flat":
-            coords = tuple(c.reshape(-1) for c in coords)
-        else:
-            coords = tuple(c.contiguous() for c in coords)
-        return (positions, *coords), info
+            return value.reshape(-1, *value.shape[2:])
+        return value.contiguous()
 
     # -- trajectory ids ----------------------------------------------------------------------
 
@@ -618,29 +570,73 @@ class Sequence(SampleUnit, _TorchRLSequence):
             self.priority_learning_only,
         )
 
-    def _route_priorities(self, storage: Storage) -> None:
-        """Makes prioritized TensorDict buffers sampling through this unit use its reduction."""
-        for entity in list(storage._attached_entities):
-            if getattr(entity, "_sample_unit", None) is self and entity not in self._routed:
-                install_anchor_priorities(entity, self)
-                self._routed.add(entity)
+    def update_priority(
+        self, buffer: Any, sample: Any, priority: torch.Tensor | None = None
+    ) -> None:
+        """Reduces a sample's per-record priorities with this unit and writes them to anchors.
+
+        Reduces with :meth:`reduce_priority` (this unit's ``priority_reduction`` over valid
+        records, or learning records only with ``priority_learning_only``), then calls the
+        buffer's public ``update_priority(anchors, priorities)``. NaN, infinite or negative
+        priorities of reduced records are refused before the buffer is touched.
+
+        Args:
+            buffer (ReplayBuffer): a prioritized buffer sampling through this unit.
+            sample (TensorDict or dict): the sample (or its info) the priorities belong to.
+            priority (torch.Tensor, optional): one priority per record. Defaults to the
+                sample's ``buffer.priority_key`` entry (``"td_error"`` by default).
+
+        Raises:
+            TypeError: if ``buffer`` has no ``update_priority`` method.
+            ValueError: if ``priority`` is not given and the sample has no entry under the
+                buffer's priority key, or as :meth:`reduce_priority`.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+            >>> from torchrl_ext import Sequence
+            >>> unit = Sequence(length=2, done_key=None, priority_reduction="mean")
+            >>> rb = TensorDictPrioritizedReplayBuffer(
+            ...     alpha=1.0, beta=1.0, storage=LazyTensorStorage(10), sample_unit=unit,
+            ...     batch_size=3, generator=torch.Generator().manual_seed(0),
+            ... )
+            >>> _ = rb.extend(TensorDict({"obs": torch.arange(10.0)}, [10]))
+            >>> sample = rb.sample()
+            >>> sample.shape
+            torch.Size([6])
+            >>> sample["td_error"] = torch.tensor([1.0, 3.0, 0.0, 2.0, 4.0, 4.0])
+            >>> unit.reduce_priority(sample, sample["td_error"])[1].tolist()  # window means
+            [4.0, 2.0, 1.0]
+            >>> unit.update_priority(rb, sample)  # writes them to the three anchors
+        """
+        if not callable(getattr(buffer, "update_priority", None)):
+            raise TypeError(
+                f"buffer must be a replay buffer with an update_priority method, got "
+                f"buffer={type(buffer).__name__}."
+            )
+        if priority is None:
+            key = getattr(buffer, "priority_key", "td_error")
+            priority = sample.get(key, None)
+            if priority is None:
+                raise ValueError(
+                    f"the sample has no {key!r} entry (the buffer's priority key); set it, "
+                    "or pass priority= with one value per record."
+                )
+        buffer.update_priority(*self.reduce_priority(sample, priority))
 
     # -- misc --------------------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_traj_index"] = None
-        state["_routed"] = None
         state["_lock"] = None
         state["_tables"] = {}
-        state["_constant_records"] = {}
-        state["_flags_view"] = None
-        state["_checked_contents"] = None
+        state["_known"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._routed = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -650,6 +646,14 @@ class Sequence(SampleUnit, _TorchRLSequence):
             f"layout={self.layout!r})"
         )
 
+
+# every constructor argument reads back as a fixed setting: ``unit.length``, ``unit.layout``, ...
+for _name in (
+    "length", "episode_boundary", "done_key", "traj_key", "burn_in", "bootstrap", "stride",
+    "layout", "priority_reduction", "priority_eta", "priority_learning_only", "is_init_key",
+):  # fmt: skip
+    setattr(Sequence, _name, _Setting(_name))
+del _name
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -665,14 +669,6 @@ def _window_starts(
         episode = reach.episode.gather(1, column)
         starts[:, 1:] |= episode[:, 1:] != episode[:, :-1]
     return starts
-
-
-def _materialize(value: Any, flat: bool) -> Any:
-    if not isinstance(value, torch.Tensor) or value.ndim < 2:
-        return value
-    if flat:
-        return value.reshape(-1, *value.shape[2:])
-    return value.contiguous()
 
 
 def _plain_key(key: NestedKey) -> NestedKey:
@@ -691,12 +687,12 @@ def _is_flag(contents: Any, key: NestedKey) -> bool:
 
 
 def _check_anchors(
-    time: torch.Tensor, lanes: tuple[torch.Tensor, ...], written: int, storage: Storage
+    time: torch.Tensor, lanes: tuple[torch.Tensor, ...], view: _episodes.Snapshot
 ) -> None:
     """Raises ``IndexError`` unless every anchor addresses a written record."""
     if not time.numel():
         return
-    sizes = (written, *storage._total_shape[1:])
+    sizes = (view.written, *view.lanes)
     names = ("time", *(f"lane {d}" for d in range(len(lanes))))
     for name, coord, size in zip(names, (time, *lanes), sizes, strict=True):
         low, high = (int(v) for v in torch.aminmax(coord))
@@ -711,10 +707,9 @@ def _check_anchors(
 
 
 def _split_anchors(
-    index: torch.Tensor | tuple, storage: Storage
+    index: torch.Tensor | tuple, ndim: int
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
     """Returns anchor time coordinates, lane coordinates and the anchors as one tensor."""
-    ndim = storage.ndim
     if isinstance(index, tuple):
         coords = tuple(torch.as_tensor(c).reshape(-1) for c in index)
     else:

@@ -10,11 +10,10 @@ non-tensor leaves, named dims) to the stock read, so the data returned is identi
 case: same values, dtypes, batch sizes and devices, never aliasing the storage.
 
 Long CPU indices (a batch of sequence windows: thousands of rows in runs) go further: the leaves
-with narrow rows are read in one pass by the prefetching kernel of :mod:`._gather`, which keeps
-many cache misses in flight and copies each run of rows as one block (about 1.6x faster than
-``index_select`` with warm caches, 1.2-1.3x with cold ones, on 64 windows of 120 rows). Which
-leaves it copies is worked out once per layout of the contents (``_Level``) and checked, by
-identity, at every read.
+with narrow rows are read in one pass by the prefetching kernel of
+:mod:`torchrl_ext.data._kernels.gather`, which keeps many cache misses in flight and copies each
+run of rows as one block. Which leaves it copies is worked out once per layout of the contents
+(``_Level``) and checked, by identity, at every read.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
-from torchrl_ext.data import _gather as _rows
+from torchrl_ext.data._kernels import gather as _rows
 
 
 class _Unsupported(Exception):
@@ -67,8 +66,8 @@ class _Level:
         """This level's sample at ``index`` (all in ``[0, rows)``), nested batch dims kept.
 
         With a ``copies`` list, the leaves the kernel copies are allocated and appended to it
-        (for :func:`~torchrl_ext.data._gather.copy_rows` to fill); with ``None``, every leaf is
-        read by ``index_select``.
+        (for :func:`~torchrl_ext.data._kernels.gather.copy_rows` to fill); with ``None``,
+        every leaf is read by ``index_select``.
         """
         n = index.shape[0]
         out = {}
@@ -103,7 +102,8 @@ def _entry(key: str, value: Any) -> tuple:
 def _read(level: _Level, index: torch.Tensor, rows: int) -> TensorDict | None:
     """The sample at ``index`` read through ``level``; ``None`` for an index out of range.
 
-    Long indices (:func:`~torchrl_ext.data._gather.takes`) use the row kernel where it applies.
+    Long indices (:func:`~torchrl_ext.data._kernels.gather.takes`) use the row kernel where it
+    applies.
     """
     copies = [] if _rows.takes(index) else None
     out = level.read(index, rows, copies)

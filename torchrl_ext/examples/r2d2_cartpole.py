@@ -499,13 +499,13 @@ class TrainResult:
     last_loss: float
 
 
-def make_buffer(cfg: R2D2Config) -> TensorDictPrioritizedReplayBuffer:
-    """The prioritized window buffer over a time x lane storage (lanes set by the first write).
+def window_unit(cfg: R2D2Config) -> Sequence:
+    """The window sample unit: geometry, and R2D2's priority mixture over learning records.
 
     Args:
-        cfg (R2D2Config): window geometry, capacity, batch size and priority exponents.
+        cfg (R2D2Config): window geometry and the mixture's ``eta``.
     """
-    unit = Sequence(
+    return Sequence(
         cfg.length,
         burn_in=cfg.burn_in,
         bootstrap=cfg.n_step - 1,
@@ -514,11 +514,19 @@ def make_buffer(cfg: R2D2Config) -> TensorDictPrioritizedReplayBuffer:
         priority_eta=cfg.eta,
         priority_learning_only=True,
     )
+
+
+def make_buffer(cfg: R2D2Config) -> TensorDictPrioritizedReplayBuffer:
+    """The prioritized window buffer over a time x lane storage (lanes set by the first write).
+
+    Args:
+        cfg (R2D2Config): window geometry, capacity, batch size and priority exponents.
+    """
     return TensorDictPrioritizedReplayBuffer(
         alpha=cfg.alpha,
         beta=cfg.beta,
         storage=LazyTensorStorage(cfg.capacity, ndim=2),
-        sample_unit=unit,
+        sample_unit=window_unit(cfg),
         batch_size=cfg.batch_size,
         priority_key="td_error",
         generator=torch.Generator().manual_seed(cfg.seed + 1),
@@ -556,6 +564,7 @@ class _Learner:
 
     def __init__(self, cfg: R2D2Config) -> None:
         self.cfg = cfg
+        self.unit = window_unit(cfg)  # reduces window priorities as the buffer's unit
         self.online, self.target = _make_nets(cfg)
         self.optim = torch.optim.Adam(self.online.parameters(), lr=cfg.lr, fused=True)
         self.updates = 0
@@ -573,7 +582,7 @@ class _Learner:
         nn.utils.clip_grad_norm_(self.online.parameters(), 10.0)
         self.optim.step()
         sample.set("td_error", td_error)
-        rb.update_tensordict_priority(sample)
+        self.unit.update_priority(rb, sample)
         self.updates += 1
         self.loss = float(loss.detach())
         if self.updates % cfg.target_period == 0:

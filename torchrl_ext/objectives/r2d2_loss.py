@@ -38,7 +38,7 @@ In a TorchRL training loop::
     updater = SoftUpdate(loss_fn, eps=0.99)  # or HardUpdate(loss_fn, ...)
     sample = rb.sample()
     loss_fn(sample)["loss"].backward(); optim.step(); optim.zero_grad(); updater.step()
-    rb.update_tensordict_priority(sample)  # one priority per anchor, R2D2's eta mixture
+    unit.update_priority(rb, sample)  # one priority per anchor, R2D2's eta mixture
 
 The value network is any TensorDict module that reads observations (and the recurrent states
 and ``"is_init"`` its torchrl ``LSTMModule``/``GRUModule`` submodules read) and writes

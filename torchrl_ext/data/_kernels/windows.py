@@ -1,11 +1,18 @@
-"""Compiled (numba) expansion of windows in storage order, for CPU storages.
+"""Window expansion in storage order for CPU storages with done flags: the compiled path.
 
 One loop per anchor reads the done flags inside the anchor's reach and writes its window:
 storage positions, validity and reset flags, and the per-record info that depends only on the
-window geometry (sequence id, step, learning mask, anchor). It computes exactly what the
-vectorized torch path in :mod:`torchrl_ext.data._episodes` computes (the tests run both against
-a plain-Python reference), without the per-operation overhead of a few dozen small tensor
-operations.
+window geometry (sequence id, step, learning mask, anchor). It returns exactly what the batched
+torch path of :class:`~torchrl_ext.data.Sequence` (``use_compiled = False``, which serves every
+other storage, device and ``traj_key``) returns; the tests run both against a plain-Python
+reference.
+
+Why it exists: the batched torch path spends its time in the fixed cost of a few dozen small
+tensor operations. On the sequence-replay benchmark (64 windows of 120 records, one torch
+thread, ``benchmarks/read_probe.py``, medians of 6 fresh processes) the sampler plus expansion
+takes 0.056 ms with this loop against 0.231 ms with the torch path at 1e4 records, and 0.060
+against 0.232 ms at 1e6: it saves about three quarters of the unit's time, and half of a whole
+online sample on the fast storage (0.15 against 0.35 ms at 1e4 records).
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ def _prefetch_reaches(flags, time, lanes, back, forward):
 
     Anchors are scattered over the storage, so on a storage larger than the caches each
     reach's first flags miss; asking for all of them up front lets those misses overlap
-    instead of each waiting for the previous anchor's (about 7 us of 70 at 1e6 records).
-    A prefetch is only a hint: the part of a reach that wraps around the ring is skipped.
+    instead of each waiting for the previous anchor's. A prefetch is only a hint: the part of
+    a reach that wraps around the ring is skipped.
     """
     if flags.shape[0] == 0:
         return
@@ -151,7 +158,7 @@ def _crossing_window(flags, t, lane, written, to_start, to_stop, burn_in, stride
 
 
 if AVAILABLE:
-    from torchrl_ext._intrinsics import prefetch
+    from torchrl_ext._native.intrinsics import prefetch
 
     _prefetch_reaches = numba.njit(cache=True, nogil=True)(_prefetch_reaches)
     _wrap = numba.njit(cache=True, nogil=True, inline="always")(_wrap)

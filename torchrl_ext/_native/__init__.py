@@ -1,0 +1,1 @@
+"""Low-level helpers shared by the compiled kernels of several subpackages (private)."""
