@@ -78,6 +78,26 @@ def episodes(writer: int, write: int) -> TensorDict:
     )
 
 
+@pytest.fixture(scope="module")
+def served(ray_local):
+    """One replay service for the tests that do not kill it (starting one takes seconds)."""
+    rb = make_buffer()
+    yield rb
+    rb.close()
+
+
+@pytest.fixture
+def rb(served):
+    """The shared service, emptied: no records, no priorities, write cursor at 0."""
+    served.empty()
+    return served
+
+
+def write_task(buffer, writer: int, first: int, count: int) -> list[int]:
+    """A remote writer as a Ray task: the buffer it receives is the service's client."""
+    return Writer(buffer, writer).write(first, count)
+
+
 class Writer:
     """A remote writer: extends the buffer it was given with numbered writes."""
 
@@ -149,35 +169,29 @@ def gather_writes(writes: list[tuple[int, int, list[int]]]) -> dict[int, TensorD
 class TestPrioritizedRayBuffer:
     """Writers on Ray extend one served buffer; the learner gets exact windows and priorities."""
 
-    def test_remote_writers_and_learner(self, ray_local):
-        rb = make_buffer()
-        try:
-            remote_writer = ray.remote(num_cpus=0)(Writer)
-            writers = [remote_writer.remote(rb, w) for w in range(2)]
-            firsts = [0, 1000]
-            refs = [w.write.remote(f, 6) for w, f in zip(writers, firsts, strict=True)]
-            indices = ray.get(refs, timeout=TIMEOUT)
-            written = sum(len(i) for i in indices)
-            assert len(rb) == written
-            assert sorted(i for idx in indices for i in idx) == list(range(written))
-            records = gather_writes(
-                [(w, f, idx) for w, f, idx in zip(range(2), firsts, indices, strict=True)]
-            )
-            sample = rb.sample()
-            window = BURN_IN + LENGTH + BOOTSTRAP
-            assert sample.shape == torch.Size([32, window])
-            for key in ("validity_mask", "learning_mask", "is_init", "anchor_index"):
-                assert key in sample.keys()
-            check_against_reference(sample, storage_flags(records, written))
-            assert_no_torn_window(sample)
-            stored = torch.stack([records[int(i)]["observation"] for i in sample["index"].view(-1)])
-            torch.testing.assert_close(sample["observation"].view(-1, 3), stored)
-        finally:
-            rb.close()
+    def test_remote_writers_and_learner(self, rb):
+        task = ray.remote(num_cpus=1)(write_task)
+        firsts = [0, 1000]
+        refs = [task.remote(rb, w, f, 6) for w, f in enumerate(firsts)]
+        indices = ray.get(refs, timeout=TIMEOUT)
+        written = sum(len(i) for i in indices)
+        assert len(rb) == written
+        assert sorted(i for idx in indices for i in idx) == list(range(written))
+        records = gather_writes(
+            [(w, f, idx) for w, f, idx in zip(range(2), firsts, indices, strict=True)]
+        )
+        sample = rb.sample()
+        window = BURN_IN + LENGTH + BOOTSTRAP
+        assert sample.shape == torch.Size([32, window])
+        for key in ("validity_mask", "learning_mask", "is_init", "anchor_index"):
+            assert key in sample.keys()
+        check_against_reference(sample, storage_flags(records, written))
+        assert_no_torn_window(sample)
+        stored = torch.stack([records[int(i)]["observation"] for i in sample["index"].view(-1)])
+        torch.testing.assert_close(sample["observation"].view(-1, 3), stored)
 
-    def test_priorities_per_anchor_match_local_buffer(self, ray_local):
+    def test_priorities_per_anchor_match_local_buffer(self, rb):
         """The remote update leaves the same sum tree as a local prioritized buffer's update."""
-        rb = make_buffer()
         local = TensorDictPrioritizedReplayBuffer(
             alpha=ALPHA,
             beta=BETA,
@@ -186,44 +200,37 @@ class TestPrioritizedRayBuffer:
             sample_unit=make_unit(),
             batch_size=32,
         )
-        try:
-            data = torch.cat([episodes(0, w) for w in range(8)])
-            rb.extend(data)
-            local.extend(data)
-            local.sample()  # routes the local buffer's priority updates through its unit
-            gen = torch.Generator().manual_seed(3)
-            for _ in range(3):
-                sample = rb.sample()
-                sample["td_error"] = torch.rand(sample.shape, generator=gen) * 4
-                update_window_priorities(rb, sample, make_unit())
-                local.update_tensordict_priority(sample)
-            n = data.numel()
-            remote_tree = rb.state_dict()["_sampler"]["_sum_tree"]
-            expected = torch.tensor([local._sampler._sum_tree[i] for i in range(n)])
-            got = torch.tensor([remote_tree[i] for i in range(n)])
-            torch.testing.assert_close(got, expected)
-            assert (got != got[0]).any(), "the updates changed some priorities"
-        finally:
-            rb.close()
-
-    def test_priority_is_the_window_max_over_valid_records(self, ray_local):
-        """Hand-computed: one window's anchor gets max |td| over its valid records."""
-        rb = make_buffer()
-        try:
-            rb.extend(episodes(0, 5))
+        data = torch.cat([episodes(0, w) for w in range(8)])
+        rb.extend(data)
+        local.extend(data)
+        local.sample()  # routes the local buffer's priority updates through its unit
+        gen = torch.Generator().manual_seed(3)
+        for _ in range(3):
             sample = rb.sample()
-            valid = sample["validity_mask"].reshape(sample.shape)
-            td = torch.arange(sample.numel(), dtype=torch.float).reshape(sample.shape) / 100
-            sample["td_error"] = torch.where(valid, td, 1e3)  # invalid records never count
+            sample["td_error"] = torch.rand(sample.shape, generator=gen) * 4
             update_window_priorities(rb, sample, make_unit())
-            tree = rb.state_dict()["_sampler"]["_sum_tree"]
-            anchors = sample["anchor_index"][:, 0]
-            for b in range(sample.shape[0]):
-                same = anchors == anchors[b]
-                peak = max(float(td[i][valid[i]].max()) for i in same.nonzero().view(-1))
-                assert tree[int(anchors[b])] == pytest.approx((peak + EPS) ** ALPHA, rel=1e-5)
-        finally:
-            rb.close()
+            local.update_tensordict_priority(sample)
+        n = data.numel()
+        remote_tree = rb.state_dict()["_sampler"]["_sum_tree"]
+        expected = torch.tensor([local._sampler._sum_tree[i] for i in range(n)])
+        got = torch.tensor([remote_tree[i] for i in range(n)])
+        torch.testing.assert_close(got, expected)
+        assert (got != got[0]).any(), "the updates changed some priorities"
+
+    def test_priority_is_the_window_max_over_valid_records(self, rb):
+        """Hand-computed: one window's anchor gets max |td| over its valid records."""
+        rb.extend(episodes(0, 5))
+        sample = rb.sample()
+        valid = sample["validity_mask"].reshape(sample.shape)
+        td = torch.arange(sample.numel(), dtype=torch.float).reshape(sample.shape) / 100
+        sample["td_error"] = torch.where(valid, td, 1e3)  # invalid records never count
+        update_window_priorities(rb, sample, make_unit())
+        tree = rb.state_dict()["_sampler"]["_sum_tree"]
+        anchors = sample["anchor_index"][:, 0]
+        for b in range(sample.shape[0]):
+            same = anchors == anchors[b]
+            peak = max(float(td[i][valid[i]].max()) for i in same.nonzero().view(-1))
+            assert tree[int(anchors[b])] == pytest.approx((peak + EPS) ** ALPHA, rel=1e-5)
 
     def test_update_without_priorities_names_the_key(self):
         sample = TensorDict({"anchor_index": torch.zeros(2, 3, dtype=torch.long)}, [2, 3])
@@ -249,18 +256,14 @@ class TestPrioritizedRayBuffer:
 class TestShareableRayReplayBuffer:
     """The buffer pickles as its client: remote code writes, only the owner can close."""
 
-    def test_pickles_as_client(self, ray_local):
-        rb = make_buffer()
-        try:
-            client = pickle.loads(pickle.dumps(rb))
-            assert not isinstance(client, RayReplayBuffer)
-            client.extend(episodes(0, 1))
-            assert len(rb) == len(client) == episodes(0, 1).numel()
-            with pytest.raises(AttributeError, match="close"):
-                client.close()
-            assert rb.is_alive
-        finally:
-            rb.close()
+    def test_pickles_as_client(self, rb):
+        client = pickle.loads(pickle.dumps(rb))
+        assert not isinstance(client, RayReplayBuffer)
+        client.extend(episodes(0, 1))
+        assert len(rb) == len(client) == episodes(0, 1).numel()
+        with pytest.raises(AttributeError, match="close"):
+            client.close()
+        assert rb.is_alive
 
 
 class TestTorchRLRayGaps:
@@ -301,8 +304,7 @@ class TestTorchRLRayGaps:
             assert "_futures_lock" in str(err)
         else:
             pytest.fail(
-                "RayReplayBuffer pickles now: ShareableRayReplayBuffer can go "
-                "(or become an alias)."
+                "RayReplayBuffer pickles now: ShareableRayReplayBuffer can go (or become an alias)."
             )
         finally:
             rb.close()
@@ -311,29 +313,26 @@ class TestTorchRLRayGaps:
 class TestFaults:
     """A killed writer restarts and writes on; a dead replay service resumes from dumps."""
 
-    def test_killed_writer_restarts_and_no_window_is_torn(self, ray_local):
-        rb = make_buffer()
-        try:
-            remote_writer = ray.remote(num_cpus=0, max_restarts=1)(Writer)
-            writer = remote_writer.remote(rb, 0)
-            pid = ray.get(writer.pid.remote(), timeout=TIMEOUT)
-            running = writer.write.remote(0, 10_000, 0.01)
-            deadline = time.monotonic() + TIMEOUT
-            while len(rb) < 200:
-                assert time.monotonic() < deadline, "the writer wrote nothing"
+    def test_killed_writer_restarts_and_no_window_is_torn(self, rb):
+        remote_writer = ray.remote(num_cpus=0, max_restarts=1)(Writer)
+        writer = remote_writer.remote(rb, 0)
+        pid = ray.get(writer.pid.remote(), timeout=TIMEOUT)
+        running = writer.write.remote(0, 10_000, 0.01)
+        deadline = time.monotonic() + TIMEOUT
+        while (size := len(rb)) < 200:
+            assert time.monotonic() < deadline, "the writer wrote nothing"
+            if size:
                 assert_no_torn_window(rb.sample())  # the learner samples while it writes
-            ray.kill(writer, no_restart=False)
-            with pytest.raises(ray.exceptions.RayError):
-                ray.get(running, timeout=TIMEOUT)
-            before = len(rb)
-            restarted = _retry(lambda: ray.get(writer.pid.remote(), timeout=TIMEOUT))
-            assert restarted != pid
-            ray.get(writer.write.remote(20_000, 5), timeout=TIMEOUT)
-            assert len(rb) > before
-            for _ in range(10):
-                assert_no_torn_window(rb.sample())
-        finally:
-            rb.close()
+        ray.kill(writer, no_restart=False)
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(running, timeout=TIMEOUT)
+        before = len(rb)
+        restarted = _retry(lambda: ray.get(writer.pid.remote(), timeout=TIMEOUT))
+        assert restarted != pid
+        ray.get(writer.write.remote(20_000, 5), timeout=TIMEOUT)
+        assert len(rb) > before
+        for _ in range(10):
+            assert_no_torn_window(rb.sample())
 
     def test_replay_service_resumes_from_checkpoint(self, ray_local, tmp_path):
         rb = make_buffer(capacity=256)
@@ -353,8 +352,7 @@ class TestFaults:
                     saved_obs = rb[: len(rb)]["observation"]
             rb.extend(episodes(0, 99))  # lost with the service
             ray.kill(rb._rb, no_restart=True)  # the service dies
-            with pytest.raises(ray.exceptions.RayError):
-                len(rb)
+            _until_dead(lambda: len(rb))
         finally:
             rb.close()
         resumed = make_buffer(capacity=256)
@@ -369,6 +367,17 @@ class TestFaults:
             assert_no_torn_window(resumed.sample())
         finally:
             resumed.close()
+
+
+def _until_dead(call, attempts: int = 60, pause: float = 0.5) -> None:
+    """Calls ``call`` until the killed actor behind it stops answering."""
+    for _ in range(attempts):
+        try:
+            call()
+        except ray.exceptions.RayError:
+            return
+        time.sleep(pause)
+    pytest.fail("the killed actor still answers")
 
 
 def _retry(call, attempts: int = 60, pause: float = 0.5):
