@@ -22,7 +22,7 @@ from torchrl.modules import LSTMModule, QValueModule
 
 from torchrl_ext import Sequence
 from torchrl_ext.data import FastLazyTensorStorage
-from torchrl_ext.distributed import prioritized_ray_buffer
+from torchrl_ext.distributed import prioritized_ray_buffer, update_window_priorities
 
 BURN_IN, LENGTH, BATCH = 8, 16, 64  # windows of 24 steps, 64 per sample
 OBS, HIDDEN = 2, 64
@@ -85,6 +85,26 @@ def sample_latency(buffer, rounds: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def update_latency(buffer, rounds: int, whole_sample: bool) -> float:
+    """Median seconds of one priority update of a ``BATCH``-window sample.
+
+    ``whole_sample=False``: :func:`update_window_priorities` (reduced here, anchors sent);
+    ``True``: ``update_tensordict_priority`` (the whole sample sent, reduced in the actor).
+    """
+    unit = make_unit()
+    sample = buffer.sample()
+    sample["td_error"] = torch.rand(sample.shape, generator=torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        if whole_sample:
+            buffer.update_tensordict_priority(sample)
+        else:
+            update_window_priorities(buffer, sample, unit)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
 @ray.remote(num_cpus=1)
 def _insert(buffer, chunk: int, writes: int) -> tuple[int, float, float]:
     data = records(chunk, seed=0)
@@ -100,6 +120,41 @@ def insert_rate(buffer, workers: int, chunk: int, writes: int) -> float:
     results = ray.get([_insert.remote(buffer, chunk, writes) for _ in range(workers)], timeout=600)
     total = sum(r[0] for r in results)
     return total / (max(r[2] for r in results) - min(r[1] for r in results))
+
+
+@ray.remote(num_cpus=0)
+class _Echo:
+    """Returns a sample built once: what moving a sample through Ray costs, nothing else."""
+
+    def __init__(self, sample: TensorDict) -> None:
+        self.sample = sample
+
+    def nothing(self) -> None:
+        return None
+
+    def whole(self) -> TensorDict:
+        return self.sample
+
+    def first_states(self) -> tuple[TensorDict, TensorDict]:
+        keys = ("recurrent_state_h", "recurrent_state_c")
+        return self.sample.exclude(*keys), self.sample.select(*keys)[:, 0].clone()
+
+
+def transport_floor(sample: TensorDict, rounds: int) -> dict[str, float]:
+    """Median seconds of an empty actor call and of returning ``sample`` (whole, or with the
+    recurrent states of each window's first record only) from an actor."""
+    echo = _Echo.remote(sample)
+    ray.get(echo.nothing.remote(), timeout=120)
+    out = {}
+    for name in ("nothing", "whole", "first_states"):
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            ray.get(getattr(echo, name).remote(), timeout=120)
+            times.append(time.perf_counter() - start)
+        out[name] = sorted(times)[len(times) // 2]
+    ray.kill(echo)
+    return out
 
 
 def _lstm() -> LSTMModule:

@@ -20,6 +20,8 @@ from _ray_setup import (  # noqa: E402
     insert_rate,
     local_buffer,
     served_buffer,
+    transport_floor,
+    update_latency,
 )
 
 CAPACITY = 2000
@@ -48,16 +50,20 @@ def test_sample(benchmark, ray_local, where):
         benchmark.group = "ray sample 64 windows of 24"
         batch = benchmark(buffer.sample)
         assert batch.shape == torch.Size([BATCH, BURN_IN + LENGTH])
+        if where == "local":
+            assert set(transport_floor(batch, rounds=2)) == {"nothing", "whole", "first_states"}
     finally:
         if where == "served":
             buffer.close()
 
 
-def test_insert_and_collection_rates(ray_local):
+def test_update_insert_and_collection_rates(ray_local):
     buffer = served_buffer(CAPACITY)
     try:
         assert insert_rate(buffer, 2, chunk=100, writes=3) > 0
         assert len(buffer) == 2 * 4 * 100
+        assert update_latency(buffer, 2, whole_sample=False) > 0
+        assert update_latency(buffer, 2, whole_sample=True) > 0
     finally:
         buffer.close()
     assert collection_rate(1, num_envs=2, frames_per_batch=20, batches=1) > 0
