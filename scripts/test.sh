@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, unit tests, doctests, benchmarks (smoke), tutorials and docs (-W).
 set -euo pipefail
-source "$(dirname "$0")/venv.sh" test,docs,examples,hydra
+source "$(dirname "$0")/venv.sh" test,docs,examples,hydra,ray
 export PYTHONHASHSEED=0
 step() { printf '\n=== %s\n' "$*"; }
 step "ruff check";            ruff check .

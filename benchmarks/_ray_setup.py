@@ -1,0 +1,199 @@
+"""Shared set-up of the Ray benchmarks: the served replay, its writers, the Ray collectors.
+
+Every measurement returns a rate or a latency of one configuration; the callers interleave
+the configurations they compare and repeat them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from functools import partial
+
+import ray
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.collectors.distributed import RayCollector
+from torchrl.data import TensorDictPrioritizedReplayBuffer
+from torchrl.envs import Compose, InitTracker, TransformedEnv
+from torchrl.modules import LSTMModule, QValueModule
+
+from torchrl_ext import Sequence
+from torchrl_ext.data import FastLazyTensorStorage
+from torchrl_ext.distributed import prioritized_ray_buffer, update_window_priorities
+
+BURN_IN, LENGTH, BATCH = 8, 16, 64  # windows of 24 steps, 64 per sample
+OBS, HIDDEN = 2, 64
+
+# Ray workers cannot import this folder's modules: send the functions defined here by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def make_unit() -> Sequence:
+    return Sequence(length=LENGTH, burn_in=BURN_IN, layout="batch_time")
+
+
+def records(n: int, seed: int) -> TensorDict:
+    """``n`` CartPole-like records with LSTM states, episodes of 50 to 200 steps."""
+    gen = torch.Generator().manual_seed(seed)
+    done = torch.rand(n, 1, generator=gen) < 1 / 125
+    return TensorDict(
+        {
+            "observation": torch.randn(n, OBS, generator=gen),
+            "action": torch.randint(2, (n,), generator=gen),
+            "recurrent_state_h": torch.randn(n, 1, HIDDEN, generator=gen),
+            "recurrent_state_c": torch.randn(n, 1, HIDDEN, generator=gen),
+            ("next", "observation"): torch.randn(n, OBS, generator=gen),
+            ("next", "reward"): torch.ones(n, 1),
+            ("next", "done"): done,
+            ("next", "terminated"): done.clone(),
+        },
+        [n],
+    )
+
+
+def local_buffer(capacity: int) -> TensorDictPrioritizedReplayBuffer:
+    return TensorDictPrioritizedReplayBuffer(
+        alpha=0.6,
+        beta=0.4,
+        storage=FastLazyTensorStorage(capacity),
+        sample_unit=make_unit(),
+        batch_size=BATCH,
+    )
+
+
+def served_buffer(capacity: int):
+    return prioritized_ray_buffer(
+        capacity, sample_unit=make_unit(), batch_size=BATCH, remote_config={"num_cpus": 0}
+    )
+
+
+def fill(buffer, capacity: int, chunk: int = 10_000) -> None:
+    for start in range(0, capacity, chunk):
+        buffer.extend(records(min(chunk, capacity - start), seed=start))
+
+
+def sample_latency(buffer, rounds: int) -> float:
+    """Median seconds of one ``sample()`` of ``BATCH`` windows."""
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        buffer.sample()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def update_latency(buffer, rounds: int, whole_sample: bool) -> float:
+    """Median seconds of one priority update of a ``BATCH``-window sample.
+
+    ``whole_sample=False``: :func:`update_window_priorities` (reduced here, anchors sent);
+    ``True``: ``update_tensordict_priority`` (the whole sample sent, reduced in the actor).
+    """
+    unit = make_unit()
+    sample = buffer.sample()
+    sample["td_error"] = torch.rand(sample.shape, generator=torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        if whole_sample:
+            buffer.update_tensordict_priority(sample)
+        else:
+            update_window_priorities(buffer, sample, unit)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+@ray.remote(num_cpus=1)
+def _insert(buffer, chunk: int, writes: int) -> tuple[int, float, float]:
+    data = records(chunk, seed=0)
+    buffer.extend(data)  # warm: connection, first write
+    start = time.time()
+    for _ in range(writes):
+        buffer.extend(data)
+    return chunk * writes, start, time.time()
+
+
+def insert_rate(buffer, workers: int, chunk: int, writes: int) -> float:
+    """Records per second that ``workers`` remote writers insert together."""
+    results = ray.get([_insert.remote(buffer, chunk, writes) for _ in range(workers)], timeout=600)
+    total = sum(r[0] for r in results)
+    return total / (max(r[2] for r in results) - min(r[1] for r in results))
+
+
+@ray.remote(num_cpus=0)
+class _Echo:
+    """Returns a sample built once: what moving a sample through Ray costs, nothing else."""
+
+    def __init__(self, sample: TensorDict) -> None:
+        self.sample = sample
+
+    def nothing(self) -> None:
+        return None
+
+    def whole(self) -> TensorDict:
+        return self.sample
+
+    def first_states(self) -> tuple[TensorDict, TensorDict]:
+        keys = ("recurrent_state_h", "recurrent_state_c")
+        return self.sample.exclude(*keys), self.sample.select(*keys)[:, 0].clone()
+
+
+def transport_floor(sample: TensorDict, rounds: int) -> dict[str, float]:
+    """Median seconds of an empty actor call and of returning ``sample`` (whole, or with the
+    recurrent states of each window's first record only) from an actor."""
+    echo = _Echo.remote(sample)
+    ray.get(echo.nothing.remote(), timeout=120)
+    out = {}
+    for name in ("nothing", "whole", "first_states"):
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            ray.get(getattr(echo, name).remote(), timeout=120)
+            times.append(time.perf_counter() - start)
+        out[name] = sorted(times)[len(times) // 2]
+    ray.kill(echo)
+    return out
+
+
+def _lstm() -> LSTMModule:
+    return LSTMModule(input_size=OBS, hidden_size=HIDDEN, in_key="observation", out_key="embed")
+
+
+def make_policy() -> TensorDictSequential:
+    torch.manual_seed(0)
+    head = TensorDictModule(nn.Linear(HIDDEN, 2), in_keys=["embed"], out_keys=["action_value"])
+    return TensorDictSequential(_lstm(), head, QValueModule(action_space="categorical"))
+
+
+def make_env(seed: int, num_envs: int) -> TransformedEnv:
+    torch.set_num_threads(1)
+    from torchrl_ext.envs import CartPoleEnv
+
+    env = CartPoleEnv(num_envs, seed=seed, observe_velocity=False)
+    return TransformedEnv(env, Compose(InitTracker(), _lstm().make_tensordict_primer()))
+
+
+def collection_rate(workers: int, num_envs: int, frames_per_batch: int, batches: int) -> float:
+    """Frames per second that ``workers`` Ray collectors deliver (after one warm batch each)."""
+    collector = RayCollector(
+        [partial(make_env, seed, num_envs) for seed in range(workers)],
+        policy=make_policy(),
+        frames_per_batch=frames_per_batch,
+        total_frames=frames_per_batch * (batches + workers) * 4,
+        remote_configs={"num_cpus": 1},
+    )
+    try:
+        collector.update_policy_weights_()
+        frames, start = 0, None
+        for i, data in enumerate(collector):
+            if i == workers - 1:
+                start = time.perf_counter()
+            elif i >= workers:
+                frames += data.numel()
+            if i == workers - 1 + batches:
+                break
+        return frames / (time.perf_counter() - start)
+    finally:
+        collector.shutdown()

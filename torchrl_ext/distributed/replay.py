@@ -1,0 +1,173 @@
+"""A prioritized sequence-replay service on Ray, shareable with remote writers.
+
+Two things stop TorchRL's Ray replay layer from serving an Ape-X / R2D2 layout as it is:
+
+- ``TensorDictPrioritizedReplayBuffer(..., service_backend="ray")`` fails while building its
+  actor (``__init__() got an unexpected keyword argument 'delayed_init'``).
+  :func:`prioritized_ray_buffer` builds the same buffer the way the Ray layer accepts: a
+  ``TensorDictReplayBuffer`` whose sampler is a ``PrioritizedSampler`` constructor.
+- A ``RayReplayBuffer`` cannot be passed to a remote task or actor: pickling it fails
+  (``'RayReplayBuffer' object has no attribute '_futures_lock'``).
+  :class:`ShareableRayReplayBuffer` pickles as its public ``client()`` instead, which extends,
+  samples and updates priorities through the same actor but cannot close it.
+
+Everything else is TorchRL's: the actor, its transport, its ``dumps``/``loads`` checkpoints.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import PrioritizedSampler, TensorDictReplayBuffer
+from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+from torchrl.data.replay_buffers.sample_units import SampleUnit
+
+from torchrl_ext._checks import check_float, check_int, check_key, check_optional_int
+from torchrl_ext.data.storages import FastLazyTensorStorage
+
+
+class ShareableRayReplayBuffer(RayReplayBuffer):
+    """A ``RayReplayBuffer`` that can be handed to remote tasks and actors.
+
+    Pickling (which Ray does to every argument of a remote call) turns it into the buffer's
+    ``client()``: a handle that extends, samples, updates priorities and reads the length
+    through the same Ray actor, without the right to close it. The process that built the
+    buffer keeps that right (:meth:`close`). Construction is ``RayReplayBuffer``'s; see
+    :func:`prioritized_ray_buffer` for a prioritized sequence-replay service.
+
+    Examples:
+        >>> import pickle
+        >>> import ray
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import Sequence
+        >>> from torchrl_ext.distributed import prioritized_ray_buffer, update_window_priorities
+        >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        >>> unit = Sequence(length=3, burn_in=1, layout="batch_time")
+        >>> rb = prioritized_ray_buffer(
+        ...     64, sample_unit=unit, batch_size=2, remote_config={"num_cpus": 0}
+        ... )
+        >>> writer = pickle.loads(pickle.dumps(rb))  # what a remote writer receives
+        >>> done = torch.zeros(10, 1, dtype=torch.bool)
+        >>> done[-1] = True
+        >>> data = TensorDict({"obs": torch.arange(10.0), ("next", "done"): done}, [10])
+        >>> writer.extend(data).tolist()[:3]
+        [0, 1, 2]
+        >>> sample = rb.sample()  # the learner
+        >>> sample.shape, sample["is_init"][:, 0].all().item()
+        (torch.Size([2, 4]), True)
+        >>> sample["td_error"] = torch.ones(2, 4)
+        >>> update_window_priorities(rb, sample, unit)
+        >>> rb.close()
+        >>> ray.shutdown()
+    """
+
+    def __reduce__(self) -> tuple:
+        return (_received, (self.client(),))
+
+
+def _received(client: Any) -> Any:
+    """Unpickles a :class:`ShareableRayReplayBuffer`: its client, as it was sent."""
+    return client
+
+
+def prioritized_ray_buffer(
+    capacity: int,
+    *,
+    sample_unit: SampleUnit | None = None,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    eps: float = 1e-8,
+    storage: type = FastLazyTensorStorage,
+    batch_size: int | None = None,
+    priority_key: str = "td_error",
+    remote_config: dict[str, Any] | None = None,
+    ray_init_config: dict[str, Any] | None = None,
+) -> ShareableRayReplayBuffer:
+    """A prioritized TensorDict replay buffer served by a Ray actor.
+
+    What ``TensorDictPrioritizedReplayBuffer(..., service_backend="ray")`` is meant to build:
+    the storage, the ``PrioritizedSampler`` and the sample unit are made inside the actor from
+    constructors, so nothing large or process-bound crosses the wire. With a
+    :class:`~torchrl_ext.Sequence` unit, samples are windows with all their masks and
+    priorities stay per anchor (update them with :func:`update_window_priorities`).
+
+    Args:
+        capacity (int): records the storage holds, ``>= 1``.
+        sample_unit (SampleUnit, optional): expands sampled anchors, e.g.
+            ``Sequence(length, burn_in=..., layout="batch_time")``. Defaults to ``None``
+            (one record per draw).
+        alpha (float, optional): priority exponent, ``>= 0``. Defaults to 0.6.
+        beta (float, optional): importance-weight exponent, ``>= 0``. Defaults to 0.4.
+        eps (float, optional): added to every priority, ``>= 0``. Defaults to 1e-8.
+        storage (type, optional): storage class, called as ``storage(capacity)`` in the actor.
+            Defaults to :class:`~torchrl_ext.data.FastLazyTensorStorage`.
+        batch_size (int, optional): anchors per :meth:`sample`. Defaults to ``None``.
+        priority_key (str, optional): the entry of a sample that holds priorities.
+            Defaults to ``"td_error"``.
+        remote_config (dict, optional): ``ray.remote`` options of the actor (resources,
+            ``max_restarts``). Defaults to TorchRL's.
+        ray_init_config (dict, optional): ``ray.init`` arguments when Ray is not started yet.
+            Defaults to TorchRL's.
+
+    Returns:
+        The buffer; pass it to remote writers as it is (they receive its client).
+
+    Examples:
+        >>> from torchrl_ext.distributed import prioritized_ray_buffer
+        >>> prioritized_ray_buffer(0)  # arguments are checked before Ray starts
+        Traceback (most recent call last):
+        ...
+        ValueError: capacity must be >= 1, got capacity=0.
+
+        :class:`ShareableRayReplayBuffer` shows a whole round trip: writer, learner, priorities.
+    """
+    capacity = check_int("capacity", capacity, minimum=1)
+    alpha = check_float("alpha", alpha, 0.0)
+    beta = check_float("beta", beta, 0.0)
+    eps = check_float("eps", eps, 0.0)
+    priority_key = check_key("priority_key", priority_key)
+    batch_size = check_optional_int("batch_size", batch_size, minimum=1)
+    if not callable(storage):
+        raise TypeError(f"storage must be a storage class, got storage={storage!r}.")
+    if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
+        raise TypeError(f"sample_unit must be a SampleUnit, got sample_unit={sample_unit!r}.")
+    return ShareableRayReplayBuffer(
+        replay_buffer_cls=TensorDictReplayBuffer,
+        storage=partial(storage, capacity),
+        sampler=partial(PrioritizedSampler, capacity, alpha, beta, eps),
+        sample_unit=sample_unit,
+        batch_size=batch_size,
+        priority_key=priority_key,
+        remote_config=remote_config,
+        ray_init_config=ray_init_config,
+    )
+
+
+def update_window_priorities(
+    buffer: Any, sample: TensorDictBase, unit: SampleUnit, priority_key: str = "td_error"
+) -> None:
+    """Writes a sample's per-record priorities back to its anchors, one value per anchor.
+
+    The unit reduces each window over its valid records here, in the learner, so only
+    ``(anchors, priorities)`` travel to the replay actor, not the sample.
+
+    Args:
+        buffer: a prioritized buffer or its client (local or Ray-served).
+        sample (TensorDictBase): a sample of ``buffer`` holding ``priority_key`` per record.
+        unit (SampleUnit): the buffer's sample unit (its ``reduce_priority`` is used).
+        priority_key (str, optional): the entry holding priorities. Defaults to ``"td_error"``.
+    """
+    priority = sample.get(priority_key, None)
+    if priority is None:
+        raise ValueError(
+            f"the sample has no {priority_key!r} entry; store the TD errors under "
+            f"priority_key={priority_key!r} before updating priorities."
+        )
+    anchors, reduced = unit.reduce_priority(sample, priority)
+    if isinstance(anchors, tuple):
+        anchors = torch.stack(anchors, -1)
+    buffer.update_priority(anchors, reduced)
