@@ -22,7 +22,7 @@ from torchrl.modules import LSTMModule, QValueModule
 
 from torchrl_ext import Sequence
 from torchrl_ext.data import FastLazyTensorStorage
-from torchrl_ext.distributed import prioritized_ray_buffer, update_window_priorities
+from torchrl_ext.distributed import prioritized_ray_buffer
 
 BURN_IN, LENGTH, BATCH = 8, 16, 64  # windows of 24 steps, 64 per sample
 OBS, HIDDEN = 2, 64
@@ -88,7 +88,7 @@ def sample_latency(buffer, rounds: int) -> float:
 def update_latency(buffer, rounds: int, whole_sample: bool) -> float:
     """Median seconds of one priority update of a ``BATCH``-window sample.
 
-    ``whole_sample=False``: :func:`update_window_priorities` (reduced here, anchors sent);
+    ``whole_sample=False``: the unit's ``update_priority`` (reduced here, anchors sent);
     ``True``: ``update_tensordict_priority`` (the whole sample sent, reduced in the actor).
     """
     unit = make_unit()
@@ -100,7 +100,7 @@ def update_latency(buffer, rounds: int, whole_sample: bool) -> float:
         if whole_sample:
             buffer.update_tensordict_priority(sample)
         else:
-            update_window_priorities(buffer, sample, unit)
+            unit.update_priority(buffer, sample)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 

@@ -9,7 +9,7 @@ Starts a local Ray with 2 CPUs and prints one line per repeat, then medians:
 - sample: latency of ``sample()`` (64 windows of 24 steps, burn-in 8) from the Ray-served
   prioritized buffer and from the same buffer in this process, interleaved; their ratio.
 - update: latency of a priority update of such a sample, through
-  ``update_window_priorities`` (anchors and priorities sent) and through
+  ``unit.update_priority`` (anchors and priorities sent) and through
   ``update_tensordict_priority`` (the whole sample sent).
 - transport floor (``--floor``, alone): an empty actor call, and returning an already built
   sample from an actor (whole, or with each window's first recurrent state only).

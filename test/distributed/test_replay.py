@@ -28,7 +28,6 @@ from torchrl_ext.data import FastLazyTensorStorage
 from torchrl_ext.distributed import (
     ShareableRayReplayBuffer,
     prioritized_ray_buffer,
-    update_window_priorities,
 )
 
 ray = pytest.importorskip("ray", reason="needs ray (pip install 'torchrl_ext[ray]')")
@@ -203,13 +202,12 @@ class TestPrioritizedRayBuffer:
         data = torch.cat([episodes(0, w) for w in range(8)])
         rb.extend(data)
         local.extend(data)
-        local.sample()  # routes the local buffer's priority updates through its unit
         gen = torch.Generator().manual_seed(3)
         for _ in range(3):
             sample = rb.sample()
             sample["td_error"] = torch.rand(sample.shape, generator=gen) * 4
-            update_window_priorities(rb, sample, make_unit())
-            local.update_tensordict_priority(sample)
+            make_unit().update_priority(rb, sample)
+            make_unit().update_priority(local, sample)
         n = data.numel()
         remote_tree = rb.state_dict()["_sampler"]["_sum_tree"]
         expected = torch.tensor([local._sampler._sum_tree[i] for i in range(n)])
@@ -224,18 +222,13 @@ class TestPrioritizedRayBuffer:
         valid = sample["validity_mask"].reshape(sample.shape)
         td = torch.arange(sample.numel(), dtype=torch.float).reshape(sample.shape) / 100
         sample["td_error"] = torch.where(valid, td, 1e3)  # invalid records never count
-        update_window_priorities(rb, sample, make_unit())
+        make_unit().update_priority(rb, sample)
         tree = rb.state_dict()["_sampler"]["_sum_tree"]
         anchors = sample["anchor_index"][:, 0]
         for b in range(sample.shape[0]):
             same = anchors == anchors[b]
             peak = max(float(td[i][valid[i]].max()) for i in same.nonzero().view(-1))
             assert tree[int(anchors[b])] == pytest.approx((peak + EPS) ** ALPHA, rel=1e-5)
-
-    def test_update_without_priorities_names_the_key(self):
-        sample = TensorDict({"anchor_index": torch.zeros(2, 3, dtype=torch.long)}, [2, 3])
-        with pytest.raises(ValueError, match="td_error"):
-            update_window_priorities(None, sample, make_unit())
 
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),
@@ -344,7 +337,7 @@ class TestFaults:
                 rb.extend(episodes(0, step))
                 sample = rb.sample()
                 sample["td_error"] = torch.rand(sample.shape, generator=gen)
-                update_window_priorities(rb, sample, unit)
+                unit.update_priority(rb, sample)
                 if step % 2 == 1:  # the learner checkpoints every other update
                     rb.dumps(checkpoint)
                     saved_len = len(rb)

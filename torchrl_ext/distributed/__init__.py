@@ -10,7 +10,6 @@ writers. Importing this package does not import Ray; building a buffer does.
 from torchrl_ext.distributed.replay import (
     ShareableRayReplayBuffer,
     prioritized_ray_buffer,
-    update_window_priorities,
 )
 
-__all__ = ["ShareableRayReplayBuffer", "prioritized_ray_buffer", "update_window_priorities"]
+__all__ = ["ShareableRayReplayBuffer", "prioritized_ray_buffer"]

@@ -19,8 +19,6 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-import torch
-from tensordict import TensorDictBase
 from torchrl.data import PrioritizedSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.sample_units import SampleUnit
@@ -44,7 +42,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from torchrl_ext import Sequence
-        >>> from torchrl_ext.distributed import prioritized_ray_buffer, update_window_priorities
+        >>> from torchrl_ext.distributed import prioritized_ray_buffer
         >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
         >>> unit = Sequence(length=3, burn_in=1, layout="batch_time")
         >>> rb = prioritized_ray_buffer(
@@ -60,7 +58,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         >>> sample.shape, sample["is_init"][:, 0].all().item()
         (torch.Size([2, 4]), True)
         >>> sample["td_error"] = torch.ones(2, 4)
-        >>> update_window_priorities(rb, sample, unit)
+        >>> unit.update_priority(rb, sample)  # reduced here; only anchors travel
         >>> rb.close()
         >>> ray.shutdown()
     """
@@ -93,7 +91,9 @@ def prioritized_ray_buffer(
     the storage, the ``PrioritizedSampler`` and the sample unit are made inside the actor from
     constructors, so nothing large or process-bound crosses the wire. With a
     :class:`~torchrl_ext.Sequence` unit, samples are windows with all their masks and
-    priorities stay per anchor (update them with :func:`update_window_priorities`).
+    priorities stay per anchor (update them with the unit's
+    :meth:`~torchrl_ext.data.Sequence.update_priority`, which reduces the windows in the learner
+    and sends only anchors and priorities to the service).
 
     Args:
         capacity (int): records the storage holds, ``>= 1``.
@@ -145,29 +145,3 @@ def prioritized_ray_buffer(
         remote_config=remote_config,
         ray_init_config=ray_init_config,
     )
-
-
-def update_window_priorities(
-    buffer: Any, sample: TensorDictBase, unit: SampleUnit, priority_key: str = "td_error"
-) -> None:
-    """Writes a sample's per-record priorities back to its anchors, one value per anchor.
-
-    The unit reduces each window over its valid records here, in the learner, so only
-    ``(anchors, priorities)`` travel to the replay actor, not the sample.
-
-    Args:
-        buffer: a prioritized buffer or its client (local or Ray-served).
-        sample (TensorDictBase): a sample of ``buffer`` holding ``priority_key`` per record.
-        unit (SampleUnit): the buffer's sample unit (its ``reduce_priority`` is used).
-        priority_key (str, optional): the entry holding priorities. Defaults to ``"td_error"``.
-    """
-    priority = sample.get(priority_key, None)
-    if priority is None:
-        raise ValueError(
-            f"the sample has no {priority_key!r} entry; store the TD errors under "
-            f"priority_key={priority_key!r} before updating priorities."
-        )
-    anchors, reduced = unit.reduce_priority(sample, priority)
-    if isinstance(anchors, tuple):
-        anchors = torch.stack(anchors, -1)
-    buffer.update_priority(anchors, reduced)
