@@ -107,7 +107,7 @@ def make_parser() -> argparse.ArgumentParser:
             p.add_argument("--mlp-seeds", type=int, nargs="*", default=[0], metavar="N",
                            help="seeds of the feed-forward baseline")  # fmt: skip
             p.add_argument("--table", type=Path, default=None, metavar="PATH",
-                           help="where the markdown table goes (default: <out>/results.md)")  # fmt: skip
+                           help="markdown table file (default: <out>/results.md)")  # fmt: skip
     return parser
 
 

@@ -1,8 +1,8 @@
 """What the example pipelines share: run folders, TorchRL loggers, checkpoints, timing.
 
-Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`, :mod:`~torchrl_ext.examples.r2d2_cartpole`,
-:mod:`~torchrl_ext.examples.ppo_course`) reads top to bottom on its own; only these small pieces
-are common to them:
+Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
+:mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`) reads top
+to bottom on its own; only these small pieces are common to them:
 
 * :class:`RunOptions`: where a run writes, how it logs, how often it saves, on which device.
 * :func:`make_logger`: a :mod:`torchrl.record.loggers` logger (CSV, TensorBoard or wandb) writing
@@ -162,8 +162,11 @@ def read_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def trim_csv_logs(out: Path, step: int) -> None:
-    """Drops the CSV rows logged after ``step`` (what an interrupted run wrote past its last
-    checkpoint), so that the resumed run appends right after the checkpoint."""
+    """Drops the CSV rows logged after ``step``, so a resumed run appends after its checkpoint.
+
+    An interrupted run may have logged rows past its last checkpoint; the resumed run logs
+    them again.
+    """
     for path in (Path(out) / "scalars").glob("*.csv"):
         with path.open() as f:
             rows = [row for row in csv.reader(f) if int(row[0]) <= step]
@@ -173,8 +176,10 @@ def trim_csv_logs(out: Path, step: int) -> None:
 
 # ---------------------------------------------------------------------------- checkpoints
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Writes ``state`` with :func:`torch.save` to a temporary file, then renames it over
-    ``path``, so an interrupted save never leaves a broken checkpoint."""
+    """Saves ``state`` to ``path`` through a temporary file and a rename.
+
+    An interrupted save never leaves a broken checkpoint behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -92,6 +92,7 @@ PolicyKind = Literal["lstm", "mlp"]
 ACTOR_STATE = ("rs_actor_h", "rs_actor_c")
 CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
 
+
 @dataclasses.dataclass
 class Config:
     """Hyperparameters of one run (defaults: the tuned recurrent PPO).

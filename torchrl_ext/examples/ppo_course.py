@@ -570,7 +570,11 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         counters = _restore(run, loss, optim, env, collector, generator, tracker, logger)
         initial_evaluation = counters["initial_evaluation"]
     recent = deque(counters["recent"], maxlen=cfg.return_window)
-    frames, curve, fresh_episodes = counters["frames"], counters["curve"], counters["fresh_episodes"]
+    frames, curve, fresh_episodes = (
+        counters["frames"],
+        counters["curve"],
+        counters["fresh_episodes"],
+    )
     bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
     start, batches = time.perf_counter() - counters["seconds"], iter(collector)
     while frames < cfg.frames:

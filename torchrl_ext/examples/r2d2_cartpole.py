@@ -187,7 +187,9 @@ def make_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> Tra
     transforms = Compose(
         InitTracker(),
         RewardSum(),
-        ObservationNorm(loc=torch.zeros(2), scale=1 / torch.tensor(BOUNDS), in_keys=["observation"]),
+        ObservationNorm(
+            loc=torch.zeros(2), scale=1 / torch.tensor(BOUNDS), in_keys=["observation"]
+        ),
         make_lstm(cfg).make_tensordict_primer(),
     )
     return TransformedEnv(base, transforms.to(device))
@@ -339,9 +341,10 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         if hit is None and len(recent) == cfg.return_window and mean_return >= cfg.target:
             hit = (frames, seconds)
         if (frames // cfg.frames_per_batch) % cfg.log_every == 0 or frames >= cfg.frames:
-            row = {"mean_return": mean_return, "loss": loss, "updates": updates,
-                   "epsilon": float(egreedy.eps.mean()), "lr": optim.param_groups[0]["lr"]}
-            _common.log_row(logger, {**row, "seconds": seconds}, frames)  # fmt: skip
+            lr, eps = optim.param_groups[0]["lr"], float(egreedy.eps.mean())
+            row = {"mean_return": mean_return, "loss": loss, "updates": updates, "lr": lr,
+                   "epsilon": eps}  # fmt: skip
+            _common.log_row(logger, {**row, "seconds": seconds}, frames)
             bar.set_postfix(ret=f"{mean_return:.0f}", loss=f"{loss:.3f}")
         bar.update(frames - previous)
         if _common.due(frames, previous, run.save_every) or frames >= cfg.frames:
