@@ -10,6 +10,7 @@ from torchrl_ext.envs.cartpole import CartPoleEnv
 from torchrl_ext.envs.course import CourseDefect, CourseGenerator, CourseParams, effective_seed
 from torchrl_ext.envs.course_env import CarConfig, CourseEnv
 from torchrl_ext.envs.pendulum import PendulumEnv
+from torchrl_ext.envs.render import RenderPixels, render_frame, render_frames
 from torchrl_ext.envs.warp_env import WarpEnv
 
 _warp.init()
@@ -26,3 +27,4 @@ __all__ = [
     "course",
     "effective_seed",
 ]
+__all__ += ["RenderPixels", "render_frame", "render_frames"]

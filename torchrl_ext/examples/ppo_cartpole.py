@@ -554,7 +554,7 @@ def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples ppo`` (see ``--help``)."""
     _common.setup()
     results = []
-    for seed, run in _common.runs_of(args, f"ppo_{args.policy}"):
+    for seed, run in _common.runs_of(args, "ppo" if args.policy == "lstm" else "ppo_mlp"):
         if run.resume:
             cfg = Config(**_common.load_checkpoint(run.checkpoint)["config"])
         else:
