@@ -274,7 +274,7 @@ def check_sample(cfg: Config, sample: TensorDictBase, out: TensorDictBase) -> No
     assert not bool(learning[:, : cfg.burn_in].any()), "burn-in records never learn"
     assert sample["recurrent_state_h"].shape == (b, t, 1, cfg.hidden)
     assert sample["td_error"].shape == (b, t) and bool((sample["td_error"][~learning] == 0).all())
-    assert math.isfinite(float(out["loss"])), out
+    assert math.isfinite(float(out["loss"].detach())), out
 
 
 # ---------------------------------------------------------------------------- training
