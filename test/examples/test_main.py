@@ -94,8 +94,10 @@ class TestOptions:
         assert next(_common.runs_of(args, "ppo"))[1].out == Path("runs/quick/ppo/seed0")
         args = entry.make_parser().parse_args(["course", "--resume", "runs/course/seed1"])
         seed, run = next(_common.runs_of(args, "course"))
-        assert seed is None and run.resume and run.checkpoint == Path(
-            "runs/course/seed1/checkpoint.pt"
+        assert (
+            seed is None
+            and run.resume
+            and run.checkpoint == Path("runs/course/seed1/checkpoint.pt")
         )
 
     def test_frame_defaults_match_the_configs(self):
