@@ -24,9 +24,10 @@ The pipeline, top to bottom:
    torchrl's :class:`~torchrl.objectives.HardUpdate` copies the online network into the target.
 
 The learning rate stays constant for the first half of the frame budget, then decays linearly
-to a tenth, so the policy settles instead of oscillating around the solution once solved. Every ``--save-every`` frames the run
-saves the networks, the optimizer, the env and collector state, the replay buffer
-(``rb.dumps``), the random generators and the counters; ``--resume DIR`` continues bitwise.
+to a tenth, so the policy settles instead of oscillating around the solution once solved.
+Every ``--save-every`` frames the run saves the networks, the optimizer, the env and collector
+state, the replay buffer (``rb.dumps``), the random generators and the counters; ``--resume
+DIR`` continues bitwise.
 
 Randomness: the envs take ``seed``; the initialization and the exploration draws use torch's
 global generator, seeded inside :func:`torch.random.fork_rng` (the caller's state is left
