@@ -1,4 +1,4 @@
-"""``python -m torchrl_ext.examples {ppo,r2d2,course,results} [options]``.
+"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,animate} [options]``.
 
 Only the chosen pipeline is imported, so ``--help`` answers at once. ``--quick`` without a
 subcommand runs every pipeline's quick check (a few batches with shape, mask and finiteness
@@ -45,7 +45,12 @@ PIPELINES = {
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults and keeps the description's line breaks."""
+    """Shows defaults (unless the help states its own) and keeps the description's lines."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
@@ -95,7 +100,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", dest="quick_all",
         help="without a subcommand: run every pipeline's --quick check",
     )  # fmt: skip
-    sub = parser.add_subparsers(dest="command", metavar="{ppo,r2d2,course,results}")
+    sub = parser.add_subparsers(dest="command", metavar="{ppo,r2d2,course,results,animate}")
     for name, (_, description, _, _) in PIPELINES.items():
         p = sub.add_parser(name, help=description, description=description,
                            formatter_class=_Formatter)  # fmt: skip
@@ -108,7 +113,21 @@ def make_parser() -> argparse.ArgumentParser:
                            help="seeds of the feed-forward baseline")  # fmt: skip
             p.add_argument("--table", type=Path, default=None, metavar="PATH",
                            help="markdown table file (default: <out>/results.md)")  # fmt: skip
+    _add_animate(sub)
     return parser
+
+
+def _add_animate(sub: argparse._SubParsersAction) -> None:
+    description = "animated GIF of the agent saved in a ppo or course run folder"
+    p = sub.add_parser("animate", help=description, description=description,
+                       formatter_class=_Formatter)  # fmt: skip
+    p.add_argument("run", type=Path, help="run folder with a checkpoint, e.g. runs/ppo/seed0")
+    p.add_argument("--gif", type=Path, default=None, help="output file (default: RUN/agent.gif)")
+    p.add_argument("--frames", type=int, default=64, help="pictures in the animation")
+    p.add_argument("--stride", type=int, default=4, help="env steps between pictures")
+    p.add_argument("--size", type=int, default=160, help="picture height and width in pixels")
+    p.add_argument("--fps", type=int, default=20, help="pictures per second of the GIF")
+    p.add_argument("--device", default="cpu", help="torch device of the env and the policy")
 
 
 def run(name: str, argv: list[str]) -> object:
@@ -139,7 +158,8 @@ def main(argv: list[str] | None = None) -> object:
             return run_quick()
         parser.print_help()
         raise SystemExit(2)
-    module = importlib.import_module(f"torchrl_ext.examples.{PIPELINES[args.command][0]}")
+    name = "animate" if args.command == "animate" else PIPELINES[args.command][0]
+    module = importlib.import_module(f"torchrl_ext.examples.{name}")
     return module.main(args)
 
 
