@@ -26,7 +26,7 @@ PIPELINES = {
     "r2d2": (
         "r2d2_cartpole",
         "R2D2 (LSTM Q-network, sequence replay, R2D2Loss) on CartPole without velocities",
-        500_000,
+        400_000,
         [0],
     ),
     "course": (
