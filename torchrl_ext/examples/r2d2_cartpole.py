@@ -172,6 +172,8 @@ class Result:
         frames (int): frames collected.
         seconds (float): training wall time (a resumed run counts its earlier part).
         out (Path): the run folder.
+        lowest_after_target (float or None): the lowest logged mean return after the first
+            crossing of the target (how far the return dipped once solved).
     """
 
     config: Config
@@ -181,6 +183,7 @@ class Result:
     frames: int
     seconds: float
     out: Path
+    lowest_after_target: float | None = None
 
 
 # ---------------------------------------------------------------------------- env and agent
@@ -374,8 +377,15 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     return Result(
         config=cfg, frames_to_target=hit[0] if hit else None,
         seconds_to_target=hit[1] if hit else None, final_eval=final_eval, frames=frames,
-        seconds=seconds, out=run.out,
+        seconds=seconds, out=run.out, lowest_after_target=lowest_after(run, hit),
     )  # fmt: skip
+
+
+def lowest_after(run: _common.RunOptions, hit: tuple[int, float] | None) -> float | None:
+    """The lowest mean return logged after ``hit`` (CSV logs only; ``None`` otherwise)."""
+    if hit is None or run.logger != "csv":
+        return None
+    return min(v for step, v in _common.read_scalars(run.out)["mean_return"] if step > hit[0])
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -432,6 +442,31 @@ def summary(result: Result) -> str:
     )
 
 
+def table(results: list[Result]) -> str:
+    """The per-seed markdown table.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> r = Result(Config(), 208_512, 162.0, 412.1, 400_000, 308.0, Path("."), 315.2)
+        >>> print(table([r]).splitlines()[-1])
+        | 0 | 208,512 | 162 | 315.2 | 412.1 | 400,000 | 308 |
+    """
+    lines = [
+        "| seed | frames to 400 | seconds to 400 | lowest mean return after | greedy eval "
+        "| frames | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        reached = r.frames_to_target is not None
+        lines.append(
+            f"| {r.config.seed} | {f'{r.frames_to_target:,}' if reached else 'not reached'} | "
+            f"{f'{r.seconds_to_target:.0f}' if reached else '–'} | "
+            f"{f'{r.lowest_after_target:.1f}' if r.lowest_after_target is not None else '–'} | "
+            f"{r.final_eval:.1f} | {r.frames:,} | {r.seconds:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples r2d2`` (see ``--help``)."""
     _common.setup()
@@ -447,4 +482,6 @@ def main(args: argparse.Namespace) -> list[Result]:
         result = train(cfg, run, quick=args.quick)
         print(summary(result), flush=True)
         results.append(result)
+    if len(results) > 1:
+        print(table(results))
     return results
