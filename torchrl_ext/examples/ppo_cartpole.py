@@ -34,23 +34,9 @@ by the collector use torch's global generator, which :func:`train` seeds inside
 :func:`torch.random.fork_rng`, so the caller's global RNG state is left as it was; minibatch
 permutations come from their own :class:`torch.Generator`.
 
-Tuning, from sb3-contrib's RL-Zoo settings for CartPoleNoVel-v1 (8 envs x 32 steps, 20 epochs
-of one minibatch, lr 1e-3, clip 0.2, gamma 0.98, lambda 0.8, LSTMs of 64, heads of 64,
-VecNormalize): with those settings alone this pipeline reached a mean return of about 200 in
-60k frames. What made it learn: scaling rewards (0.1) so value targets are of order 1 and
-clipping actor and critic gradients separately (the critic's early errors otherwise shrink the
-actor's steps under a shared norm), and observation factors that make the per-step changes the
-LSTM must difference visible. For wall time: a PPO step costs about the same for 8 or 16 rows
-of 32 steps (the LSTM's time loop dominates on a CPU) and a collector step about the same for
-8 or 32 envs, so 16 envs x 32 steps with 8 epochs of 2 minibatches of 8 rows and lr 1.5e-3
-(16 gradient steps per 512 frames, against 20 per 256 for the Zoo settings). Measured on 3
-seeds, 10 epochs at lr 1e-3 reached 475 in a median of 35k frames but took 40% more gradient
-steps; lr 2e-3 with 5 epochs, or one minibatch of 16 rows per epoch, stalled near 250 for
-20k frames on some seeds; rows of 8 or 16 steps were cheaper per step but learned more slowly.
-Over seeds 0-9, 6 epochs (the earlier default) reached 475 on 6 seeds and ended with a final
-evaluation of at least 475 on 8; 8 epochs reached it on 9 (7 within 50k frames) and ended at
-495 or more on all 10; lr 2e-3 with 6 epochs reached it on 10, but 6 within 50k frames, and
-one final evaluation was 467.
+Settings start from sb3-contrib's RL-Zoo settings for CartPoleNoVel-v1; what changed and why
+(reward scaling, per-network gradient clipping, observation factors, 16 envs x 32 steps with 8
+epochs) is on the PPO results page of the documentation.
 """
 
 from __future__ import annotations
