@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> object:
             return run_quick()
         parser.print_help()
         raise SystemExit(2)
+    if args.quick_all and args.command != "animate":
+        args.quick = True  # `--quick ppo` means `ppo --quick`
     name = "animate" if args.command == "animate" else PIPELINES[args.command][0]
     module = importlib.import_module(f"torchrl_ext.examples.{name}")
     return module.main(args)
