@@ -141,7 +141,7 @@ class Config:
     alpha: float = 0.9
     beta: float = 0.6
     eta: float = 0.9
-    eps_frames: int = 40_000
+    eps_frames: int = 100_000
     eps_end: float = 0.01
     eps_lanes: float = 0.1
     return_window: int = 32
