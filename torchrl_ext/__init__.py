@@ -1,21 +1,22 @@
 """torchrl_ext: sequence replay, Warp-backed batched envs and recurrent GAE for TorchRL.
 
-``torchrl_ext.data`` (sample units, minibatches) is imported eagerly; ``torchrl_ext.envs``
-(NVIDIA Warp), ``torchrl_ext.objectives`` and ``torchrl_ext.configs`` load on first access.
+Every subpackage loads on first access (``torchrl_ext.Sequence`` imports ``torchrl_ext.data``),
+so a command that needs one part, or only prints its ``--help``, does not pay for the others.
 """
 
 import importlib
 from typing import Any
 
-from torchrl_ext.data import SampleUnit, Sequence, Transition
-
 __all__ = ["SampleUnit", "Sequence", "Transition", "configs", "data", "envs", "objectives"]
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("configs", "envs", "objectives")
+_SUBPACKAGES = ("configs", "data", "envs", "objectives")
+_DATA_NAMES = ("SampleUnit", "Sequence", "Transition")
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"torchrl_ext.{name}")
+    if name in _DATA_NAMES:
+        return getattr(importlib.import_module("torchrl_ext.data"), name)
     raise AttributeError(f"module 'torchrl_ext' has no attribute {name!r}")

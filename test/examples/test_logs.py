@@ -15,7 +15,7 @@ SCRIPT = """
 import sys
 from torchrl import torchrl_logger
 if sys.argv[1] == "plain":
-    from torchrl_ext.examples import plain_torchrl_logs
+    from torchrl_ext.examples._common import plain_torchrl_logs
     plain_torchrl_logs()
 torchrl_logger.info("a line from torchrl")
 """

@@ -1,20 +1,117 @@
-"""The main-job entry point: ``python -m torchrl_ext.examples --quick`` runs all three pipelines."""
+"""The entry point ``python -m torchrl_ext.examples``: fast help, shared option names, defaults."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from torchrl_ext.examples import __main__ as entry
 
-
-def test_quick_runs_every_pipeline(capsys):
-    seconds = entry.run_quick()
-    assert set(seconds) == set(entry.QUICK_PIPELINES)
-    assert all(value > 0 for value in seconds.values())
-    out = capsys.readouterr().out
-    assert out.count("quick run ok:") == len(entry.QUICK_PIPELINES)
+ROOT = Path(__file__).resolve().parents[2]
+COMMON = ("--seeds", "--frames", "--device", "--out", "--logger", "--save-every", "--resume",
+          "--quick")  # fmt: skip
 
 
-def test_quick_takes_no_other_arguments():
-    with pytest.raises(SystemExit, match="--seeds"):
-        entry.main(["--quick", "--seeds", "0"])
+def _cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "torchrl_ext.examples", *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    return done, time.perf_counter() - start
+
+
+class TestHelp:
+    """``--help`` answers in under 2 s (no pipeline, torch or torchrl is imported), names the
+    program as users type it, and lists every subcommand and option with its default."""
+
+    def test_top_level_help(self):
+        done, seconds = _cli("--help")
+        assert done.returncode == 0, done.stderr
+        assert seconds < 2.0, seconds
+        assert done.stdout.startswith("usage: python -m torchrl_ext.examples")
+        assert "__main__" not in done.stdout
+        for name in ("ppo", "r2d2", "course", "results", "--quick"):
+            assert name in done.stdout
+
+    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results"])
+    def test_subcommand_help(self, name):
+        done, seconds = _cli(name, "--help")
+        assert done.returncode == 0, done.stderr
+        assert seconds < 2.0, seconds
+        assert done.stdout.startswith(f"usage: python -m torchrl_ext.examples {name}")
+        for option in COMMON:
+            assert option in done.stdout, option
+        assert done.stdout.count("(default:") >= len(COMMON)
+
+    def test_help_imports_no_pipeline(self):
+        code = (
+            "import sys\nfrom torchrl_ext.examples import __main__ as m\n"
+            "m.make_parser().format_help()\n"
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in "
+            "('torch', 'torchrl', 'tensordict', 'warp') or 'examples.' in k))"
+        )
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, check=True, timeout=60).stdout  # fmt: skip
+        assert out.strip() == "['torchrl_ext.examples.__main__']"
+
+    def test_no_subcommand_prints_help_and_fails(self, capsys):
+        with pytest.raises(SystemExit) as exit_info:
+            entry.main([])
+        assert exit_info.value.code == 2
+        assert "usage: python -m torchrl_ext.examples" in capsys.readouterr().out
+
+
+class TestOptions:
+    """Every subcommand takes the same run options with the same defaults; outputs default to
+    ``runs/<pipeline>/seed<N>``."""
+
+    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results"])
+    def test_same_defaults(self, name):
+        args = entry.make_parser().parse_args([name])
+        assert (args.device, args.logger, args.save_every, args.resume, args.quick) == (
+            "cpu", "csv", 0, None, False,
+        )  # fmt: skip
+        assert args.frames is None and args.out is None
+
+    def test_run_folders(self):
+        from torchrl_ext.examples import _common
+
+        args = entry.make_parser().parse_args(["r2d2", "--seeds", "0", "2"])
+        runs = list(_common.runs_of(args, "r2d2"))
+        assert [(s, r.out) for s, r in runs] == [
+            (0, Path("runs/r2d2/seed0")), (2, Path("runs/r2d2/seed2")),
+        ]  # fmt: skip
+        args = entry.make_parser().parse_args(["ppo", "--quick"])
+        assert next(_common.runs_of(args, "ppo"))[1].out == Path("runs/quick/ppo/seed0")
+        args = entry.make_parser().parse_args(["course", "--resume", "runs/course/seed1"])
+        seed, run = next(_common.runs_of(args, "course"))
+        assert (
+            seed is None
+            and run.resume
+            and run.checkpoint == Path("runs/course/seed1/checkpoint.pt")
+        )
+
+    def test_frame_defaults_match_the_configs(self):
+        from torchrl_ext.examples import ppo_cartpole, ppo_course, r2d2_cartpole
+
+        configs = {"ppo": ppo_cartpole.Config, "r2d2": r2d2_cartpole.Config,
+                   "course": ppo_course.Config, "results": ppo_cartpole.Config}  # fmt: skip
+        for name, (_, _, frames, _) in entry.PIPELINES.items():
+            assert configs[name]().frames == frames, name
+
+    def test_missing_cuda_is_a_clear_exit(self):
+        from torchrl_ext.examples import _common
+
+        if _common.torch.cuda.is_available():
+            pytest.skip("needs a machine without CUDA")
+        with pytest.raises(SystemExit, match="--device cuda"):
+            _common.device("cuda")

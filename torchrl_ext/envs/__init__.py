@@ -16,6 +16,7 @@ from torchrl_ext.envs.course import (
     effective_seed,
 )
 from torchrl_ext.envs.pendulum import PendulumEnv
+from torchrl_ext.envs.render import RenderPixels, render_frame, render_frames
 from torchrl_ext.envs.warp_env import WarpEnv
 
 _warp.init()
@@ -32,3 +33,4 @@ __all__ = [
     "course",
     "effective_seed",
 ]
+__all__ += ["RenderPixels", "render_frame", "render_frames"]

@@ -1,51 +1,168 @@
-"""The main job: ``python -m torchrl_ext.examples [--quick] [results options]``.
+"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,animate} [options]``.
 
-Without ``--quick`` it runs the recurrent PPO demo end to end (3 LSTM seeds and a feed-forward
-baseline, :mod:`torchrl_ext.examples.ppo_cartpole_results`), prints the results table and where
-the plot is. ``--quick`` runs a few checked iterations of each of the three pipelines (recurrent
-PPO, R2D2-style recurrent Q-learning, course-driving PPO); each asserts finite losses and the
-shapes and masks its update relies on.
+Only the chosen pipeline is imported, so ``--help`` answers at once. ``--quick`` without a
+subcommand runs every pipeline's quick check (a few batches with shape, mask and finiteness
+assertions).
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
-import tempfile
 import time
+from pathlib import Path
 
-from torchrl_ext.examples import ppo_cartpole, ppo_cartpole_results, ppo_course, r2d2_cartpole
+PROG = "python -m torchrl_ext.examples"
 
-QUICK_PIPELINES = {
-    "recurrent PPO (CartPole, no velocities)": ppo_cartpole.main,
-    "R2D2-style recurrent Q-learning (CartPole, no velocities)": r2d2_cartpole.main,
-    "course-driving PPO (CourseEnv)": ppo_course.main,
+#: subcommand: (module, one-line description, default --frames, default --seeds)
+PIPELINES = {
+    "ppo": (
+        "ppo_cartpole",
+        "recurrent PPO (separate actor and critic LSTMs) on CartPole without velocities",
+        61_440,
+        [0],
+    ),
+    "r2d2": (
+        "r2d2_cartpole",
+        "R2D2 (LSTM Q-network, sequence replay, R2D2Loss) on CartPole without velocities",
+        400_000,
+        [0],
+    ),
+    "course": (
+        "ppo_course",
+        "feed-forward PPO driving procedurally generated courses (CourseEnv)",
+        491_520,
+        [0],
+    ),
+    "results": (
+        "results",
+        "the main demo: recurrent PPO on 3 seeds and a feed-forward baseline, results table",
+        61_440,
+        [0, 1, 2],
+    ),
 }
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows defaults (unless the help states its own) and keeps the description's lines."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
+    _, _, frames, seeds = PIPELINES[name]
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=seeds, metavar="N",
+        help="seeds to train, one after the other (one run folder each)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--frames", type=int, default=None, metavar="N",
+        help=f"frames to collect per seed (default: {frames:,}; --quick: a few batches)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--device", default="cpu", help="torch device of envs, networks and losses (cpu, cuda)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help=f"output folder (default: runs/{name}; --quick: runs/quick/{name})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--logger", choices=["csv", "tensorboard", "wandb"], default="csv",
+        help="torchrl.record.loggers backend the scalars go to",
+    )  # fmt: skip
+    parser.add_argument(
+        "--save-every", type=int, default=0, metavar="FRAMES",
+        help="frames between checkpoints (0: only at the end of the run)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--resume", type=Path, default=None, metavar="DIR",
+        help="continue the run saved in DIR (a seed's folder, e.g. runs/ppo/seed0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="a few batches with shape, mask and finiteness checks",
+    )  # fmt: skip
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=True,
+        help="show a progress bar",
+    )  # fmt: skip
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per pipeline, each with the same run options."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+                                     formatter_class=_Formatter)  # fmt: skip
+    parser.add_argument(
+        "--quick", action="store_true", dest="quick_all",
+        help="without a subcommand: run every pipeline's --quick check",
+    )  # fmt: skip
+    sub = parser.add_subparsers(dest="command", metavar="{ppo,r2d2,course,results,animate}")
+    for name, (_, description, _, _) in PIPELINES.items():
+        p = sub.add_parser(name, help=description, description=description,
+                           formatter_class=_Formatter)  # fmt: skip
+        _add_common(p, name)
+        if name == "ppo":
+            p.add_argument("--policy", choices=["lstm", "mlp"], default="lstm",
+                           help="recurrent or feed-forward actor and critic")  # fmt: skip
+        if name == "results":
+            p.add_argument("--mlp-seeds", type=int, nargs="*", default=[0], metavar="N",
+                           help="seeds of the feed-forward baseline")  # fmt: skip
+            p.add_argument("--table", type=Path, default=None, metavar="PATH",
+                           help="markdown table file (default: <out>/results.md)")  # fmt: skip
+    _add_animate(sub)
+    return parser
+
+
+def _add_animate(sub: argparse._SubParsersAction) -> None:
+    description = "animated GIF of the agent saved in a ppo or course run folder"
+    p = sub.add_parser("animate", help=description, description=description,
+                       formatter_class=_Formatter)  # fmt: skip
+    p.add_argument("run", type=Path, help="run folder with a checkpoint, e.g. runs/ppo/seed0")
+    p.add_argument("--gif", type=Path, default=None, help="output file (default: RUN/agent.gif)")
+    p.add_argument("--frames", type=int, default=64, help="pictures in the animation")
+    p.add_argument("--stride", type=int, default=4, help="env steps between pictures")
+    p.add_argument("--size", type=int, default=160, help="picture height and width in pixels")
+    p.add_argument("--fps", type=int, default=20, help="pictures per second of the GIF")
+    p.add_argument("--device", default="cpu", help="torch device of the env and the policy")
+
+
+def run(name: str, argv: list[str]) -> object:
+    """Parses ``argv`` for the subcommand ``name`` and runs its pipeline."""
+    return main([name, *argv])
+
+
 def run_quick() -> dict[str, float]:
-    """Runs every pipeline's ``--quick`` mode; returns seconds per pipeline."""
+    """Runs every training pipeline's ``--quick`` mode; returns seconds per pipeline."""
     seconds = {}
-    with tempfile.TemporaryDirectory() as out:
-        for name, main in QUICK_PIPELINES.items():
-            print(f"=== {name}: --quick", flush=True)
-            start = time.perf_counter()
-            main(["--quick", "--no-progress", "--out", f"{out}/{main.__module__}"])
-            seconds[name] = time.perf_counter() - start
+    for name in ("ppo", "r2d2", "course"):
+        print(f"=== {name} --quick", flush=True)
+        start = time.perf_counter()
+        run(name, ["--quick", "--no-progress"])
+        seconds[name] = time.perf_counter() - start
     for name, value in seconds.items():
         print(f"quick run ok: {name} ({value:.1f} s)")
     return seconds
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Dispatches to the quick checks or the full demo."""
+def main(argv: list[str] | None = None) -> object:
+    """Dispatches to the chosen pipeline (see ``--help``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--quick" in argv:
-        argv.remove("--quick")
-        if argv:
-            raise SystemExit(f"--quick takes no other arguments, got {argv}")
-        run_quick()
-        return
-    ppo_cartpole_results.main(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        if args.quick_all:
+            return run_quick()
+        parser.print_help()
+        raise SystemExit(2)
+    if args.quick_all and args.command != "animate":
+        args.quick = True  # `--quick ppo` means `ppo --quick`
+    name = "animate" if args.command == "animate" else PIPELINES[args.command][0]
+    module = importlib.import_module(f"torchrl_ext.examples.{name}")
+    return module.main(args)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
 """Recurrent PPO on partially observable CartPole, from stock TorchRL parts and ours.
 
-Run it with::
-
-    python -m torchrl_ext.examples.ppo_cartpole [--seed N] [--frames N] [--policy lstm|mlp]
-                                                [--quick] [--out DIR]
+Run it with ``python -m torchrl_ext.examples ppo [--seeds 0 1 2] [--policy lstm|mlp]
+[--frames N] [--device cpu] [--save-every N] [--resume DIR]``.
 
 The pipeline, top to bottom:
 
@@ -25,50 +23,35 @@ The pipeline, top to bottom:
    :class:`~torchrl.objectives.ClipPPOLoss` takes the gradient steps.
 
 Learning rate and clip range decay linearly to zero over the frame budget. Each network's
-gradient is clipped on its own. A run logs to
-``DIR/progress.csv``, draws ``DIR/learning_curve.png``, evaluates the policy's mode
-(deterministic actions) on fresh episodes and prints where the time went.
+gradient is clipped on its own. A run logs through a :mod:`torchrl.record.loggers` logger
+(``<run folder>/scalars/*.csv`` by default), draws ``learning_curve.png``, evaluates the policy's
+mode (deterministic actions) on fresh episodes and prints where the time went. Every
+``--save-every`` frames it saves the networks, the optimizer, the env and collector state, the
+random generators and its counters; ``--resume DIR`` continues bitwise.
 
 Randomness: the envs take ``seed`` directly; the network initialization and the actions drawn
 by the collector use torch's global generator, which :func:`train` seeds inside
 :func:`torch.random.fork_rng`, so the caller's global RNG state is left as it was; minibatch
 permutations come from their own :class:`torch.Generator`.
 
-Tuning, from sb3-contrib's RL-Zoo settings for CartPoleNoVel-v1 (8 envs x 32 steps, 20 epochs
-of one minibatch, lr 1e-3, clip 0.2, gamma 0.98, lambda 0.8, LSTMs of 64, heads of 64,
-VecNormalize): with those settings alone this pipeline reached a mean return of about 200 in
-60k frames. What made it learn: scaling rewards (0.1) so value targets are of order 1 and
-clipping actor and critic gradients separately (the critic's early errors otherwise shrink the
-actor's steps under a shared norm), and observation factors that make the per-step changes the
-LSTM must difference visible. For wall time: a PPO step costs about the same for 8 or 16 rows
-of 32 steps (the LSTM's time loop dominates on a CPU) and a collector step about the same for
-8 or 32 envs, so 16 envs x 32 steps with 8 epochs of 2 minibatches of 8 rows and lr 1.5e-3
-(16 gradient steps per 512 frames, against 20 per 256 for the Zoo settings). Measured on 3
-seeds, 10 epochs at lr 1e-3 reached 475 in a median of 35k frames but took 40% more gradient
-steps; lr 2e-3 with 5 epochs, or one minibatch of 16 rows per epoch, stalled near 250 for
-20k frames on some seeds; rows of 8 or 16 steps were cheaper per step but learned more slowly.
-Over seeds 0-9, 6 epochs (the earlier default) reached 475 on 6 seeds and ended with a final
-evaluation of at least 475 on 8; 8 epochs reached it on 9 (7 within 50k frames) and ended at
-495 or more on all 10; lr 2e-3 with 6 epochs reached it on 10, but 6 within 50k frames, and
-one final evaluation was 467.
+Settings start from sb3-contrib's RL-Zoo settings for CartPoleNoVel-v1; what changed and why
+(reward scaling, per-network gradient clipping, observation factors, 16 envs x 32 steps with 8
+epochs) is on the PPO results page of the documentation.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
 import dataclasses
 import math
 import time
-from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.collectors import Collector
 from torchrl.envs import (
@@ -87,7 +70,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import plain_torchrl_logs
+from torchrl_ext.examples import _common
 from torchrl_ext.objectives import RecurrentGAE
 
 PolicyKind = Literal["lstm", "mlp"]
@@ -181,13 +164,11 @@ class Result:
         seconds_to_target (float or None): training wall time at that point.
         final_eval (float): mean return of the deterministic evaluation.
         frames (int): frames collected in total.
-        seconds (float): training wall time in total (collection, GAE and updates).
-        timings (dict): seconds spent per section.
-        env_steps_per_s (float): env steps per second of collection (policy included).
-        raw_env_steps_per_s (float): env steps per second of the env alone, random actions.
-        curve (list): ``(frames, seconds, mean_return)`` after each batch.
-        csv_path (Path or None): the progress log.
-        plot_path (Path or None): the learning-curve PNG.
+        seconds (float): training wall time (collection, GAE and updates; a resumed run counts
+            its earlier part).
+        timings (dict): seconds spent per section of this process.
+        curve (list): ``(frames, mean_return)`` after each batch.
+        out (Path): the run folder.
     """
 
     config: Config
@@ -197,63 +178,14 @@ class Result:
     frames: int
     seconds: float
     timings: dict[str, float]
-    env_steps_per_s: float
-    raw_env_steps_per_s: float
-    curve: list[tuple[int, float, float]]
-    csv_path: Path | None = None
-    plot_path: Path | None = None
+    curve: list[tuple[int, float]]
+    out: Path
 
     @property
     def best_return(self) -> float:
         """Highest mean return logged after any batch (NaN before any episode ended)."""
-        returns = [c[2] for c in self.curve if not math.isnan(c[2])]
+        returns = [c[1] for c in self.curve if not math.isnan(c[1])]
         return max(returns) if returns else float("nan")
-
-
-# ---------------------------------------------------------------------------- timing
-class Stopwatch:
-    """Accumulates wall time per named section.
-
-    Examples:
-        >>> watch = Stopwatch()
-        >>> with watch("gae"):
-        ...     pass
-        >>> list(watch.totals), watch.totals["gae"] >= 0.0
-        (['gae'], True)
-    """
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        """Times the body of a ``with`` block under ``name``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
-
-
-class TimedPolicy(TensorDictModuleBase):
-    """Wraps a policy so that the time spent in its forward calls is recorded.
-
-    Args:
-        policy (TensorDictModuleBase): the wrapped policy.
-        watch (Stopwatch): where the time goes, under ``"policy"``.
-    """
-
-    def __init__(self, policy: TensorDictModuleBase, watch: Stopwatch) -> None:
-        super().__init__()
-        self.policy = policy
-        self.watch = watch
-        self.in_keys = policy.in_keys
-        self.out_keys = policy.out_keys
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Runs the policy, timed."""
-        with self.watch("policy"):
-            return self.policy(tensordict)
 
 
 # ---------------------------------------------------------------------------- model
@@ -306,9 +238,11 @@ def collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential) -
 
 
 # ---------------------------------------------------------------------------- env
-def make_env(cfg: Config, num_envs: int, seed: int, primers: list[Any]) -> TransformedEnv:
+def make_env(
+    cfg: Config, num_envs: int, seed: int, primers: list[Any], device: torch.device
+) -> TransformedEnv:
     """Partially observable CartPole with episode tracking, fixed scaling and state primers."""
-    base = CartPoleEnv(num_envs, seed=seed, observe_velocity=False)
+    base = CartPoleEnv(num_envs, seed=seed, observe_velocity=False, device=device)
     transforms = [
         InitTracker(),
         StepCounter(),
@@ -319,7 +253,7 @@ def make_env(cfg: Config, num_envs: int, seed: int, primers: list[Any]) -> Trans
         ),
     ]
     transforms += [m.make_tensordict_primer() for m in primers if isinstance(m, LSTMModule)]
-    return TransformedEnv(base, Compose(*transforms))
+    return TransformedEnv(base, Compose(*transforms).to(device))
 
 
 def completed_returns(batch: TensorDictBase) -> torch.Tensor:
@@ -338,14 +272,16 @@ def completed_returns(batch: TensorDictBase) -> torch.Tensor:
     return batch["next", "episode_reward"].squeeze(-1)[done]
 
 
-def evaluate(cfg: Config, actor: ProbabilisticActor, primers: list[Any]) -> float:
+def evaluate(
+    cfg: Config, actor: ProbabilisticActor, primers: list[Any], device: torch.device
+) -> float:
     """Mean return of ``cfg.eval_episodes`` fresh episodes with deterministic (mode) actions.
 
     Runs one episode per env on a new env (seed ``cfg.seed + 1_000_003``) and stops when every
     env has finished its first episode (at most the env's 500-step limit).
     """
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, primers)
-    returns = torch.full((cfg.eval_episodes,), float("nan"))
+    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, primers, device)
+    returns = torch.full((cfg.eval_episodes,), float("nan"), device=device)
     td = env.reset()
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         while bool(returns.isnan().any()):
@@ -355,20 +291,6 @@ def evaluate(cfg: Config, actor: ProbabilisticActor, primers: list[Any]) -> floa
             td = next_root
     env.close()
     return float(returns.mean())
-
-
-def env_rate(cfg: Config, steps: int = 256) -> float:
-    """Env steps per second of the transformed env alone (random actions, fused auto-reset)."""
-    env = make_env(cfg, cfg.num_envs, cfg.seed, [])
-    td = env.reset()
-    actions = torch.randint(0, 2, (steps, cfg.num_envs))
-    start = time.perf_counter()
-    for t in range(steps):
-        td["action"] = actions[t]
-        _, td = env.step_and_maybe_reset(td)
-    elapsed = time.perf_counter() - start
-    env.close()
-    return steps * cfg.num_envs / elapsed
 
 
 # ---------------------------------------------------------------------------- learning
@@ -466,104 +388,45 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
             assert bool((batch[key][is_init] == 0).all()), f"{key} must be zero at is_init"
 
 
-# ---------------------------------------------------------------------------- logging
-def write_csv(path: Path, rows: list[dict[str, float]]) -> Path:
-    """Writes one row per batch to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def plot_curves(path: Path, curves: dict[str, list[tuple[int, float, float]]], target: float):
-    """Draws mean return against frames for each labelled curve into ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for label, curve in curves.items():
-        ax.plot([c[0] for c in curve], [c[2] for c in curve], label=label)
-    ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
-    ax.set_xlabel("frames")
-    ax.set_ylabel("mean episode return")
-    ax.set_title("PPO on CartPole without velocities")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def time_report(result: Result) -> str:
-    """Where the time went, as printable lines."""
-    t = result.timings
-    total = result.seconds
-    lines = [f"time: {total:.1f} s of training over {result.frames} frames"]
-    policy = t.get("policy", 0.0)
-    rows = [
-        ("collection: env stepping + collector", t.get("collect", 0.0) - policy),
-        ("collection: policy forward", policy),
-        ("RecurrentGAE (critic recompute + scan)", t.get("gae", 0.0)),
-        ("PPO forward/backward/step", t.get("update", 0.0)),
-    ]
-    for name, seconds in rows:
-        lines.append(f"  {name:<40} {seconds:7.2f} s  {100 * seconds / max(total, 1e-9):5.1f} %")
-    lines.append(
-        f"collection: {result.env_steps_per_s:,.0f} env steps/s (policy included); "
-        f"env alone: {result.raw_env_steps_per_s:,.0f} env steps/s"
-    )
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------- main loop
-def train(
-    cfg: Config, out: Path | None = None, *, quick: bool = False, progress: bool = True
-) -> Result:
-    """Trains, evaluates and logs one run.
+# ---------------------------------------------------------------------------- training
+def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Result:
+    """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
 
     Args:
         cfg (Config): hyperparameters.
-        out (Path, optional): directory for ``progress.csv`` and ``learning_curve.png``.
-            Defaults to ``None`` (nothing written).
-        quick (bool, optional): check shapes, masks and finite losses on every batch (meant
-            for a few batches). Defaults to ``False``.
-        progress (bool, optional): show a tqdm progress bar. Defaults to ``True``.
-
-    Returns:
-        The run's :class:`Result`.
+        run (RunOptions): run folder, logger, checkpoint period, device, resume.
+        quick (bool, optional): check shapes, masks, stored-state replay and finite losses on
+            every batch (meant for a few batches). Defaults to ``False``.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        return _train(cfg, out, quick=quick, progress=progress)
+        return _train(cfg, run, quick)
 
 
-def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Result:
+def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     from tqdm import tqdm
 
-    watch = Stopwatch()
+    device = _common.device(run.device)
+    watch = _common.Stopwatch()
     actor, critic = make_agent(cfg, obs_dim=2)
+    actor, critic = actor.to(device), critic.to(device)
     primers = memories(actor, critic)
-    env = make_env(cfg, cfg.num_envs, cfg.seed, primers)
+    env = make_env(cfg, cfg.num_envs, cfg.seed, primers, device)
     loss = make_loss(cfg, actor, critic)
     optim = make_optimizer(cfg, loss)
     generator = torch.Generator().manual_seed(cfg.seed)
     collector = Collector(
-        env,
-        TimedPolicy(collection_policy(actor, critic), watch),
-        frames_per_batch=cfg.frames_per_batch,
-        total_frames=cfg.frames,
-    )
-    recent: deque[float] = deque(maxlen=cfg.return_window)
-    rows, curve = [], []
-    frames, seconds, hit = 0, 0.0, None
-    bar = tqdm(total=cfg.frames, unit="frames", disable=not progress, dynamic_ncols=True)
-    start = time.perf_counter()
-    batches = iter(collector)
+        env, collection_policy(actor, critic), frames_per_batch=cfg.frames_per_batch,
+        total_frames=-1, device=device,
+    )  # fmt: skip
+    logger = _common.make_logger(run.logger, run.out, run.resume)
+    counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
+    if run.resume:
+        counters = _restore(run, loss, optim, env, collector, generator, logger)
+    recent = deque(counters["recent"], maxlen=cfg.return_window)
+    frames, hit, curve = counters["frames"], counters["hit"], counters["curve"]
+    bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
+    start, batches = time.perf_counter() - counters["seconds"], iter(collector)
     while frames < cfg.frames:
         with watch("collect"):
             batch = next(batches)
@@ -571,112 +434,118 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
             loss.value_estimator(batch)
         if quick:
             check_batch(cfg, batch, first=frames == 0)
-        frames += batch.numel()
+        previous, frames = frames, frames + batch.numel()
         recent.extend(completed_returns(batch).tolist())
-        left = anneal(cfg, loss, optim, frames - batch.numel())
+        left = anneal(cfg, loss, optim, previous)
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
         if quick:
             assert all(math.isfinite(v) for v in losses.values()), losses
             assert abs(losses["first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
         seconds = time.perf_counter() - start
-        mean_return = sum(recent) / len(recent) if recent else float("nan")
-        full = len(recent) == cfg.return_window
-        if hit is None and full and mean_return >= cfg.target:
+        mean_return = sum(recent) / len(recent) if recent else math.nan
+        if hit is None and len(recent) == cfg.return_window and mean_return >= cfg.target:
             hit = (frames, seconds)
-        curve.append((frames, seconds, mean_return))
-        rows.append(
-            {"frames": frames, "seconds": round(seconds, 3), "mean_return": mean_return,
-             "episodes_in_window": len(recent), "lr": cfg.lr * left, "clip": cfg.clip * left,
-             **losses}
-        )  # fmt: skip
+        curve.append((frames, mean_return))
+        row = {"mean_return": mean_return, "episodes_in_window": len(recent),
+               "lr": cfg.lr * left, "clip": cfg.clip * left, **losses}  # fmt: skip
+        _common.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
-        bar.set_postfix(
-            OrderedDict(mean_return=f"{mean_return:.1f}", fps=f"{frames / seconds:.0f}")
-        )
+        bar.set_postfix(mean_return=f"{mean_return:.1f}")
+        if _common.due(frames, previous, run.save_every) or frames >= cfg.frames:
+            counters = {"frames": frames, "seconds": seconds, "hit": hit,
+                        "recent": list(recent), "curve": curve}  # fmt: skip
+            _save(run, cfg, counters, loss, optim, env, collector, generator, logger)
     bar.close()
     collector.shutdown()
-    final_eval = evaluate(cfg, actor, primers)
-    collect_steps = frames / max(watch.totals.get("collect", 0.0), 1e-9)
-    result = Result(
-        config=cfg,
-        frames_to_target=hit[0] if hit else None,
-        seconds_to_target=hit[1] if hit else None,
-        final_eval=final_eval,
-        frames=frames,
-        seconds=seconds,
-        timings=dict(watch.totals),
-        env_steps_per_s=collect_steps,
-        raw_env_steps_per_s=env_rate(cfg),
-        curve=curve,
-    )
-    if out is not None:
-        result.csv_path = write_csv(Path(out) / "progress.csv", rows)
-        label = f"{cfg.policy} seed {cfg.seed}"
-        result.plot_path = plot_curves(Path(out) / "learning_curve.png", {label: curve}, cfg.target)
-    return result
+    final_eval = evaluate(cfg, actor, primers, device)
+    logger.log_scalar("final_eval", final_eval, step=frames)
+    label = f"{cfg.policy} seed {cfg.seed}"
+    _common.plot_curves(run.out / "learning_curve.png", {label: curve}, cfg.target,
+                        "PPO on CartPole without velocities")  # fmt: skip
+    return Result(
+        config=cfg, frames_to_target=hit[0] if hit else None,
+        seconds_to_target=hit[1] if hit else None, final_eval=final_eval, frames=frames,
+        seconds=seconds, timings=dict(watch.totals), curve=curve, out=run.out,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def _save(run, cfg, counters, loss, optim, env, collector, generator, logger) -> None:
+    """Everything a bitwise continuation needs, in ``run.checkpoint``."""
+    state = {
+        "config": dataclasses.asdict(cfg),
+        "counters": counters,
+        "loss": loss.state_dict(),
+        "optim": optim.state_dict(),
+        "env": env.base_env.state_dict(),
+        "collector": collector.state_dict(),
+        "carrier": collector._carrier.clone(),  # the collector's next policy input
+        "minibatch_generator": generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "logger": logger.state_dict(),
+    }
+    _common.save_checkpoint(run.checkpoint, state)
+
+
+def _restore(run, loss, optim, env, collector, generator, logger) -> dict[str, Any]:
+    state = _common.load_checkpoint(run.checkpoint)
+    loss.load_state_dict(state["loss"])
+    optim.load_state_dict(state["optim"])
+    collector.load_state_dict(state["collector"])
+    env.base_env.load_state_dict(state["env"])
+    collector._carrier.update(state["carrier"])
+    generator.set_state(state["minibatch_generator"])
+    torch.set_rng_state(state["torch_rng"])
+    logger.load_state_dict(state["logger"])
+    if run.logger == "csv":
+        _common.trim_csv_logs(run.out, state["counters"]["frames"])
+    return state["counters"]
+
+
+# ---------------------------------------------------------------------------- command line
+QUICK_BATCHES = 3
+QUICK = {"epochs": 2, "eval_episodes": 4}
 
 
 def summary(result: Result) -> str:
-    """One-paragraph summary of a run."""
+    """What a run reached, and where the time went."""
     cfg = result.config
     if result.frames_to_target is None:
         reached = f"mean return never reached {cfg.target:g}"
     else:
         reached = (
-            f"mean return reached {cfg.target:g} after {result.frames_to_target} frames, "
-            f"{result.seconds_to_target:.1f} s"
+            f"mean return reached {cfg.target:g} after {result.frames_to_target:,} frames "
+            f"({result.seconds_to_target:.1f} s)"
         )
-    lines = [
-        f"{cfg.policy} seed {cfg.seed}: {reached}; final deterministic evaluation "
-        f"{result.final_eval:.1f} over {cfg.eval_episodes} episodes",
-        time_report(result),
-    ]
-    if result.csv_path is not None:
-        lines.append(f"log: {result.csv_path}  plot: {result.plot_path}")
-    return "\n".join(lines)
+    times = ", ".join(f"{name} {sec:.1f} s" for name, sec in result.timings.items())
+    return (
+        f"ppo {cfg.policy} seed {cfg.seed}: {reached}; deterministic evaluation "
+        f"{result.final_eval:.1f} over {cfg.eval_episodes} episodes; {result.frames:,} frames "
+        f"in {result.seconds:.1f} s ({times}); log: {result.out}"
+    )
 
 
-QUICK_BATCHES = 3
-QUICK = {"epochs": 2, "eval_episodes": 4}
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--frames", type=int, default=None, help="frame budget")
-    parser.add_argument("--policy", choices=["lstm", "mlp"], default="lstm")
-    parser.add_argument("--quick", action="store_true", help="3 batches with checks")
-    parser.add_argument("--out", type=Path, default=None, help="log/plot dir")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return parser.parse_args(argv)
-
-
-def quiet_setup() -> None:
-    """Script-wide settings: 1 torch thread (the measured setting), torchrl logs without colours.
-
-    Warp's start-up messages are already off (``torchrl_ext._warp``).
-    """
-    torch.set_num_threads(1)
-    plain_torchrl_logs()
-
-
-def main(argv: list[str] | None = None) -> Result:
-    """Runs the command line (see the module docstring)."""
-    args = parse_args(argv)
-    quiet_setup()
+def config_of(args: argparse.Namespace, seed: int, policy: PolicyKind = "lstm") -> Config:
+    """The run's hyperparameters from the command line (``--quick``, ``--frames``)."""
     overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
     if args.quick:
         overrides["frames"] = QUICK_BATCHES * Config().frames_per_batch
     if args.frames is not None:
         overrides["frames"] = args.frames
-    cfg = Config(seed=args.seed, policy=args.policy, **overrides)
-    out = args.out or Path("runs") / f"ppo_cartpole_{cfg.policy}_seed{cfg.seed}"
-    result = train(cfg, out, quick=args.quick, progress=not args.no_progress)
-    print(summary(result))
-    return result
+    return Config(seed=seed, policy=policy, **overrides)
 
 
-if __name__ == "__main__":
-    main()
+def main(args: argparse.Namespace) -> list[Result]:
+    """Runs ``python -m torchrl_ext.examples ppo`` (see ``--help``)."""
+    _common.setup()
+    results = []
+    for seed, run in _common.runs_of(args, "ppo" if args.policy == "lstm" else "ppo_mlp"):
+        if run.resume:
+            cfg = Config(**_common.load_checkpoint(run.checkpoint)["config"])
+        else:
+            cfg = config_of(args, seed, args.policy)
+        result = train(cfg, run, quick=args.quick)
+        print(summary(result), flush=True)
+        results.append(result)
+    return results

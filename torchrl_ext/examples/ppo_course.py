@@ -1,9 +1,7 @@
 """Feed-forward PPO that learns to drive procedurally generated courses (CourseEnv).
 
-Run it with::
-
-    python -m torchrl_ext.examples.ppo_course [--seed N [N ...]] [--frames N] [--quick]
-                                               [--out DIR]
+Run it with ``python -m torchrl_ext.examples course [--seeds 0 1 2] [--frames N]
+[--device cpu] [--save-every N] [--resume DIR]``.
 
 The pipeline, top to bottom:
 
@@ -27,6 +25,11 @@ length and whether it was on a fresh course. The learning curve is the mean over
 ``return_window`` fresh-course episodes; before and after training the policy's mode drives one
 episode on each of ``eval_episodes`` courses of an unseen seed.
 
+Each run logs through a :mod:`torchrl.record.loggers` logger (``<run folder>/scalars/*.csv`` by
+default) and saves the networks, the optimizer, the env and collector state, the episode
+tracker, the random generators and its counters every ``--save-every`` frames; ``--resume DIR``
+continues bitwise.
+
 Randomness: the envs take ``seed`` directly; the network initialization and the actions drawn
 by the collector use torch's global generator, which :func:`train` seeds inside
 :func:`torch.random.fork_rng` (the caller's global RNG state is left as it was); minibatch
@@ -39,7 +42,7 @@ import argparse
 import dataclasses
 import math
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +65,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.envs import CarConfig, CourseEnv
 from torchrl_ext.envs.course import CourseParams
-from torchrl_ext.examples.ppo_cartpole import (
-    Stopwatch,
-    anneal,
-    make_optimizer,
-    quiet_setup,
-    write_csv,
-)
+from torchrl_ext.examples import _common
 from torchrl_ext.objectives import RecurrentGAE
 
 __all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
@@ -167,14 +164,13 @@ class Result:
         evaluation (dict): the same means for the deterministic policy, one episode on each
             of ``eval_episodes`` unseen courses.
         initial_evaluation (dict): the same evaluation before any training.
-        timings (dict): seconds per section.
-        csv_path (Path or None): the progress log.
-        plot_path (Path or None): the learning-curve PNG.
+        timings (dict): seconds per section of this process.
+        out (Path or None): the run folder.
 
     Examples:
         >>> from torchrl_ext.examples.ppo_course import Config, Result
         >>> result = Result(Config(), 0, 0.0, [], 0, {}, {}, {})
-        >>> result.frames, result.csv_path is None
+        >>> result.frames, result.out is None
         (0, True)
     """
 
@@ -186,8 +182,7 @@ class Result:
     evaluation: dict[str, float]
     initial_evaluation: dict[str, float]
     timings: dict[str, float]
-    csv_path: Path | None = None
-    plot_path: Path | None = None
+    out: Path | None = None
 
 
 # ---------------------------------------------------------------------------- episodes
@@ -302,9 +297,11 @@ def window_means(episodes: deque[dict[str, float]] | list[dict[str, float]]) -> 
 
 
 # ---------------------------------------------------------------------------- env and model
-def make_env(cfg: Config, num_envs: int, seed: int) -> TransformedEnv:
+def make_env(
+    cfg: Config, num_envs: int, seed: int, device: torch.device | str = "cpu"
+) -> TransformedEnv:
     """CourseEnv (default auto-reset) with ``is_init``, step counts and a fixed scaling."""
-    base = CourseEnv(num_envs, seed=seed, max_steps=cfg.max_steps)
+    base = CourseEnv(num_envs, seed=seed, max_steps=cfg.max_steps, device=device)
     transforms = Compose(
         InitTracker(),
         StepCounter(),
@@ -314,7 +311,7 @@ def make_env(cfg: Config, num_envs: int, seed: int) -> TransformedEnv:
             in_keys=["observation"],
         ),
     )
-    return TransformedEnv(base, transforms)
+    return TransformedEnv(base, transforms.to(device))
 
 
 def observation_scale(num_rays: int, car: CarConfig, params: CourseParams) -> torch.Tensor:
@@ -400,6 +397,24 @@ def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictModule) 
 
 
 # ---------------------------------------------------------------------------- learning
+def make_optimizer(cfg: Config, loss: ClipPPOLoss) -> torch.optim.Optimizer:
+    """Adam with one parameter group per network, so gradients are clipped per network."""
+    groups = [
+        {"params": list(loss.actor_network_params.values(True, True))},
+        {"params": list(loss.critic_network_params.values(True, True))},
+    ]
+    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
+
+
+def anneal(cfg: Config, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: int) -> float:
+    """Sets learning rate and clip range to their linear schedules; returns the fraction left."""
+    left = max(0.0, 1.0 - frames / cfg.frames)
+    for group in optim.param_groups:
+        group["lr"] = cfg.lr * left
+    loss.clip_epsilon.fill_(cfg.clip * left)
+    return left
+
+
 def update(
     cfg: Config,
     batch: TensorDictBase,
@@ -453,7 +468,9 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
         assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
 
 
-def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
+def evaluate(
+    cfg: Config, actor: ProbabilisticActor, device: torch.device | str = "cpu"
+) -> dict[str, float]:
     """The mode of the policy drives one episode on each of ``eval_episodes`` unseen courses.
 
     The eval envs start on course seeds ``EVAL_SEED + cfg.seed * n`` to ``+ n - 1`` (courses
@@ -462,7 +479,7 @@ def evaluate(cfg: Config, actor: ProbabilisticActor) -> dict[str, float]:
     an env whose course is unusable moves on to its next course).
     """
     n = cfg.eval_episodes
-    env = make_env(cfg, n, EVAL_SEED + cfg.seed * n)
+    env = make_env(cfg, n, EVAL_SEED + cfg.seed * n, device)
     tracker = EpisodeTracker(n)
     results: dict[int, dict[str, float]] = {}
     td = env.reset()
@@ -516,48 +533,50 @@ def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: st
     return path
 
 
-# ---------------------------------------------------------------------------- main loop
-def train(
-    cfg: Config, out: Path | None = None, *, quick: bool = False, progress: bool = True
-) -> Result:
-    """Trains, evaluates and logs one run.
+# ---------------------------------------------------------------------------- training
+def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Result:
+    """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
 
     Args:
         cfg (Config): hyperparameters.
-        out (Path, optional): directory for ``progress.csv`` and ``learning_curve.png``.
-            Defaults to ``None`` (nothing written).
+        run (RunOptions): run folder, logger, checkpoint period, device, resume.
         quick (bool, optional): check shapes, masks and finite losses on every batch.
             Defaults to ``False``.
-        progress (bool, optional): show a tqdm progress bar. Defaults to ``True``.
-
-    Returns:
-        The run's :class:`Result`.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        return _train(cfg, out, quick=quick, progress=progress)
+        return _train(cfg, run, quick)
 
 
-def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Result:
+def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     from tqdm import tqdm
 
-    watch = Stopwatch()
-    env = make_env(cfg, cfg.num_envs, cfg.seed)
+    device = _common.device(run.device)
+    watch = _common.Stopwatch()
+    env = make_env(cfg, cfg.num_envs, cfg.seed, device)
     actor, critic = make_agent(cfg, env.observation_spec["observation"].shape[-1])
+    actor, critic = actor.to(device), critic.to(device)
     loss = make_loss(cfg, actor, critic)
     optim = make_optimizer(cfg, loss)
-    initial_evaluation = evaluate(cfg, actor)
+    initial_evaluation = evaluate(cfg, actor, device)
     generator = torch.Generator().manual_seed(cfg.seed)
     collector = Collector(
-        env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=cfg.frames
+        env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
     )
     tracker = EpisodeTracker(cfg.num_envs)
-    recent: deque[dict[str, float]] = deque(maxlen=cfg.return_window)
-    rows, curve, fresh_episodes = [], [], 0
-    frames, seconds = 0, 0.0
-    bar = tqdm(total=cfg.frames, unit="frames", disable=not progress, dynamic_ncols=True)
-    start = time.perf_counter()
-    batches = iter(collector)
+    logger = _common.make_logger(run.logger, run.out, run.resume)
+    counters = {"frames": 0, "seconds": 0.0, "recent": [], "curve": [], "fresh_episodes": 0}
+    if run.resume:
+        counters = _restore(run, loss, optim, env, collector, generator, tracker, logger)
+        initial_evaluation = counters["initial_evaluation"]
+    recent = deque(counters["recent"], maxlen=cfg.return_window)
+    frames, curve, fresh_episodes = (
+        counters["frames"],
+        counters["curve"],
+        counters["fresh_episodes"],
+    )
+    bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
+    start, batches = time.perf_counter() - counters["seconds"], iter(collector)
     while frames < cfg.frames:
         with watch("collect"):
             batch = next(batches)
@@ -565,11 +584,11 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
             loss.value_estimator(batch)
         if quick:
             check_batch(cfg, batch, first=frames == 0)
-        fresh = [e for e in tracker.update(batch) if e["fresh"]]
+        fresh = [e for e in tracker.update(batch.cpu()) if e["fresh"]]
         recent.extend(fresh)
         fresh_episodes += len(fresh)
         left = anneal(cfg, loss, optim, frames)
-        frames += batch.numel()
+        previous, frames = frames, frames + batch.numel()
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
         if quick:
@@ -577,36 +596,62 @@ def _train(cfg: Config, out: Path | None, *, quick: bool, progress: bool) -> Res
         seconds = time.perf_counter() - start
         means = window_means(recent)
         curve.append({"frames": frames, "seconds": seconds, **means})
-        rows.append(
-            {"frames": frames, "seconds": round(seconds, 3), **means,
-             "episodes_in_window": len(recent), "fresh_episodes": fresh_episodes,
-             "lr": cfg.lr * left, "clip": cfg.clip * left, **losses}
-        )  # fmt: skip
+        row = {**{f"mean_{k}": v for k, v in means.items()}, "episodes_in_window": len(recent),
+               "fresh_episodes": fresh_episodes, "lr": cfg.lr * left, "clip": cfg.clip * left,
+               **losses}  # fmt: skip
+        _common.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
-        bar.set_postfix(
-            OrderedDict(
-                mean_return=f"{means['return']:.2f}",
-                checkpoints=f"{means['checkpoints']:.1f}",
-                fps=f"{frames / seconds:.0f}",
-            )
-        )
+        bar.set_postfix(mean_return=f"{means['return']:.2f}")
+        if _common.due(frames, previous, run.save_every) or frames >= cfg.frames:
+            counters = {"frames": frames, "seconds": seconds, "recent": list(recent),
+                        "curve": curve, "fresh_episodes": fresh_episodes,
+                        "initial_evaluation": initial_evaluation}  # fmt: skip
+            _save(run, cfg, counters, loss, optim, env, collector, generator, tracker, logger)
     bar.close()
     collector.shutdown()
-    result = Result(
-        config=cfg,
-        frames=frames,
-        seconds=seconds,
-        curve=curve,
-        episodes=fresh_episodes,
-        evaluation=evaluate(cfg, actor),
-        initial_evaluation=initial_evaluation,
-        timings=dict(watch.totals),
-    )
-    if out is not None:
-        result.csv_path = write_csv(Path(out) / "progress.csv", rows)
-        curves = {f"seed {cfg.seed}": curve}
-        result.plot_path = plot_curves(Path(out) / "learning_curve.png", curves, PLOT_TITLE)
-    return result
+    evaluation = evaluate(cfg, actor, device)
+    _common.log_row(logger, {f"eval_{k}": v for k, v in evaluation.items()}, frames)
+    plot_curves(run.out / "learning_curve.png", {f"seed {cfg.seed}": curve}, PLOT_TITLE)
+    return Result(
+        config=cfg, frames=frames, seconds=seconds, curve=curve, episodes=fresh_episodes,
+        evaluation=evaluation, initial_evaluation=initial_evaluation,
+        timings=dict(watch.totals), out=run.out,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def _save(run, cfg, counters, loss, optim, env, collector, generator, tracker, logger) -> None:
+    """Everything a bitwise continuation needs, in ``run.checkpoint``."""
+    state = {
+        "config": dataclasses.asdict(cfg),
+        "counters": counters,
+        "loss": loss.state_dict(),
+        "optim": optim.state_dict(),
+        "env": env.base_env.state_dict(),
+        "collector": collector.state_dict(),
+        "carrier": collector._carrier.clone(),  # the collector's next policy input
+        "tracker": dict(vars(tracker)),
+        "minibatch_generator": generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "logger": logger.state_dict(),
+    }
+    _common.save_checkpoint(run.checkpoint, state)
+
+
+def _restore(run, loss, optim, env, collector, generator, tracker, logger) -> dict[str, Any]:
+    state = _common.load_checkpoint(run.checkpoint)
+    loss.load_state_dict(state["loss"])
+    optim.load_state_dict(state["optim"])
+    collector.load_state_dict(state["collector"])
+    env.base_env.load_state_dict(state["env"])
+    collector._carrier.update(state["carrier"])
+    vars(tracker).update(state["tracker"])
+    generator.set_state(state["minibatch_generator"])
+    torch.set_rng_state(state["torch_rng"])
+    logger.load_state_dict(state["logger"])
+    if run.logger == "csv":
+        _common.trim_csv_logs(run.out, state["counters"]["frames"])
+    return state["counters"]
 
 
 def first_and_last(result: Result) -> tuple[dict, dict]:
@@ -640,8 +685,7 @@ def summary(result: Result) -> str:
         f"{fmt(ev)}",
     ]
     lines.append(time_line(result))
-    if result.csv_path is not None:
-        lines.append(f"log: {result.csv_path}  plot: {result.plot_path}")
+    lines.append(f"log: {result.out}")
     return "\n".join(lines)
 
 
@@ -673,43 +717,24 @@ QUICK = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds")
-    parser.add_argument("--frames", type=int, default=None, help="frame budget")
-    parser.add_argument("--quick", action="store_true", help="3 small batches with checks")
-    parser.add_argument("--out", type=Path, default=None, help="log/plot dir")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> list[Result]:
-    """Runs the command line (see the module docstring); returns one result per seed.
-
-    With one seed, ``DIR`` receives ``progress.csv`` and ``learning_curve.png``; with several,
-    each seed's files go to ``DIR/seed<N>/`` and ``DIR/learning_curve.png`` overlays the seeds.
-    """
-    args = parse_args(argv)
-    quiet_setup()
-    overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
-    if args.quick:
-        overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
-    if args.frames is not None:
-        overrides["frames"] = args.frames
-    seeds = list(dict.fromkeys(args.seed))
-    out = args.out or Path("runs") / ("ppo_course_seed" + "_".join(map(str, seeds)))
+def main(args: argparse.Namespace) -> list[Result]:
+    """Runs ``python -m torchrl_ext.examples course`` (see ``--help``); one result per seed."""
+    _common.setup()
     results = []
-    for seed in seeds:
-        cfg = Config(seed=seed, **overrides)
-        run_out = out if len(seeds) == 1 else out / f"seed{seed}"
-        results.append(train(cfg, run_out, quick=args.quick, progress=not args.no_progress))
-        print(summary(results[-1]))
-    if len(seeds) > 1:
+    for seed, run in _common.runs_of(args, "course"):
+        if run.resume:
+            cfg = Config(**_common.load_checkpoint(run.checkpoint)["config"])
+        else:
+            overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
+            if args.quick:
+                overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
+            if args.frames is not None:
+                overrides["frames"] = args.frames
+            cfg = Config(seed=seed, **overrides)
+        results.append(train(cfg, run, quick=args.quick))
+        print(summary(results[-1]), flush=True)
+    if len(results) > 1:
         curves = {f"seed {r.config.seed}": r.curve for r in results}
-        print(f"all seeds: {plot_curves(out / 'learning_curve.png', curves, PLOT_TITLE)}")
+        path = plot_curves(results[0].out.parent / "learning_curves.png", curves, PLOT_TITLE)
+        print(f"all seeds: {path}")
     return results
-
-
-if __name__ == "__main__":
-    main()

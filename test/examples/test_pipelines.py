@@ -1,0 +1,117 @@
+"""Each pipeline's ``--quick`` run through the entry point, and bitwise checkpoint/resume.
+
+A run interrupted after a checkpoint and resumed with ``--resume DIR`` must log the same
+learning curve, bit for bit, as the same run left alone: every scalar of the CSV log (except the
+wall-clock seconds) at every step, and the final evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from torchrl_ext.examples import __main__ as entry
+from torchrl_ext.examples import _common
+
+#: subcommand, frames between checkpoints, the logged step the interruption follows.
+RESUME_CASES = [("ppo", 512, 1024), ("r2d2", 256, 768), ("course", 512, 1024)]
+
+
+class Interrupted(Exception):
+    """Stands for a run killed after it logged ``step`` but before its next checkpoint."""
+
+
+def _run(*argv: str):
+    threads = torch.get_num_threads()
+    try:
+        return entry.main([*argv, "--no-progress"])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _curve(out) -> dict:
+    """Every logged scalar but the wall time, as text (so that NaN equals NaN)."""
+    scalars = _common.read_scalars(out)
+    scalars.pop("seconds")
+    return {k: [(step, repr(v)) for step, v in rows] for k, rows in scalars.items()}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Each pipeline's quick run, checkpointing as the resume cases do."""
+    runs = {}
+    for name, every, _ in RESUME_CASES:
+        out = tmp_path_factory.mktemp(name)
+        results = _run(name, "--quick", "--out", str(out), "--save-every", str(every))
+        runs[name] = (out / "seed0", results)
+    return runs
+
+
+class TestQuick:
+    """``--quick`` trains a few batches with the pipeline's shape and mask checks, logs through
+    the CSV logger into ``<out>/seed<N>`` and leaves a checkpoint there."""
+
+    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course"])
+    def test_outputs(self, uninterrupted, name):
+        out, results = uninterrupted[name]
+        assert len(results) == 1 and results[0].out == out
+        assert (out / "checkpoint.pt").is_file()
+        scalars = _common.read_scalars(out)
+        frames = results[0].frames
+        assert scalars["seconds"][-1][0] == frames
+        # r2d2 logs NaN until its first update, after the warm-up frames
+        first = results[0].config.warmup_frames if name == "r2d2" else 0
+        losses = [v for k, rows in scalars.items() if k.startswith("loss") for s, v in rows
+                  if s >= first]  # fmt: skip
+        assert losses and all(math.isfinite(v) for v in losses)
+
+    def test_ppo_curve_and_evaluation(self, uninterrupted):
+        out, (result,) = uninterrupted["ppo"]
+        scalars = _common.read_scalars(out)
+        assert [s for s, _ in scalars["mean_return"]] == [512, 1024, 1536]
+        assert scalars["final_eval"] == [(1536, result.final_eval)]
+        assert 1.0 <= result.final_eval <= 500.0
+        assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def test_r2d2_updates_after_warmup(self, uninterrupted):
+        out, (result,) = uninterrupted["r2d2"]
+        updates = dict(_common.read_scalars(out)["updates"])
+        cfg = result.config
+        after_warmup = (cfg.frames - cfg.warmup_frames) // cfg.frames_per_batch + 1
+        assert updates[cfg.frames] == after_warmup
+        assert (out / "replay").is_dir()
+
+    def test_leaves_global_rng_alone(self, tmp_path):
+        before = torch.get_rng_state()
+        _run("r2d2", "--quick", "--out", str(tmp_path))
+        assert torch.equal(torch.get_rng_state(), before)
+
+
+class TestResume:
+    """Interrupted after a checkpoint, then resumed: the same curve, bit for bit."""
+
+    @pytest.mark.parametrize("name, every, stop", RESUME_CASES)
+    def test_resumed_run_matches(self, uninterrupted, tmp_path, monkeypatch, name, every, stop):
+        log_row = _common.log_row
+
+        def log_then_die(logger, row, step):
+            log_row(logger, row, step)
+            if step == stop:
+                raise Interrupted(step)
+
+        monkeypatch.setattr(_common, "log_row", log_then_die)
+        with pytest.raises(Interrupted):
+            _run(name, "--quick", "--out", str(tmp_path), "--save-every", str(every))
+        monkeypatch.setattr(_common, "log_row", log_row)
+        run = tmp_path / "seed0"
+        saved = torch.load(run / "checkpoint.pt", weights_only=False)["counters"]["frames"]
+        assert saved < stop  # the rows logged after the checkpoint are logged again
+        _run(name, "--resume", str(run))
+        reference, _ = uninterrupted[name]
+        assert _curve(run) == _curve(reference)
+
+    def test_missing_checkpoint(self, tmp_path):
+        with pytest.raises(SystemExit, match="no checkpoint"):
+            _run("ppo", "--resume", str(tmp_path))

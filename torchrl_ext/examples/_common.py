@@ -1,0 +1,282 @@
+"""What the example pipelines share: run folders, TorchRL loggers, checkpoints, timing.
+
+Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
+:mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`) reads top
+to bottom on its own; only these small pieces are common to them:
+
+* :class:`RunOptions`: where a run writes, how it logs, how often it saves, on which device.
+* :func:`make_logger`: a :mod:`torchrl.record.loggers` logger (CSV, TensorBoard or wandb) writing
+  into the run folder.
+* :func:`save_checkpoint` / :func:`load_checkpoint`: one ``checkpoint.pt`` per run folder, written
+  atomically, plus :func:`trim_csv_logs`, which drops the CSV rows logged after the checkpoint a
+  run resumes from, so a resumed run's log equals an uninterrupted one.
+* :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
+* :class:`Stopwatch` and :func:`setup` (one torch thread, torchrl's log lines without colours).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+LoggerKind = Literal["csv", "tensorboard", "wandb"]
+
+#: torchrl's line layout without its colour codes.
+PLAIN_TORCHRL_FORMAT = "%(asctime)s [%(name)s][%(levelname)s] %(message)s"
+#: The checkpoint file inside a run folder.
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """How a run is executed, as opposed to what it learns (the pipeline's ``Config``).
+
+    Args:
+        out (Path): the run folder (logs, checkpoint, plots).
+        logger (str): ``"csv"``, ``"tensorboard"`` or ``"wandb"``.
+        save_every (int): frames between checkpoints (0: only at the end).
+        device (str): torch device of envs, networks and losses.
+        progress (bool): show a progress bar.
+        resume (bool): continue from ``out / "checkpoint.pt"``.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> RunOptions(Path("runs/ppo/seed0")).checkpoint
+        PosixPath('runs/ppo/seed0/checkpoint.pt')
+    """
+
+    out: Path
+    logger: LoggerKind = "csv"
+    save_every: int = 0
+    device: str = "cpu"
+    progress: bool = False
+    resume: bool = False
+
+    @property
+    def checkpoint(self) -> Path:
+        """Where the run's checkpoint lives."""
+        return Path(self.out) / CHECKPOINT
+
+
+def setup() -> None:
+    """Script-wide settings: one torch thread (the measured setting), plain torchrl log lines."""
+    torch.set_num_threads(1)
+    plain_torchrl_logs()
+
+
+def plain_torchrl_logs() -> None:
+    """Writes torchrl's log lines without ANSI colour codes unless they go to a terminal.
+
+    torchrl colours every line of its ``"torchrl"`` logger; redirected to a file (``> run.log``)
+    the colour codes would end up in the file as raw escape sequences.
+
+    Examples:
+        >>> import io, logging
+        >>> handler = logging.StreamHandler(io.StringIO())
+        >>> logging.getLogger("torchrl").addHandler(handler)
+        >>> plain_torchrl_logs()
+        >>> handler.formatter._fmt
+        '%(asctime)s [%(name)s][%(levelname)s] %(message)s'
+        >>> logging.getLogger("torchrl").removeHandler(handler)
+    """
+    for handler in logging.getLogger("torchrl").handlers:
+        isatty = getattr(getattr(handler, "stream", None), "isatty", None)
+        if callable(isatty) and isatty():
+            continue
+        handler.setFormatter(logging.Formatter(PLAIN_TORCHRL_FORMAT))
+
+
+def device(name: str) -> torch.device:
+    """The torch device named on the command line; ``cuda`` must exist.
+
+    Examples:
+        >>> device("cpu")
+        device(type='cpu')
+    """
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: no CUDA device is available; use --device cpu.")
+    return dev
+
+
+# ---------------------------------------------------------------------------- logging
+def make_logger(kind: LoggerKind, out: Path, resume: bool = False) -> Any:
+    """A :mod:`torchrl.record.loggers` logger writing into the run folder ``out``.
+
+    The CSV logger writes ``out/scalars/<name>.csv`` (``step,value`` lines) and
+    ``out/videos/``; a new run (``resume=False``) first removes the CSV scalars an earlier run
+    left in the folder, since the CSV logger appends. TensorBoard writes its event files into
+    ``out``; wandb logs offline into ``out`` unless ``WANDB_MODE`` says otherwise.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     logger = make_logger("csv", Path(tmp) / "seed0")
+        ...     logger.log_scalar("mean_return", 9.5, step=64)
+        ...     read_scalars(Path(tmp) / "seed0")
+        {'mean_return': [(64, 9.5)]}
+    """
+    out = Path(out)
+    if kind == "csv":
+        if not resume:
+            for old in (out / "scalars").glob("*.csv"):
+                old.unlink()
+        from torchrl.record.loggers import CSVLogger
+
+        return CSVLogger(exp_name=out.name, log_dir=str(out.parent), video_format="pt")
+    if kind == "tensorboard":
+        from torchrl.record.loggers import TensorboardLogger
+
+        return TensorboardLogger(exp_name=out.name, log_dir=str(out.parent))
+    if kind == "wandb":
+        from torchrl.record.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_MODE", "offline")
+        return WandbLogger(exp_name=out.name, save_dir=str(out), project="torchrl_ext")
+    raise ValueError(f"logger must be 'csv', 'tensorboard' or 'wandb', got logger={kind!r}.")
+
+
+def log_row(logger: Any, row: dict[str, float], step: int) -> None:
+    """Logs every entry of ``row`` as a scalar at ``step`` (frames)."""
+    for name, value in row.items():
+        logger.log_scalar(name, float(value), step=step)
+
+
+def read_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
+    """A CSV-logged run's scalars: ``{name: [(step, value), ...]}`` in logging order."""
+    scalars = {}
+    for path in sorted((Path(out) / "scalars").glob("*.csv")):
+        with path.open() as f:
+            scalars[path.stem] = [(int(s), float(v)) for s, v in csv.reader(f)]
+    return scalars
+
+
+def trim_csv_logs(out: Path, step: int) -> None:
+    """Drops the CSV rows logged after ``step``, so a resumed run appends after its checkpoint.
+
+    An interrupted run may have logged rows past its last checkpoint; the resumed run logs
+    them again.
+    """
+    for path in (Path(out) / "scalars").glob("*.csv"):
+        with path.open() as f:
+            rows = [row for row in csv.reader(f) if int(row[0]) <= step]
+        with path.open("w", newline="") as f:
+            f.writelines(",".join(row) + "\n" for row in rows)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Saves ``state`` to ``path`` through a temporary file and a rename.
+
+    An interrupted save never leaves a broken checkpoint behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Reads a checkpoint written by :func:`save_checkpoint` (on the CPU)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"--resume: no checkpoint at {path}; pass a run folder that holds one.")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def due(frames: int, previous: int, every: int) -> bool:
+    """Whether a checkpoint is due after going from ``previous`` to ``frames`` frames.
+
+    Examples:
+        >>> due(1024, 512, 1000), due(1536, 1024, 1000), due(1536, 1024, 0)
+        (True, False, False)
+    """
+    return every > 0 and frames // every > previous // every
+
+
+# ---------------------------------------------------------------------------- timing
+class Stopwatch:
+    """Accumulates wall time per named section.
+
+    Examples:
+        >>> watch = Stopwatch()
+        >>> with watch("update"):
+        ...     pass
+        >>> list(watch.totals), watch.totals["update"] >= 0.0
+        (['update'], True)
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        """Times the body of a ``with`` block under ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
+
+
+def plot_curves(
+    path: Path, curves: dict[str, list[tuple[float, float]]], target: float, title: str
+) -> Path:
+    """Draws each labelled ``(frames, mean_return)`` curve into the PNG ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, curve in curves.items():
+        ax.plot([c[0] for c in curve], [c[1] for c in curve], label=label)
+    ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.set_xlabel("frames")
+    ax.set_ylabel("mean episode return")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def runs_of(args: Any, pipeline: str) -> Iterator[tuple[int | None, RunOptions]]:
+    """The runs a command line asks for: one per ``--seeds`` entry, or the ``--resume`` one.
+
+    A seed's run folder is ``<out>/seed<N>``; ``--out`` defaults to ``runs/<pipeline>``
+    (``runs/quick/<pipeline>`` with ``--quick``).
+
+    Examples:
+        >>> from argparse import Namespace
+        >>> args = Namespace(seeds=[0, 1], out=None, quick=False, resume=None, logger="csv",
+        ...                  save_every=0, device="cpu", progress=False)
+        >>> [str(run.out) for _, run in runs_of(args, "ppo")]
+        ['runs/ppo/seed0', 'runs/ppo/seed1']
+    """
+    common = {
+        "logger": args.logger,
+        "save_every": args.save_every,
+        "device": args.device,
+        "progress": args.progress,
+    }
+    if args.resume is not None:
+        yield None, RunOptions(Path(args.resume), resume=True, **common)
+        return
+    default = Path("runs") / ("quick" if args.quick else "") / pipeline
+    out = default if args.out is None else Path(args.out)
+    for seed in args.seeds:
+        yield seed, RunOptions(out / f"seed{seed}", **common)
