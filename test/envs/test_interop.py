@@ -96,7 +96,7 @@ class TestSyncFreeStep:
             with host_reads() as calls:
                 for _ in range(9):  # max_steps=4: auto-resets and course regenerations
                     env.rand_action(root)
-                    td, root = env.step_and_maybe_reset(root)
+                    _, root = env.step_and_maybe_reset(root)
                 env.step(env.rand_action(root))
             assert not calls, (type(env).__name__, dict(calls))
             if isinstance(env, CourseEnv):
