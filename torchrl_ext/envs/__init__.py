@@ -5,7 +5,7 @@ Importing this package initializes Warp, quietly (:mod:`torchrl_ext._warp`; set
 """
 
 from torchrl_ext import _warp
-from torchrl_ext.envs import course
+from torchrl_ext.envs import course, interop
 from torchrl_ext.envs.cartpole import CartPoleEnv
 from torchrl_ext.envs.course import (
     CarConfig,
@@ -32,5 +32,6 @@ __all__ = [
     "WarpEnv",
     "course",
     "effective_seed",
+    "interop",
 ]
 __all__ += ["RenderPixels", "render_frame", "render_frames"]

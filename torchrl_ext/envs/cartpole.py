@@ -141,3 +141,6 @@ class CartPoleEnv(VectorStateEnv):
         if low < 0 or high > 1:
             bad = low if low < 0 else high
             raise ValueError(f"action entries must be 0 or 1, got an action entry {bad}.")
+
+    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
+        return ((action < 0) | (action > 1)).any()

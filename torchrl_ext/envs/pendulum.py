@@ -107,3 +107,6 @@ class PendulumEnv(VectorStateEnv):
         if bool(nan.any()):
             index = tuple(int(i) for i in nan.nonzero()[0])
             raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")
+
+    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.isnan(action).any()

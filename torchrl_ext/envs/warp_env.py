@@ -25,10 +25,11 @@ import numpy as np
 import torch
 import warp as wp
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
-from torchrl.data import Categorical, Composite
+from torchrl.data import Bounded, Categorical, Composite
 from torchrl.envs import EnvBase
 
 from torchrl_ext._checks import check_bool, check_int
+from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import (
     Episodes,
     begin_episode,
@@ -325,6 +326,8 @@ class WarpEnv(EnvBase):
         self._action_leaf_key = self.action_key
         self._action_leaf_spec = self.action_spec
         self._on_cuda = device.type == "cuda"
+        self._sync_free = self._on_cuda
+        self._action_faults = torch.zeros((), dtype=torch.bool, device=device)
         self._allocate_buffers()
         self._allocate_state()
         self._set_seed(seed)
@@ -389,6 +392,14 @@ class WarpEnv(EnvBase):
         """Raise ``ValueError`` if ``action`` holds values the env cannot step (e.g. NaN)."""
         return None
 
+    def _action_fault(self, action: torch.Tensor) -> torch.Tensor | None:
+        """A 0-dim bool on the env's device: True if :meth:`_check_action_values` would raise.
+
+        The device-side form of the same check, computed without reading anything back to the
+        host (see :attr:`sync_free`); ``None`` for an env without value checks.
+        """
+        return None
+
     # ------------------------------------------------------------------ public helpers
     @property
     def dtype(self) -> torch.dtype:
@@ -409,6 +420,75 @@ class WarpEnv(EnvBase):
     def capture(self) -> bool:
         """Whether steps and resets replay recorded Warp graphs."""
         return self._capture
+
+    @property
+    def sync_free(self) -> bool:
+        """Whether the step path reads nothing back from the device (default: True on CUDA).
+
+        A host read (``.item()``, ``bool(tensor)``, a copy to the CPU) waits for every queued
+        kernel and cannot be recorded in a CUDA graph. When ``True``, :meth:`step`,
+        :meth:`step_and_maybe_reset` and :meth:`rollout` keep every flag on the device:
+
+        * action values are checked on the device: a bad action (e.g. NaN) raises no error in
+          the step but sets :attr:`action_fault`; :meth:`check_actions` reads it and raises;
+        * the auto-reset merge computes which envs reset on the device;
+        * a course regeneration outside a graph launches its kernels unconditionally (they
+          return early for unmasked envs) instead of reading the mask's any-flag on the host.
+
+        Outputs are bitwise the same either way. It defaults to ``False`` on the CPU, where a
+        host read costs no synchronisation and a bad action raises at once; set it to ``True``
+        there to run the CUDA step path on the CPU.
+        """
+        return self._sync_free
+
+    @sync_free.setter
+    def sync_free(self, value: bool) -> None:
+        self._sync_free = check_bool("sync_free", value)
+
+    @property
+    def action_fault(self) -> torch.Tensor:
+        """0-dim bool on the env's device: an action the env cannot step was loaded (live view).
+
+        Set by steps with :attr:`sync_free` on, cleared by :meth:`check_actions`; reading its value
+        on the host synchronises with the device.
+        """
+        return self._action_faults
+
+    def check_actions(self) -> None:
+        """Raise ``ValueError`` if a step since the last call loaded an action it cannot step.
+
+        With :attr:`sync_free` on, steps check action values on the device only; this reads the
+        result back (one host synchronisation, at a time you choose, e.g. once per collected
+        batch) and clears it. With it off, a bad action raises in the step itself and this never
+        raises.
+
+        Raises:
+            ValueError: if :attr:`action_fault` is set (it is cleared first).
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs import PendulumEnv
+            >>> env = PendulumEnv(2, seed=0)
+            >>> env.sync_free = True  # the CUDA step path: no host read in the step
+            >>> td = env.reset()
+            >>> td["action"] = torch.full((2, 1), float("nan"))
+            >>> _ = env.step(td)
+            >>> try:
+            ...     env.check_actions()
+            ... except ValueError as err:
+            ...     print("check_actions" in str(err))
+            True
+        """
+        if not bool(self._action_faults):
+            return
+        self._action_faults.zero_()
+        raise ValueError(
+            f"an action loaded by a step since the last check_actions() held values "
+            f"{type(self).__name__} cannot step (see its action spec, e.g. NaN); the envs that "
+            "got it may hold invalid state: reset them."
+        )
 
     @property
     def buffers(self) -> dict[str, Any]:
@@ -759,9 +839,12 @@ class WarpEnv(EnvBase):
 
         Work is queued on torch's current stream of the env's device, so it is ordered with the
         torch copies around it. Graphs are recorded on Warp's own stream (outside the torch stream,
-        which may be the uncapturable legacy stream) and replayed on torch's.
+        which may be the uncapturable legacy stream) and replayed on torch's. Inside
+        :func:`~torchrl_ext.envs.interop.registered` the kernels are launched one by one into
+        torch's capture instead.
         """
-        graph = self._graph(mode) if self._capture else None
+        recording = interop.active(self._wp_device) is not None
+        graph = self._graph(mode) if self._capture and not recording else None
         with self._on_torch_stream():
             if graph is not None:
                 wp.capture_launch(graph)
@@ -772,6 +855,9 @@ class WarpEnv(EnvBase):
     def _on_torch_stream(self) -> Any:
         """Context in which Warp launches are ordered with torch's work on the env's device."""
         if self._on_cuda:
+            registration = interop.active(self._wp_device)
+            if registration is not None:  # the one Warp stream Warp knows is capturing
+                return wp.ScopedStream(registration.stream)
             return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device)))
         return _NO_CONTEXT
 
@@ -792,7 +878,12 @@ class WarpEnv(EnvBase):
             )
         if action.device != self.device:
             raise ValueError(f"action must be on {self.device}, got action.device={action.device}.")
-        self._check_action_values(action)
+        if self._sync_free:
+            fault = self._action_fault(action)
+            if fault is not None:
+                self._action_faults.logical_or_(fault)
+        else:
+            self._check_action_values(action)
         self._t["action"].copy_(action)
 
     def _read_reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
@@ -872,8 +963,32 @@ class WarpEnv(EnvBase):
             return super().rand_action(tensordict)
         if tensordict is None:
             tensordict = self._make_td({})
-        _put(tensordict, self._action_leaf_key, self._action_leaf_spec.rand())
+        _put(tensordict, self._action_leaf_key, self._draw_action())
         return tensordict
+
+    def _draw_action(self) -> torch.Tensor:
+        """``action_spec.rand()``, clamped on the device with :attr:`sync_free`.
+
+        TorchRL's bounded float draw checks ``(out > high).any()`` before clamping (a host read);
+        the sync-free draw clamps with ``where``, bitwise the same values from the same RNG.
+        """
+        spec = self._action_leaf_spec
+        if not (self._sync_free and isinstance(spec, Bounded) and spec.dtype in _FLOAT_DTYPES):
+            return spec.rand()
+        low, high = spec.space.low, spec.space.high
+        out = torch.zeros(spec.shape, dtype=spec.dtype, device=self.device).uniform_()
+        out = out * (high - low) + low
+        out = torch.where(out > high, high.expand_as(out), out)
+        return torch.where(out < low, low.expand_as(out), out)
+
+    def _reset_check_done(self, tensordict: Any, tensordict_reset: Any) -> None:
+        """TorchRL's check that no env is done after its reset; skipped with :attr:`sync_free`.
+
+        The check reads the done flags on the host. :meth:`_reset` returns fresh all-False done
+        flags by construction, so there is nothing for it to find.
+        """
+        if not self._sync_free:
+            super()._reset_check_done(tensordict, tensordict_reset)
 
     def _fast_path_ok(self, tensordict: TensorDictBase) -> bool:
         keys = tensordict.keys()
@@ -930,15 +1045,20 @@ class WarpEnv(EnvBase):
     def _keep_mask(self) -> torch.Tensor | None:
         """``[N]`` bool, True for the envs that did not reset; ``None`` if none or all did.
 
+        With :attr:`sync_free` it is never ``None``: it is all True when no env or every env
+        reset, decided on the device, which zeroes the same entries.
+
         TorchRL's partial reset merges with ``where(~_reset, old, reset_data, pad=0)``: entries
         the env's reset does not write (the previous action, policy outputs carried in the root)
         become zero for the reset envs, and stay as they are when every env resets at once. The
         fused path does the same, on fresh tensors.
         """
-        done = self._flag_buffer[0]
+        done = self._flag_buffer[0].view(self.num_envs)
+        if self._sync_free:  # the same rule, decided on the device: all True unless some reset
+            return ~done | done.all()
         if int(done.count_nonzero()) in (0, self.num_envs):
             return None
-        return ~done.view(self.num_envs)
+        return ~done
 
     @staticmethod
     def _zero_carried(tree: TensorDictBase, keep: torch.Tensor, skip: frozenset) -> None:

@@ -21,6 +21,7 @@ from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_choice, check_int
+from torchrl_ext.envs import interop
 from torchrl_ext.envs.course._kernels import env as _k
 from torchrl_ext.envs.course.generator import MIN_POINTS, CourseGenerator, CourseParams
 from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, pack_params
@@ -89,12 +90,13 @@ def _check_constant(name: str, value: Any, positive: bool) -> None:
 class _RegenerateCommand:
     """A launchable that regenerates the courses of a stable mask (recordable in a capture)."""
 
-    def __init__(self, generator: CourseGenerator, mask: wp.array) -> None:
-        self.generator = generator
+    def __init__(self, env: CourseEnv, mask: wp.array) -> None:
+        self.env = env
         self.mask = mask
 
     def launch(self) -> None:
-        self.generator.regenerate(self.mask, advance=True)
+        skip = self.env._may_skip_regeneration()
+        self.env.generator.regenerate(self.mask, advance=True, skip_empty=skip)
 
 
 class CourseEnv(WarpEnv):
@@ -372,7 +374,7 @@ class CourseEnv(WarpEnv):
         one graph.
         """
         w = self._w
-        regenerate = _RegenerateCommand(self._generator, w["regen_mask"])
+        regenerate = _RegenerateCommand(self, w["regen_mask"])
         return [regenerate, *self._respawn_recipes(w["regen_mask"], w["respawn_mask"], carry)]
 
     def _respawn_recipes(
@@ -391,6 +393,21 @@ class CourseEnv(WarpEnv):
             recipes.append((_k.carry_observation, copy))
         recipes.append((_k.observe, self._observe_inputs("root", first, second, carry)))
         return recipes
+
+    def _may_skip_regeneration(self) -> bool:
+        """Whether the step's regeneration may skip an all-zero mask (``skip_empty``).
+
+        Skipping outside a graph reads the mask's any-flag on the host; with :attr:`sync_free`
+        the rebuild is skipped only by a recorded conditional node (the env's own Warp graph,
+        or a torch capture registered with ``conditional=True``), and otherwise runs with its
+        kernels returning early for unmasked envs: the same arrays either way.
+        """
+        if not self.sync_free:
+            return True
+        registration = interop.active(self.warp_device)
+        if registration is not None:
+            return registration.conditional
+        return self.warp_device.is_capturing
 
     def _outputs(self, which: str) -> list[wp.array]:
         return [self.buffers[which][key] for key in ("observation", *_STEP_RESULTS)]
@@ -474,3 +491,6 @@ class CourseEnv(WarpEnv):
         if bool(nan.any()):
             index = tuple(int(i) for i in nan.nonzero()[0])
             raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")
+
+    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.isnan(action).any()
