@@ -8,6 +8,7 @@ rate measured on other seeds.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -70,7 +71,7 @@ def square_generator(gen: CourseGenerator, env: int = 0) -> None:
     views = gen.views
     corners = torch.tensor(SQUARE + SQUARE[:1])
     steps = torch.arange(gen.num_points // 4) / (gen.num_points // 4)
-    sides = [a + steps[:, None] * (b - a) for a, b in zip(corners[:-1], corners[1:])]
+    sides = [a + steps[:, None] * (b - a) for a, b in itertools.pairwise(corners)]
     views["centerline"][env] = torch.cat(sides)
     views["checkpoints"][env].zero_()
     views["posts"][env].zero_()
@@ -133,11 +134,11 @@ class TestGates:
 
     @pytest.mark.parametrize(
         ("scale", "gate_width", "rate"),
-        [(5.0, 6.0, 0.1105), (10.0, 10.0, 0.4199), (20.0, 16.0, 0.3996)],
+        [(5.0, 6.0, 0.1150), (10.0, 10.0, 0.4164), (20.0, 16.0, 0.3918)],
     )
     def test_invalid_fraction_against_measured_rate(self, scale, gate_width, rate):
         """2,000 courses of seeds 100,000+ against the rate measured on seeds 0-9,999
-        (``docs/concepts/gates_invalid_fraction.py``): a binomial test at p > 0.01."""
+        (``benchmarks/gates_invalid_fraction.py``): a binomial test at p > 0.01."""
         params = CourseParams(scale=scale, gate_width=gate_width)
         gen = CourseGenerator(2000, seed=100_000, params=params, mode="gates")
         invalid = int((gen.views["valid"] == 0).sum())
