@@ -343,7 +343,7 @@ class CourseGenerator:
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> names = CourseGenerator.array_names()
             >>> print("centerline" in names, "param_width" in names, len(names))
-            True True 24
+            True True 23
         """
         return _STATE_ARRAYS + _COURSE_ARRAYS + _PARAM_ARRAYS
 
