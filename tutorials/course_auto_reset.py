@@ -6,8 +6,8 @@ New courses per env inside the step: CourseEnv's masks, validity and captured lo
 When an episode finishes, the env gets a *new* course; when the car crashes, it respawns on the
 *same* one; every other env is untouched, bit for bit. This tutorial shows the two masks behind
 that (``regenerate`` and ``respawn``), how an unusable course is gated on ``valid``, a host loop
-through TorchRL, the same loop replayed as one recorded graph per step, and what a masked
-regeneration costs.
+through TorchRL, the same loop replayed as one recorded graph per step, gates courses driven by
+the step inputs, and what a masked regeneration costs.
 
 Set ``TORCHRL_EXT_FAST=1`` to shrink the sizes (the documentation build does).
 """
@@ -178,6 +178,55 @@ regen_mask.zero_()
 regen_mask[[1, 5]] = 1
 wp.capture_launch(capture.graph)
 print("generation", mine.generation.tolist())
+
+# %%
+# Gates courses, driven by the step inputs
+# ----------------------------------------
+# With ``mode="gates"`` each course is a sequence of gates along the centerline: a bar of
+# ``gate_width`` between two posts. The car must go through the next gate in order (1 reward
+# each); touching a post (a disc of radius ``collision``) is a crash. The observation holds the
+# next gate's posts in the car's frame, so a hand-written pilot steers at the gate's middle.
+from torchrl_ext.envs.course import CourseParams
+
+gates = CourseEnv(16, seed=0, mode="gates", params=CourseParams(gate_width=4.0), max_steps=200)
+fig, axes = plt.subplots(1, 3, figsize=(8, 2.8))
+views = gates.generator.views
+for env, ax in enumerate(axes):
+    line = views["centerline"][env]
+    ax.plot(*torch.cat([line, line[:1]]).T, color="#bdbdbd", lw=0.8, ls="--")
+    for left, right in views["posts"][env, : int(views["checkpoint_count"][env])]:
+        ax.plot([left[0], right[0]], [left[1], right[1]], color="#e6550d", lw=1.2)
+        ax.scatter([left[0], right[0]], [left[1], right[1]], s=6, color="black", zorder=3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"env {env}: {int(views['checkpoint_count'][env])} gates", fontsize=9)
+fig.tight_layout()
+plt.show()
+
+
+def pilot(observation: torch.Tensor) -> torch.Tensor:
+    """Steer at the middle of the next gate (posts at columns 3:7, car frame), half throttle."""
+    middle = (observation[:, 3:5] + observation[:, 5:7]) / 2
+    steer = torch.atan2(middle[:, 1], middle[:, 0]).clamp(-1, 1)
+    return torch.stack([steer, torch.full_like(steer, 0.5)], 1)
+
+
+# %%
+# ``gates.inputs`` holds two stable int32 arrays, ``"regen_mask"`` and ``"reset_mask"``, zeroed
+# at construction and read by every step, never cleared: an env whose entry is set ends its
+# episode (truncated) with a new course or respawns on its course. Here env 0 is given a new
+# course every 50 steps by writing into ``regen_mask`` alone; with ``capture=True`` the same
+# writes drive the recorded step graph.
+root = gates.reset()
+passed = torch.zeros(16, dtype=torch.int64)
+for t in range(150):
+    gates.inputs["regen_mask"][0] = int(t % 50 == 49)
+    root["action"] = pilot(root["observation"])
+    td, root = gates.step_and_maybe_reset(root)
+    passed += td["next", "checkpoints_passed"].flatten()
+gates.inputs["regen_mask"].zero_()
+print("gates passed per env:", passed.tolist())
+print("generation:", gates.generation.tolist())
 
 # %%
 # What a masked regeneration costs

@@ -636,6 +636,7 @@ def scramble(state):
 accepted = {}
 for make in (
     lambda: CourseEnv(3, seed=1, max_steps=5, num_points=32, max_checkpoints=40),
+    lambda: CourseEnv(3, seed=1, max_steps=5, max_checkpoints=40, mode="gates"),
     lambda: CartPoleEnv(3, seed=1, max_steps=5),
     lambda: PendulumEnv(3, seed=1, max_steps=5),
 ):

@@ -34,7 +34,9 @@ COURSE_NAMES = (
     "harmonics",
     "width",
     "checkpoint_spacing",
+    "gate_width",
     "coefficients",
+    "posts",
     "valid",
     "defects",
 )

@@ -20,16 +20,20 @@ import warp as wp
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
-from torchrl_ext._checks import check_choice, check_int
+from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
 from torchrl_ext.envs.course._kernels import env as _k
-from torchrl_ext.envs.course.generator import MIN_POINTS, CourseGenerator, CourseParams
+from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator, CourseParams
 from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, pack_params
 
 __all__ = ["CarConfig", "CourseEnv"]
 
 _CRASH_MODES = ("respawn", "regenerate")
 _STEP_RESULTS = ("checkpoint_distance", "checkpoints_passed", "laps", "out_of_bounds", "valid")
+_INPUTS = ("regen_mask", "reset_mask")
+GATES_OBSERVATION_SIZE = 8
+"""Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
+(4 numbers) and the distance to the next gate."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,25 @@ class CourseEnv(WarpEnv):
     same course, or regenerates with ``crash="regenerate"``. TorchRL's ``reset(td)`` with a
     ``"_reset"`` mask follows the same policy (an env whose episode has not ended respawns).
 
+    **Gates mode** (``mode="gates"``): the course is a sequence of gates along the centerline
+    (a bar of ``params.gate_width`` between two posts, see
+    :class:`~torchrl_ext.envs.course.CourseGenerator`). ``"observation"`` is then
+    ``[num_envs, 8]``: speed, heading error and signed lateral offset against the gates'
+    centerline, the next gate's left and right posts in the car's frame (``x`` ahead, ``y``
+    left) and the distance to its center. ``"checkpoints_passed"`` counts the gates passed in
+    order (only the next gate counts; gate 0, the start, closes a lap), the reward is gates
+    passed + ``progress_coef`` * progress along the gates' centerline - ``crash_penalty`` on a
+    post hit (the move passes closer than ``collision`` to a post), ``"out_of_bounds"`` is the
+    post hit, a crash. Episode ends and the auto-reset policy are those of track mode.
+
     **Masks**: :meth:`regenerate` and :meth:`respawn` take stable int32 ``[num_envs]`` masks that
     the env reads and never clears; write every entry before every call or graph replay.
+
+    **Inputs**: :attr:`inputs` holds two stable, zero-initialised int32 ``[num_envs]`` arrays on
+    the env's device, read by every step and never cleared: an env whose ``"regen_mask"`` entry
+    is nonzero ends its episode at that step with a new course, one whose ``"reset_mask"`` entry
+    is nonzero respawns on its course (both truncate the episode, so ``done`` marks the cut).
+    Writing into them drives a recorded step graph without any other call.
 
     Args:
         num_envs (int): number of envs.
@@ -147,6 +168,8 @@ class CourseEnv(WarpEnv):
         car (CarConfig, optional): car and reward constants. Defaults to ``CarConfig()``.
         max_steps (int, optional): time limit; ``None`` disables it. Defaults to 1000.
         capture (bool, optional): replay one recorded Warp graph per step. Defaults to ``False``.
+        mode (str, optional): ``"track"`` or ``"gates"``. Defaults to ``"track"``.
+        collision (float, optional): post radius in gates mode, > 0. Defaults to 0.3.
 
     Examples:
         >>> import torch
@@ -166,6 +189,13 @@ class CourseEnv(WarpEnv):
         >>> env.regenerate(mask)
         >>> env.generation.tolist()
         [1, 2, 1, 1]
+        >>> gates = CourseEnv(2, seed=0, mode="gates")
+        >>> gates.reset()["observation"].shape
+        torch.Size([2, 8])
+        >>> gates.inputs["regen_mask"][1] = 1  # the next step ends env 1's episode, new course
+        >>> td = gates.rand_step(gates.reset())
+        >>> td["next", "truncated"].flatten().tolist()
+        [False, True]
     """
 
     def __init__(
@@ -183,6 +213,8 @@ class CourseEnv(WarpEnv):
         car: CarConfig | None = None,
         max_steps: int | None = 1000,
         capture: bool = False,
+        mode: Literal["track", "gates"] = "track",
+        collision: float = 0.3,
     ) -> None:
         params = CourseParams() if params is None else params
         if not isinstance(params, CourseParams):
@@ -195,6 +227,8 @@ class CourseEnv(WarpEnv):
         self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, 2)
         self.num_rays = check_int("num_rays", num_rays, 1)
         self.laps = check_int("laps", laps, 1)
+        self.mode = check_choice("mode", mode, MODES)
+        self.collision = check_float("collision", collision, 0.0, open_minimum=True)
         self.car = car
         self._params = params
         super().__init__(
@@ -212,7 +246,7 @@ class CourseEnv(WarpEnv):
             return Unbounded(shape=(n, 1), dtype=torch.int32, device=dev)
 
         self.observation_spec = Composite(
-            observation=Unbounded(shape=(n, self.num_rays + 3), dtype=torch.float32, device=dev),
+            observation=Unbounded(shape=(n, self._obs_size()), dtype=torch.float32, device=dev),
             checkpoint_distance=Unbounded(shape=(n, 1), dtype=torch.float32, device=dev),
             checkpoints_passed=count(),
             laps=count(),
@@ -224,6 +258,9 @@ class CourseEnv(WarpEnv):
         self.action_spec = Bounded(-1.0, 1.0, shape=(n, 2), dtype=torch.float32, device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
 
+    def _obs_size(self) -> int:
+        return GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
+
     def _allocate_state(self) -> None:
         n, dev = self.num_envs, self.device
         self._generator = CourseGenerator(
@@ -233,6 +270,7 @@ class CourseEnv(WarpEnv):
             num_points=self.num_points,
             max_checkpoints=self.max_checkpoints,
             device=str(self._wp_device),
+            mode=self.mode,
         )
         self._pose = torch.zeros(n, 4, dtype=torch.float32, device=dev)
         self._track = torch.zeros(n, 3, dtype=torch.float32, device=dev)
@@ -241,12 +279,15 @@ class CourseEnv(WarpEnv):
         self._respawn_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._zero_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._all_mask = torch.ones(n, dtype=torch.int32, device=dev)
+        self._inputs = {name: torch.zeros(n, dtype=torch.int32, device=dev) for name in _INPUTS}
         self._w = {
             name: wp.from_torch(getattr(self, f"_{name}"))
             for name in ("pose", "track", "counts", "regen_mask", "respawn_mask")
         }
         self._w["zero_mask"] = wp.from_torch(self._zero_mask)
         self._w["all_mask"] = wp.from_torch(self._all_mask)
+        for name, tensor in self._inputs.items():
+            self._w[f"inputs.{name}"] = wp.from_torch(tensor)
         self._car_params = pack_params(_k.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
         # load the generator's mask-reduction kernels before any capture records them
         self._generator.regenerate(self._w["zero_mask"])
@@ -267,11 +308,14 @@ class CourseEnv(WarpEnv):
         """The base's state, the car's pose, progress, counters and masks, and every course array.
 
         The regeneration and respawn masks are saved too: a step writes them and the auto-reset
-        of the same step reads them, and they are cheap.
+        of the same step reads them, and they are cheap. So are the :attr:`inputs`, which every
+        step reads and the env never rewrites.
         """
         state = super()._state_tensors()
         for name in ("pose", "track", "counts", "regen_mask", "respawn_mask"):
             state[name] = getattr(self, f"_{name}")
+        for name, tensor in self._inputs.items():
+            state[f"inputs.{name}"] = tensor
         for name, view in self._generator.views.items():
             state[f"course.{name}"] = view
         return state
@@ -281,13 +325,25 @@ class CourseEnv(WarpEnv):
         super()._check_state_values(state)
         passed, segment = state["counts"][:, _k.PASSED], state["counts"][:, _k.SEGMENT]
         _require("counts", passed, passed >= 0, "checkpoints passed are >= 0")
-        in_range = (segment >= 0) & (segment < self.num_points)
-        _require("counts", segment, in_range, f"a segment index is in [0, {self.num_points})")
+        segments = self.max_checkpoints if self.mode == "gates" else self.num_points
+        in_range = (segment >= 0) & (segment < segments)
+        _require("counts", segment, in_range, f"a segment index is in [0, {segments})")
         count = state["course.checkpoint_count"]
         at_most = f"at most max_checkpoints={self.max_checkpoints}"
         _require("course.checkpoint_count", count, count <= self.max_checkpoints, at_most)
 
     # ------------------------------------------------------------------ public views
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Stable int32 ``[num_envs]`` step inputs, ``"regen_mask"`` and ``"reset_mask"``.
+
+        Zero-initialised, read by every step, never cleared nor reallocated by the env: write
+        into them (in place) to end chosen episodes at the next step, with a new course
+        (``"regen_mask"``) or on the same course (``"reset_mask"``); a recorded step graph
+        reads what they hold when it is replayed.
+        """
+        return self._inputs
+
     @property
     def generator(self) -> CourseGenerator:
         """The env's course generator (a curriculum calls its ``set_params``)."""
@@ -326,9 +382,13 @@ class CourseEnv(WarpEnv):
     def _course(self, *names: str) -> list[wp.array]:
         return [getattr(self._generator, name) for name in names]
 
-    def _step_launches(self, autoreset: bool) -> list[Launch]:
+    def _move_recipes(self) -> list[Launch]:
+        """Move the cars and update their progress: on the track, or through the gates."""
         b, w, p = self.buffers, self._w, self._car_params
-        valid = self._generator.valid
+        drive = [w["pose"], b["action"], self._generator.valid, p]
+        if self.mode == "gates":
+            gates = [*self._course("checkpoints", "posts", "checkpoint_count"), self.collision]
+            return [(_k.drive_through_gates, [*drive, *gates, w["track"], w["counts"]])]
         progress = [
             w["pose"],
             *self._course("centerline", "arc_length", "width", "checkpoint_spacing"),
@@ -336,6 +396,10 @@ class CourseEnv(WarpEnv):
             w["track"],
             w["counts"],
         ]
+        return [(_k.drive_cars, drive), (_k.track_progress, progress)]
+
+    def _step_launches(self, autoreset: bool) -> list[Launch]:
+        b, w, p = self.buffers, self._w, self._car_params
         ends = [
             w["track"],
             w["counts"],
@@ -346,6 +410,8 @@ class CourseEnv(WarpEnv):
             self.step_limit,
             int(self.crash == "regenerate"),
             int(autoreset),
+            w["inputs.regen_mask"],
+            w["inputs.reset_mask"],
             b["reward"],
             b["terminated"],
             b["truncated"],
@@ -354,10 +420,9 @@ class CourseEnv(WarpEnv):
             w["respawn_mask"],
         ]
         recipes = [
-            (_k.drive_cars, [w["pose"], b["action"], valid, p]),
-            (_k.track_progress, progress),
+            *self._move_recipes(),
             (_k.end_episodes, ends),
-            (_k.observe, self._observe_inputs("next", w["zero_mask"], w["zero_mask"], False)),
+            self._observe_recipe("next", w["zero_mask"], w["zero_mask"], False),
         ]
         return recipes + self._auto_reset_recipes(carry=True) if autoreset else recipes
 
@@ -391,7 +456,7 @@ class CourseEnv(WarpEnv):
         if carry:
             copy = [first, second, *self._outputs("next"), *self._outputs("root")]
             recipes.append((_k.carry_observation, copy))
-        recipes.append((_k.observe, self._observe_inputs("root", first, second, carry)))
+        recipes.append(self._observe_recipe("root", first, second, carry))
         return recipes
 
     def _may_skip_regeneration(self) -> bool:
@@ -411,6 +476,28 @@ class CourseEnv(WarpEnv):
 
     def _outputs(self, which: str) -> list[wp.array]:
         return [self.buffers[which][key] for key in ("observation", *_STEP_RESULTS)]
+
+    def _observe_recipe(
+        self, which: str, first: wp.array, second: wp.array, masked_only: bool
+    ) -> Launch:
+        if self.mode == "gates":
+            return (_k.observe_gates, self._observe_gates_inputs(which, first, second, masked_only))
+        return (_k.observe, self._observe_inputs(which, first, second, masked_only))
+
+    def _observe_gates_inputs(
+        self, which: str, first: wp.array, second: wp.array, masked_only: bool
+    ) -> list:
+        w = self._w
+        course = self._course("checkpoints", "posts", "checkpoint_count", "valid")
+        return [
+            first,
+            second,
+            int(masked_only),
+            w["pose"],
+            w["counts"],
+            *course,
+            *self._outputs(which),
+        ]
 
     def _observe_inputs(
         self, which: str, first: wp.array, second: wp.array, masked_only: bool
@@ -459,21 +546,37 @@ class CourseEnv(WarpEnv):
             self._generator.regenerate(mask, advance)
         self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
 
-    def respawn(self, mask: torch.Tensor | wp.array) -> None:
-        """Respawn the masked envs on the course they have (the issue's ``reset(mask)``).
+    def respawn(self, mask: torch.Tensor | wp.array | None = None) -> None:
+        """Respawn the masked envs on the course they have.
 
         Nothing else changes: courses, generation and unmasked envs stay bitwise. The root
         observation buffers are rewritten; read them with :meth:`observe`.
 
         Args:
-            mask (torch.Tensor or wp.array): stable int32 ``[num_envs]`` mask on the env's
-                device, read and never cleared.
+            mask (torch.Tensor or wp.array, optional): stable int32 ``[num_envs]`` mask on the
+                env's device, read and never cleared. Defaults to every env.
 
         Raises:
             TypeError: for a mask that is not int32.
             ValueError: for a mask of the wrong shape, device or layout.
         """
-        mask = self._generator.check_mask(mask)
+        mask = self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
+        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+
+    def reset_epoch(self, mask: torch.Tensor | wp.array | None = None) -> None:
+        """Give the masked envs their first course again (epoch 0 of their seed) and respawn.
+
+        Args:
+            mask (torch.Tensor or wp.array, optional): stable int32 ``[num_envs]`` mask on the
+                env's device, read and never cleared. Defaults to every env.
+
+        Raises:
+            TypeError: for a mask that is not int32.
+            ValueError: for a mask of the wrong shape, device or layout.
+        """
+        mask = self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
+        with self._on_torch_stream():
+            self._generator.reset_epoch(mask)
         self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
 
     def observe(self) -> TensorDict:

@@ -1,7 +1,8 @@
 """Procedural closed courses, one per env, regenerated under a mask in Warp kernels.
 
-A :class:`CourseGenerator` owns, on its Warp device, one closed track per env: a centerline of fixed
-size, its arc-length table, a track width and checkpoints along the arc length. A course is a pure
+A :class:`CourseGenerator` owns, on its Warp device, one closed course per env: a centerline of
+fixed size, its arc-length table, a track width, checkpoints along the arc length and a gate (a bar
+across the centerline between two posts) at each checkpoint. A course is a pure
 function of the env's effective seed (:func:`effective_seed` of its ``(seed, epoch)``) and of the
 parameters it was built with; an env-owning class (``CourseEnv``) calls
 :meth:`CourseGenerator.regenerate` with its stable mask, inside its step graph if it captures one.
@@ -13,15 +14,19 @@ import enum
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import numpy as np
 import torch
 import warp as wp
 
-from torchrl_ext._checks import check_int
+from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs.course._kernels import generator as K
 
 __all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
+
+MODES = ("track", "gates")
+"""What a course is made of: a track of ``width`` or a sequence of gates of ``gate_width``."""
 
 MIN_POINTS = 16
 """Fewest centerline points accepted: two per period of the highest harmonic."""
@@ -52,6 +57,8 @@ class CourseDefect(enum.IntFlag):
     """The course needs more checkpoints than ``max_checkpoints`` slots."""
     BAD_PARAMS = 16
     """A parameter is out of range or not finite (written directly into a parameter view)."""
+    CROSSING_GATES = 32
+    """Two gate bars cross each other (gates mode only)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,10 @@ class CourseParams:
         harmonics (int, optional): highest harmonic, 1 to 8; more harmonics, sharper turns.
             Defaults to 5.
         width (float, optional): track width. Defaults to 2.0.
-        checkpoint_spacing (float, optional): arc length between checkpoints. Defaults to 5.0.
+        checkpoint_spacing (float, optional): arc length between checkpoints (and gates).
+            Defaults to 5.0.
+        gate_width (float, optional): length of each gate's bar, from post to post (gates
+            mode). Defaults to 4.0.
 
     Examples:
         >>> from torchrl_ext.envs.course import CourseParams
@@ -82,9 +92,10 @@ class CourseParams:
     harmonics: int = 5
     width: float = 2.0
     checkpoint_spacing: float = 5.0
+    gate_width: float = 4.0
 
     def __post_init__(self) -> None:
-        for name in ("scale", "width", "checkpoint_spacing"):
+        for name in ("scale", "width", "checkpoint_spacing", "gate_width"):
             _check_positive(name, getattr(self, name))
         _check_roughness(self.roughness)
         _check_harmonics(self.harmonics)
@@ -116,6 +127,7 @@ _PARAM_CHECKS = {
     "harmonics": _check_harmonics,
     "width": lambda v: _check_positive("width", v),
     "checkpoint_spacing": lambda v: _check_positive("checkpoint_spacing", v),
+    "gate_width": lambda v: _check_positive("gate_width", v),
 }
 
 
@@ -182,7 +194,9 @@ _COURSE_ARRAYS = (
     "harmonics",
     "width",
     "checkpoint_spacing",
+    "gate_width",
     "coefficients",
+    "posts",
 )
 _PARAM_ARRAYS = tuple(f"param_{f.name}" for f in fields(CourseParams))
 
@@ -198,9 +212,13 @@ class CourseGenerator:
       :class:`CourseDefect` bits);
     - course: ``centerline`` ``[N, P]`` vec2f (counter-clockwise, closed: point ``P-1`` joins point
       0), ``arc_length`` ``[N, P+1]`` (``arc_length[:, P]`` is the lap length), ``checkpoints``
-      ``[N, M]`` vec2f (checkpoint ``j`` at arc length ``j * checkpoint_spacing``, unused slots 0),
+      ``[N, M]`` vec2f (checkpoint ``j`` at arc length ``j * checkpoint_spacing``; in gates mode
+      at ``j * lap / checkpoint_count``, evenly spaced; unused slots 0),
       ``checkpoint_count``, and the parameters it was built with: ``scale``, ``roughness``,
-      ``harmonics``, ``width``, ``checkpoint_spacing``, plus its random draws ``coefficients``;
+      ``harmonics``, ``width``, ``checkpoint_spacing``, ``gate_width``, plus its random draws
+      ``coefficients`` and its gates' ``posts`` ``[N, M, 2]`` vec2f (gate ``j`` is a bar of
+      length ``gate_width`` across the centerline at checkpoint ``j``, perpendicular to it;
+      ``posts[:, j, 0]`` is its left end, ``posts[:, j, 1]`` its right end, unused slots 0);
     - next-course parameters ``param_<name>`` for each :class:`CourseParams` field, written with
       :meth:`set_params` (or into :attr:`views`) and read only when an env's course is rebuilt.
 
@@ -212,12 +230,17 @@ class CourseGenerator:
         params (CourseParams, optional): parameters of every env's first course. Defaults to
             ``CourseParams()``.
         num_points (int, optional): centerline points per course, at least 16. Defaults to 64.
-        max_checkpoints (int, optional): checkpoint slots per course, at least 2. Defaults to 32.
+        max_checkpoints (int, optional): checkpoint (and gate) slots per course, at least 2.
+            Defaults to 32.
         device (str, optional): Warp device. Defaults to ``"cpu"``.
+        mode (str, optional): ``"track"`` (a track of ``width`` around the centerline) or
+            ``"gates"`` (a sequence of gates along it). The mode decides what makes a course
+            invalid: a turn tighter than the track (track) or two gate bars crossing (gates).
+            Defaults to ``"track"``.
 
     Raises:
-        TypeError: for a size, seed or params of the wrong type, naming it.
-        ValueError: for a bad size or seed, naming it.
+        TypeError: for a size, seed, params or mode of the wrong type, naming it.
+        ValueError: for a bad size, seed or mode, naming it.
         RuntimeError: when constructed while a graph capture is active on ``device``.
 
     Examples:
@@ -244,9 +267,11 @@ class CourseGenerator:
         num_points: int = 64,
         max_checkpoints: int = 32,
         device: str = "cpu",
+        mode: Literal["track", "gates"] = "track",
     ) -> None:
         self.device = wp.get_device(device)
         self._check_sizes(num_envs, num_points, max_checkpoints)
+        self.mode = check_choice("mode", mode, MODES)
         if self.device.is_capturing:
             raise RuntimeError(
                 f"CourseGenerator cannot be constructed while a graph capture is active on "
@@ -294,12 +319,13 @@ class CourseGenerator:
             setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
         for name in ("valid", "defects", "checkpoint_count", "harmonics", "param_harmonics"):
             setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
-        for name in ("scale", "roughness", "width", "checkpoint_spacing"):
+        for name in ("scale", "roughness", "width", "checkpoint_spacing", "gate_width"):
             setattr(self, name, wp.zeros(n, dtype=wp.float32, device=dev))
             setattr(self, f"param_{name}", wp.zeros(n, dtype=wp.float32, device=dev))
         self.centerline = wp.zeros((n, p), dtype=wp.vec2f, device=dev)
         self.arc_length = wp.zeros((n, p + 1), dtype=wp.float32, device=dev)
         self.checkpoints = wp.zeros((n, m), dtype=wp.vec2f, device=dev)
+        self.posts = wp.zeros((n, m, 2), dtype=wp.vec2f, device=dev)
         self.coefficients = wp.zeros((n, K.NUM_DRAWS), dtype=wp.float32, device=dev)
         for f in fields(CourseParams):
             getattr(self, f"param_{f.name}").fill_(getattr(params, f.name))
@@ -317,7 +343,7 @@ class CourseGenerator:
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> names = CourseGenerator.array_names()
             >>> print("centerline" in names, "param_width" in names, len(names))
-            True True 20
+            True True 23
         """
         return _STATE_ARRAYS + _COURSE_ARRAYS + _PARAM_ARRAYS
 
@@ -605,22 +631,209 @@ class CourseGenerator:
                 self.arc_length,
                 self.checkpoint_spacing,
                 self.checkpoint_count,
+                int(self.mode == "gates"),
                 self.checkpoints,
+            ],
+            device=dev,
+        )
+        wp.launch(
+            K.place_gates,
+            dim=n,
+            inputs=[
+                mask,
+                self.centerline,
+                self.arc_length,
+                self.checkpoint_spacing,
+                self.checkpoint_count,
+                self.gate_width,
+                int(self.mode == "gates"),
+                self.posts,
             ],
             device=dev,
         )
 
     def _validity_inputs(self, mask: wp.array) -> list:
-        params = [self.scale, self.roughness, self.harmonics, self.width, self.checkpoint_spacing]
+        names = ("scale", "roughness", "harmonics", "width", "checkpoint_spacing", "gate_width")
         return [
             mask,
             self.centerline,
             self.arc_length,
-            *params,
+            *[getattr(self, name) for name in names],
+            self.checkpoint_count,
+            self.posts,
             self.max_checkpoints,
+            int(self.mode == "gates"),
             self.defects,
             self.valid,
         ]
+
+    def reset_epoch(self, mask: wp.array | torch.Tensor | None = None) -> None:
+        """Set the masked envs' epoch to 0 and rebuild their first course (of their seed).
+
+        Args:
+            mask (wp.array or torch.Tensor, optional): as in :meth:`regenerate`. Defaults to
+                every env.
+
+        Raises:
+            TypeError: for a bad mask type or dtype.
+            ValueError: for a bad mask shape, device or layout.
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(2, seed=4)
+            >>> first = gen.views["centerline"].clone()
+            >>> gen.regenerate()
+            >>> gen.reset_epoch()
+            >>> print(gen.views["epoch"].tolist(), torch.equal(gen.views["centerline"], first))
+            [0, 0] True
+        """
+        mask = self._all_envs if mask is None else self.check_mask(mask)
+        wp.launch(K.zero_epoch, dim=self.num_envs, inputs=[mask, self.epoch], device=self.device)
+        self._rebuild(mask, advance=False)
+
+    def generate(self, seeds: int | torch.Tensor, epochs: int | torch.Tensor = 0) -> None:
+        """Give every env a new seed and epoch and build the course of that ``(seed, epoch)``.
+
+        Everything is checked before anything is written.
+
+        Args:
+            seeds (int or torch.Tensor): as the constructor's ``seed``: an int gives env ``i`` the
+                seed ``seeds + i`` (wrapping around int64), an int64 ``[num_envs]`` tensor one
+                seed per env.
+            epochs (int or torch.Tensor, optional): every env's epoch (an int), or an integer
+                ``[num_envs]`` tensor; all >= 0. Defaults to 0.
+
+        Raises:
+            TypeError: for a seed or epoch of the wrong type, naming it.
+            ValueError: for a wrong shape or a negative epoch, naming it.
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(2, seed=0)
+            >>> gen.generate(seeds=torch.tensor([7, 7]), epochs=torch.tensor([0, 3]))
+            >>> print(gen.views["seed"].tolist(), gen.views["generation"].tolist())
+            [7, 7] [0, 3]
+            >>> other = CourseGenerator(1, seed=7)
+            >>> print(torch.equal(gen.views["centerline"][0], other.views["centerline"][0]))
+            True
+        """
+        seed_column = torch.from_numpy(self._seeds(seeds))
+        epoch_column = self._epochs(epochs)
+        self.views["seed"].copy_(seed_column)
+        self.views["epoch"].copy_(epoch_column)
+        self._rebuild(self._all_envs, advance=False)
+
+    def _epochs(self, epochs: int | torch.Tensor) -> torch.Tensor:
+        if isinstance(epochs, torch.Tensor):
+            if epochs.is_floating_point() or epochs.is_complex() or epochs.dtype == torch.bool:
+                raise TypeError(f"epochs must hold integers, got epochs.dtype={epochs.dtype}.")
+            if tuple(epochs.shape) != (self.num_envs,):
+                raise ValueError(
+                    f"epochs must have shape ({self.num_envs},), "
+                    f"got epochs.shape={tuple(epochs.shape)}."
+                )
+            column = epochs.detach().to("cpu", torch.int64)
+        else:
+            column = torch.full((self.num_envs,), check_int("epochs", epochs), dtype=torch.int64)
+        if bool((column < 0).any()):
+            raise ValueError(f"epochs must be >= 0, got epochs={epochs!r}.")
+        return column
+
+    def _positions(self, positions: torch.Tensor) -> wp.array:
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions must be a torch.Tensor, got positions={positions!r}.")
+        if positions.dtype != torch.float32:
+            raise TypeError(
+                f"positions must have dtype torch.float32, got positions.dtype={positions.dtype}."
+            )
+        if tuple(positions.shape) != (self.num_envs, 2):
+            raise ValueError(
+                f"positions must have shape ({self.num_envs}, 2), "
+                f"got positions.shape={tuple(positions.shape)}."
+            )
+        device = str(wp.device_from_torch(positions.device))
+        if device != str(self.device):
+            raise ValueError(f"positions must be on device {str(self.device)!r}, got {device!r}.")
+        return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
+
+    def frame(self, positions: torch.Tensor) -> torch.Tensor:
+        """Locate one point per env on its gates' centerline (the polyline through the gates).
+
+        Args:
+            positions (torch.Tensor): float32 ``[num_envs, 2]`` on the generator's device.
+
+        Returns:
+            float32 ``[num_envs, 2]``: the progress (arc length along the closed polyline through
+            the gate centers, from gate 0, of the point nearest to the position) and the signed
+            lateral offset (distance from that point, positive on the left of the direction of
+            travel, the inside of the course).
+
+        Raises:
+            TypeError: for positions that are not a float32 tensor.
+            ValueError: for positions of the wrong shape or device.
+
+        Examples:
+            >>> import torch
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator, CourseParams
+            >>> gen = CourseGenerator(1, params=CourseParams(roughness=0.0), mode="gates")
+            >>> start = gen.views["checkpoints"][:, 0]
+            >>> print(gen.frame(start).abs().max().item() < 1e-5)
+            True
+        """
+        points = self._positions(positions)
+        out = torch.zeros(self.num_envs, 2, dtype=torch.float32, device=positions.device)
+        wp.launch(
+            K.locate_on_gates,
+            dim=self.num_envs,
+            inputs=[self.checkpoints, self.checkpoint_count, points],
+            outputs=[wp.from_torch(out, dtype=wp.vec2f)],
+            device=self.device,
+        )
+        return out
+
+    def hit_posts(self, positions: torch.Tensor, collision: float) -> torch.Tensor:
+        """Per env, whether a point touches a post: a disc of radius ``collision`` around it.
+
+        Args:
+            positions (torch.Tensor): float32 ``[num_envs, 2]`` on the generator's device.
+            collision (float): post radius, finite and > 0.
+
+        Returns:
+            int32 ``[num_envs]``: 1 where the point is closer than ``collision`` to a post of
+            the env's gates, else 0.
+
+        Raises:
+            TypeError: for positions that are not a float32 tensor, or a non-number collision.
+            ValueError: for positions of the wrong shape or device, or a bad collision radius.
+
+        Examples:
+            >>> import warp as wp
+            >>> wp.config.log_level = wp.LOG_WARNING
+            >>> from torchrl_ext.envs.course import CourseGenerator
+            >>> gen = CourseGenerator(2, mode="gates")
+            >>> left_post = gen.views["posts"][:, 1, 0].clone()
+            >>> print(gen.hit_posts(left_post, collision=0.1).tolist())
+            [1, 1]
+        """
+        radius = check_float("collision", collision, minimum=0.0, open_minimum=True)
+        points = self._positions(positions)
+        hit = torch.zeros(self.num_envs, dtype=torch.int32, device=positions.device)
+        wp.launch(
+            K.touch_posts,
+            dim=self.num_envs,
+            inputs=[self.posts, self.checkpoint_count, points, radius],
+            outputs=[wp.from_torch(hit)],
+            device=self.device,
+        )
+        return hit
 
     def capture_regenerate(
         self,

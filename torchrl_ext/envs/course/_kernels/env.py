@@ -1,5 +1,9 @@
 """Warp kernels of the course env: car kinematics, progress, episode ends, respawn, observations.
 
+Track mode projects the car on the centerline and casts rays to the track edges; gates mode
+(``drive_through_gates``, ``observe_gates``) counts the gates the car goes through in order and
+the posts it hits. Both share the car's kinematics (:func:`drive`), the episode ends and respawn.
+
 Every kernel runs one thread per env. The car's state lives in three arrays:
 
 - ``pose`` ``[N, 4]`` float32: ``x``, ``y``, heading (radians), speed;
@@ -18,6 +22,7 @@ from __future__ import annotations
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import count_step, param_structs
+from torchrl_ext.envs.course._kernels.generator import gate_frame, hits_post
 
 CAR_FIELDS = (
     "dt",
@@ -165,22 +170,19 @@ def checkpoint_arc(
     return wp.float32(lap) * lap_length + offset
 
 
-@wp.kernel
-def drive_cars(
+@wp.func
+def drive(
     pose: wp.array2d(dtype=wp.float32),
     action: wp.array2d(dtype=wp.float32),
-    valid: wp.array(dtype=wp.int32),
+    i: int,
     params: CarParams,
 ):
-    """Kinematic bicycle step: clip ``(steer, throttle)`` to ``[-1, 1]``, move the car.
+    """Kinematic bicycle step of car ``i``: clip ``(steer, throttle)`` to ``[-1, 1]``, move it.
 
     Speed follows ``v += (accel * throttle - drag * v) dt`` clipped to ``[0, max_speed]``; the
     heading turns by ``v tan(steer * max_steer) / wheelbase * dt``; the car moves ``v dt`` along
-    its new heading. Cars on invalid courses do not move.
+    its new heading.
     """
-    i = wp.tid()
-    if valid[i] == 0:
-        return
     dt = params.dt
     steer = wp.clamp(action[i, 0], -1.0, 1.0) * params.max_steer
     throttle = wp.clamp(action[i, 1], -1.0, 1.0)
@@ -191,6 +193,96 @@ def drive_cars(
     pose[i, Y] = pose[i, Y] + v * wp.sin(heading) * dt
     pose[i, HEADING] = heading
     pose[i, SPEED] = v
+
+
+@wp.kernel
+def drive_cars(
+    pose: wp.array2d(dtype=wp.float32),
+    action: wp.array2d(dtype=wp.float32),
+    valid: wp.array(dtype=wp.int32),
+    params: CarParams,
+):
+    """Move every car on a valid course (:func:`drive`); cars on invalid courses stay."""
+    i = wp.tid()
+    if valid[i] == 0:
+        return
+    drive(pose, action, i, params)
+
+
+@wp.func
+def passes_gate(
+    posts: wp.array3d(dtype=wp.vec2f), i: int, gate: int, a: wp.vec2f, b: wp.vec2f
+) -> wp.bool:
+    """The move ``a -> b`` goes through gate ``gate`` forwards, between its posts.
+
+    Forwards: ``a`` strictly behind the bar's line and ``b`` on or past it (the direction of
+    travel is the bar's left-to-right direction turned a quarter counter-clockwise); between
+    the posts: the point where the move meets the line lies on the bar, ends included.
+    """
+    left = posts[i, gate, 0]
+    right = posts[i, gate, 1]
+    along = right - left
+    forward = wp.vec2f(-along[1], along[0])
+    behind = wp.dot(a - left, forward)
+    ahead = wp.dot(b - left, forward)
+    if not (behind < 0.0 and ahead >= 0.0):
+        return False
+    q = a + (behind / (behind - ahead)) * (b - a)
+    u = wp.dot(q - left, along)
+    return u >= 0.0 and u <= wp.dot(along, along)
+
+
+@wp.kernel
+def drive_through_gates(
+    pose: wp.array2d(dtype=wp.float32),
+    action: wp.array2d(dtype=wp.float32),
+    valid: wp.array(dtype=wp.int32),
+    params: CarParams,
+    checkpoints: wp.array2d(dtype=wp.vec2f),
+    posts: wp.array3d(dtype=wp.vec2f),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    collision: wp.float32,
+    track: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+):
+    """Gates mode: move the car, count the next gate if it went through it, detect post hits.
+
+    Only the next gate in order counts (gate ``passed + 1`` modulo the gate count; gate 0, the
+    start, is the last of a lap); going through any other gate counts nothing. A post is hit
+    when the move passes closer than ``collision`` to it (``OUT`` is set). The car's frame on
+    the gates' centerline (:func:`gate_frame`) gives its arc position; the travel grows by its
+    change, wrapped across the start as in track mode.
+    """
+    i = wp.tid()
+    if valid[i] == 0:
+        track[i, DELTA] = 0.0
+        counts[i, STEP_PASSES] = 0
+        counts[i, OUT] = 0
+        return
+    count = wp.max(checkpoint_count[i], 1)
+    a = wp.vec2f(pose[i, X], pose[i, Y])
+    drive(pose, action, i, params)
+    b = wp.vec2f(pose[i, X], pose[i, Y])
+    passed = counts[i, PASSED]
+    passes = wp.int32(0)
+    if passes_gate(posts, i, (passed + 1) % count, a, b):
+        passes = 1
+    s, _lateral, seg = gate_frame(checkpoints, i, count, b)
+    lap_length = wp.float32(0.0)
+    for k in range(count):
+        lap_length = lap_length + wp.length(checkpoints[i, (k + 1) % count] - checkpoints[i, k])
+    delta = s - track[i, ARC]
+    if delta > 0.5 * lap_length:
+        delta = delta - lap_length
+    if delta < -0.5 * lap_length:
+        delta = delta + lap_length
+    track[i, ARC] = s
+    track[i, TRAVEL] = track[i, TRAVEL] + delta
+    track[i, DELTA] = delta
+    counts[i, PASSED] = passed + passes
+    counts[i, STEP_PASSES] = passes
+    counts[i, OUT] = wp.where(hits_post(posts, i, count, a, b, collision), 1, 0)
+    counts[i, SEGMENT] = seg
 
 
 @wp.kernel
@@ -235,7 +327,7 @@ def track_progress(
         delta = delta + lap_length
     travel = track[i, TRAVEL] + delta
     passed = counts[i, PASSED]
-    count = checkpoint_count[i]
+    count = wp.max(checkpoint_count[i], 1)  # a valid course has >= 2; never divide by 0
     passes = wp.int32(0)
     for _ in range(_MAX_PASSES):
         if travel >= checkpoint_arc(passed, count, spacing[i], lap_length):
@@ -262,6 +354,8 @@ def end_episodes(
     max_steps: int,
     crash_regenerates: int,
     autoreset: int,
+    request_regenerate: wp.array(dtype=wp.int32),
+    request_respawn: wp.array(dtype=wp.int32),
     reward: wp.array(dtype=wp.float32),
     terminated: wp.array(dtype=wp.bool),
     truncated: wp.array(dtype=wp.bool),
@@ -273,8 +367,10 @@ def end_episodes(
 
     Reward: checkpoints passed + ``progress_coef * travel change`` - ``crash_penalty`` if out of
     bounds, selected to 0 on an invalid course. Terminated: laps reached, out of bounds or an
-    invalid course; truncated: the step limit. A finished, truncated or invalid episode (and a
-    crash if ``crash_regenerates``) ends with a new course, a crash with a respawn.
+    invalid course; truncated: the step limit or a request (a nonzero entry of
+    ``request_regenerate`` or ``request_respawn``, read, never cleared). A finished, invalid or
+    time-limited episode (and a crash if ``crash_regenerates``, and a regeneration request) ends
+    with a new course; a crash or a respawn request alone with a respawn.
     """
     i = wp.tid()
     ok = valid[i] != 0
@@ -285,11 +381,13 @@ def end_episodes(
         r = r - params.crash_penalty
     reward[i] = wp.where(ok, r, 0.0)
     term = (not ok) or finished or out
-    trunc = count_step(steps, i, max_steps)
+    time_up = count_step(steps, i, max_steps)
+    asked_regen = request_regenerate[i] != 0
+    trunc = time_up or asked_regen or request_respawn[i] != 0
     terminated[i] = term
     truncated[i] = trunc
     done[i] = term or trunc
-    regen = (not ok) or finished or trunc or (out and crash_regenerates != 0)
+    regen = (not ok) or finished or time_up or asked_regen or (out and crash_regenerates != 0)
     ended = END_NONE
     if term or trunc:
         ended = wp.where(regen, END_REGENERATE, END_RESPAWN)
@@ -432,6 +530,69 @@ def observe(
     observation[i, num_rays] = wp.where(ok, pose[i, SPEED], 0.0)
     observation[i, num_rays + 1] = wp.where(ok, error, 0.0)
     observation[i, num_rays + 2] = wp.where(ok, gap, 0.0)
+    distance[i] = wp.where(ok, gap, 0.0)
+    passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
+    laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)
+    out_of_bounds[i] = ok and counts[i, OUT] != 0
+    valid_out[i] = ok
+
+
+@wp.func
+def car_frame(p: wp.vec2f, heading: wp.float32, point: wp.vec2f) -> wp.vec2f:
+    """``point`` in the car's frame: ``x`` ahead, ``y`` to the left."""
+    gap = point - p
+    c = wp.cos(heading)
+    sn = wp.sin(heading)
+    return wp.vec2f(c * gap[0] + sn * gap[1], -sn * gap[0] + c * gap[1])
+
+
+@wp.kernel
+def observe_gates(
+    first: wp.array(dtype=wp.int32),
+    second: wp.array(dtype=wp.int32),
+    masked_only: int,
+    pose: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+    checkpoints: wp.array2d(dtype=wp.vec2f),
+    posts: wp.array3d(dtype=wp.vec2f),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    valid: wp.array(dtype=wp.int32),
+    observation: wp.array2d(dtype=wp.float32),
+    distance: wp.array(dtype=wp.float32),
+    passes: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    out_of_bounds: wp.array(dtype=wp.bool),
+    valid_out: wp.array(dtype=wp.bool),
+):
+    """Gates mode: write every env's observation, selected to finite zeros on an invalid course.
+
+    ``observation`` holds the speed, the heading error against the gates' centerline segment
+    nearest to the car, the car's signed lateral offset from it, the next gate's left and right
+    posts in the car's frame (``x`` ahead, ``y`` left) and the distance to the next gate's
+    center. With ``masked_only``, only envs set in either mask.
+    """
+    i = wp.tid()
+    if masked_only != 0 and first[i] == 0 and second[i] == 0:
+        return
+    ok = valid[i] != 0
+    count = wp.max(checkpoint_count[i], 1)
+    p = wp.vec2f(pose[i, X], pose[i, Y])
+    heading = pose[i, HEADING]
+    _s, lateral, seg = gate_frame(checkpoints, i, count, p)
+    tangent = checkpoints[i, (seg + 1) % count] - checkpoints[i, seg]
+    error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
+    gate = (counts[i, PASSED] + 1) % count
+    left = car_frame(p, heading, posts[i, gate, 0])
+    right = car_frame(p, heading, posts[i, gate, 1])
+    gap = wp.length(checkpoints[i, gate] - p)
+    observation[i, 0] = wp.where(ok, pose[i, SPEED], 0.0)
+    observation[i, 1] = wp.where(ok, error, 0.0)
+    observation[i, 2] = wp.where(ok, lateral, 0.0)
+    observation[i, 3] = wp.where(ok, left[0], 0.0)
+    observation[i, 4] = wp.where(ok, left[1], 0.0)
+    observation[i, 5] = wp.where(ok, right[0], 0.0)
+    observation[i, 6] = wp.where(ok, right[1], 0.0)
+    observation[i, 7] = wp.where(ok, gap, 0.0)
     distance[i] = wp.where(ok, gap, 0.0)
     passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
     laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)

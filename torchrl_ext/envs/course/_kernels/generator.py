@@ -24,6 +24,7 @@ DEFECT_TIGHT_TURN = wp.constant(2)
 DEFECT_TOO_FEW_CHECKPOINTS = wp.constant(4)
 DEFECT_TOO_MANY_CHECKPOINTS = wp.constant(8)
 DEFECT_BAD_PARAMS = wp.constant(16)
+DEFECT_CROSSING_GATES = wp.constant(32)
 
 _MIX_1 = wp.constant(wp.uint64(0xBF58476D1CE4E5B9))
 _MIX_2 = wp.constant(wp.uint64(0x94D049BB133111EB))
@@ -90,12 +91,14 @@ def commit_params(
     param_harmonics: wp.array(dtype=wp.int32),
     param_width: wp.array(dtype=wp.float32),
     param_spacing: wp.array(dtype=wp.float32),
+    param_gate_width: wp.array(dtype=wp.float32),
     generation: wp.array(dtype=wp.int64),
     scale: wp.array(dtype=wp.float32),
     roughness: wp.array(dtype=wp.float32),
     harmonics: wp.array(dtype=wp.int32),
     width: wp.array(dtype=wp.float32),
     spacing: wp.array(dtype=wp.float32),
+    gate_width: wp.array(dtype=wp.float32),
 ):
     """Copy the next-course parameters into the course of the masked envs; generation = epoch."""
     env = wp.tid()
@@ -107,6 +110,16 @@ def commit_params(
     harmonics[env] = param_harmonics[env]
     width[env] = param_width[env]
     spacing[env] = param_spacing[env]
+    gate_width[env] = param_gate_width[env]
+
+
+@wp.kernel
+def zero_epoch(mask: wp.array(dtype=wp.int32), epoch: wp.array(dtype=wp.int64)):
+    """Set the epoch of the masked envs to 0."""
+    env = wp.tid()
+    if mask[env] == 0:
+        return
+    epoch[env] = wp.int64(0)
 
 
 @wp.kernel
@@ -259,6 +272,23 @@ def point_at(
     return a + t * (b - a)
 
 
+@wp.func
+def checkpoint_step(
+    arc_length: wp.array2d(dtype=wp.float32),
+    env: wp.int32,
+    spacing: wp.float32,
+    count: wp.int32,
+    even: wp.int32,
+) -> wp.float32:
+    """Arc length between checkpoints: ``spacing``, or with ``even`` the lap over ``count``.
+
+    Gates are spaced evenly so that the last one never sits just before gate 0.
+    """
+    if even != 0 and count > 0:
+        return arc_length[env, arc_length.shape[1] - 1] / wp.float32(count)
+    return spacing
+
+
 @wp.kernel
 def place_checkpoints(
     mask: wp.array(dtype=wp.int32),
@@ -266,20 +296,73 @@ def place_checkpoints(
     arc_length: wp.array2d(dtype=wp.float32),
     spacing: wp.array(dtype=wp.float32),
     checkpoint_count: wp.array(dtype=wp.int32),
+    even: wp.int32,
     checkpoints: wp.array2d(dtype=wp.vec2f),
 ):
-    """Checkpoint ``j`` at arc length ``j * spacing`` on the centerline; unused slots are zero."""
+    """Checkpoint ``j`` at arc length ``j * step`` (:func:`checkpoint_step`); unused slots zero."""
     env = wp.tid()
     if mask[env] == 0:
         return
     count = wp.min(checkpoint_count[env], checkpoints.shape[1])
+    step = checkpoint_step(arc_length, env, spacing[env], count, even)
     for j in range(checkpoints.shape[1]):
         if j < count:
-            checkpoints[env, j] = point_at(
-                centerline, arc_length, env, wp.float32(j) * spacing[env]
-            )
+            checkpoints[env, j] = point_at(centerline, arc_length, env, wp.float32(j) * step)
         else:
             checkpoints[env, j] = wp.vec2f(0.0, 0.0)
+
+
+@wp.func
+def tangent_at(
+    centerline: wp.array2d(dtype=wp.vec2f),
+    arc_length: wp.array2d(dtype=wp.float32),
+    env: wp.int32,
+    s: wp.float32,
+) -> wp.vec2f:
+    """Unit direction of the centerline segment containing arc length ``s`` (0 if degenerate)."""
+    num_points = centerline.shape[1]
+    i = find_segment(arc_length, env, s)
+    edge = centerline[env, (i + 1) % num_points] - centerline[env, i]
+    size = wp.length(edge)
+    if size > 0.0:
+        return edge / size
+    return wp.vec2f(0.0, 0.0)
+
+
+@wp.kernel
+def place_gates(
+    mask: wp.array(dtype=wp.int32),
+    centerline: wp.array2d(dtype=wp.vec2f),
+    arc_length: wp.array2d(dtype=wp.float32),
+    spacing: wp.array(dtype=wp.float32),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    gate_width: wp.array(dtype=wp.float32),
+    even: wp.int32,
+    posts: wp.array3d(dtype=wp.vec2f),
+):
+    """The two posts of each gate; unused slots zero.
+
+    Gate ``j`` stands at checkpoint ``j``: its left (right) post is the checkpoint plus (minus)
+    ``gate_width / 2`` times the left normal of the centerline segment the checkpoint lies on.
+    """
+    env = wp.tid()
+    if mask[env] == 0:
+        return
+    count = wp.min(checkpoint_count[env], posts.shape[1])
+    step = checkpoint_step(arc_length, env, spacing[env], count, even)
+    half = 0.5 * gate_width[env]
+    for j in range(posts.shape[1]):
+        left = wp.vec2f(0.0, 0.0)
+        right = wp.vec2f(0.0, 0.0)
+        if j < count:
+            s = wp.float32(j) * step
+            center = point_at(centerline, arc_length, env, s)
+            t = tangent_at(centerline, arc_length, env, s)
+            normal = wp.vec2f(-t[1], t[0])
+            left = center + half * normal
+            right = center - half * normal
+        posts[env, j, 0] = left
+        posts[env, j, 1] = right
 
 
 @wp.func
@@ -361,16 +444,28 @@ def has_tight_turn(
 
 
 @wp.func
+def gates_cross(posts: wp.array3d(dtype=wp.vec2f), env: wp.int32, count: wp.int32) -> wp.bool:
+    """Two of the first ``count`` gate bars cross at a point interior to both (pair test)."""
+    for j in range(count):
+        for k in range(j + 1, count):
+            if edges_cross(posts[env, j, 0], posts[env, j, 1], posts[env, k, 0], posts[env, k, 1]):
+                return True
+    return False
+
+
+@wp.func
 def params_defect(
     scale: wp.float32,
     roughness: wp.float32,
     harmonics: wp.int32,
     width: wp.float32,
     spacing: wp.float32,
+    gate_width: wp.float32,
 ) -> wp.int32:
     """``DEFECT_BAD_PARAMS`` for non-finite or out-of-range parameters, else 0."""
     ok = scale > 0.0 and wp.isfinite(scale) and roughness >= 0.0 and wp.isfinite(roughness)
     ok = ok and width > 0.0 and wp.isfinite(width) and spacing > 0.0 and wp.isfinite(spacing)
+    ok = ok and gate_width > 0.0 and wp.isfinite(gate_width)
     ok = ok and harmonics >= 1 and harmonics <= _MAX_HARMONICS
     if ok:
         return 0
@@ -387,19 +482,34 @@ def check_validity(
     harmonics: wp.array(dtype=wp.int32),
     width: wp.array(dtype=wp.float32),
     spacing: wp.array(dtype=wp.float32),
+    gate_width: wp.array(dtype=wp.float32),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    posts: wp.array3d(dtype=wp.vec2f),
     max_checkpoints: wp.int32,
+    gates: wp.int32,
     defects: wp.array(dtype=wp.int32),
     valid: wp.array(dtype=wp.int32),
 ):
-    """Write the defect bits of the masked envs' courses and ``valid = (defects == 0)``."""
+    """Write the defect bits of the masked envs' courses and ``valid = (defects == 0)``.
+
+    A track (``gates == 0``) is checked for tight turns against its width, a gates course for
+    crossing bars; both for a self-crossing centerline, the checkpoint count and the parameters.
+    """
     env = wp.tid()
     if mask[env] == 0:
         return
-    bits = params_defect(scale[env], roughness[env], harmonics[env], width[env], spacing[env])
+    bits = params_defect(
+        scale[env], roughness[env], harmonics[env], width[env], spacing[env], gate_width[env]
+    )
     if not is_simple(centerline, env):
         bits = bits | DEFECT_SELF_INTERSECTING
-    if has_tight_turn(centerline, env, width[env]):
-        bits = bits | DEFECT_TIGHT_TURN
+    if gates == 0:
+        if has_tight_turn(centerline, env, width[env]):
+            bits = bits | DEFECT_TIGHT_TURN
+    else:
+        count = wp.min(checkpoint_count[env], posts.shape[1])
+        if gates_cross(posts, env, count):
+            bits = bits | DEFECT_CROSSING_GATES
     length = arc_length[env, arc_length.shape[1] - 1]
     needed = needed_checkpoints(length, spacing[env], max_checkpoints)
     if needed < _MIN_CHECKPOINTS:
@@ -408,3 +518,102 @@ def check_validity(
         bits = bits | DEFECT_TOO_MANY_CHECKPOINTS
     defects[env] = bits
     valid[env] = wp.where(bits == 0, 1, 0)
+
+
+# ---------------------------------------------------------------- contacts with gates
+
+
+@wp.func
+def gate_frame(
+    checkpoints: wp.array2d(dtype=wp.vec2f), env: wp.int32, count: wp.int32, p: wp.vec2f
+):
+    """Locate ``p`` on the closed polyline through the first ``count`` gate centers.
+
+    Returns ``(progress, lateral, segment)``: the arc length from gate 0 of the point of the
+    polyline nearest to ``p`` (nearest of all segments; segment ``k`` joins gate ``k`` to gate
+    ``k + 1``, the last one back to gate 0), the signed distance of ``p`` from that segment
+    (positive on the left, the inside of a counter-clockwise course) and ``k``.
+    """
+    n = wp.max(count, 1)
+    best = wp.int32(0)
+    best_d2 = wp.float32(3.0e38)
+    progress = wp.float32(0.0)
+    lateral = wp.float32(0.0)
+    start = wp.float32(0.0)
+    for k in range(n):
+        a = checkpoints[env, k]
+        b = checkpoints[env, (k + 1) % n]
+        edge = b - a
+        size = wp.length(edge)
+        t = wp.float32(0.0)
+        if size > 0.0:
+            t = wp.clamp(wp.dot(p - a, edge) / (size * size), 0.0, 1.0)
+        gap = p - (a + t * edge)
+        d2 = wp.dot(gap, gap)
+        if d2 < best_d2:
+            best = k
+            best_d2 = d2
+            progress = start + t * size
+            lateral = wp.float32(0.0)
+            if size > 0.0:
+                lateral = (edge[0] * (p[1] - a[1]) - edge[1] * (p[0] - a[0])) / size
+        start = start + size
+    return progress, lateral, best
+
+
+@wp.func
+def point_segment_distance(p: wp.vec2f, a: wp.vec2f, b: wp.vec2f) -> wp.float32:
+    """Distance from ``p`` to the segment ``ab`` (to ``a`` when ``a == b``)."""
+    edge = b - a
+    len2 = wp.dot(edge, edge)
+    t = wp.float32(0.0)
+    if len2 > 0.0:
+        t = wp.clamp(wp.dot(p - a, edge) / len2, 0.0, 1.0)
+    return wp.length(p - (a + t * edge))
+
+
+@wp.func
+def hits_post(
+    posts: wp.array3d(dtype=wp.vec2f),
+    env: wp.int32,
+    count: wp.int32,
+    a: wp.vec2f,
+    b: wp.vec2f,
+    collision: wp.float32,
+) -> wp.bool:
+    """The path ``a -> b`` comes closer than ``collision`` to a post of the first ``count`` gates.
+
+    ``a == b`` tests a point; a path catches a post that a fast agent would otherwise jump over.
+    """
+    for j in range(wp.min(count, posts.shape[1])):
+        for side in range(2):
+            if point_segment_distance(posts[env, j, side], a, b) < collision:
+                return True
+    return False
+
+
+@wp.kernel
+def locate_on_gates(
+    checkpoints: wp.array2d(dtype=wp.vec2f),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    positions: wp.array(dtype=wp.vec2f),
+    frame: wp.array(dtype=wp.vec2f),
+):
+    """``frame[env] = (progress, lateral)`` of ``positions[env]`` (:func:`gate_frame`)."""
+    env = wp.tid()
+    progress, lateral, _seg = gate_frame(checkpoints, env, checkpoint_count[env], positions[env])
+    frame[env] = wp.vec2f(progress, lateral)
+
+
+@wp.kernel
+def touch_posts(
+    posts: wp.array3d(dtype=wp.vec2f),
+    checkpoint_count: wp.array(dtype=wp.int32),
+    positions: wp.array(dtype=wp.vec2f),
+    collision: wp.float32,
+    hit: wp.array(dtype=wp.int32),
+):
+    """``hit[env] = 1`` if ``positions[env]`` is closer than ``collision`` to a post, else 0."""
+    env = wp.tid()
+    p = positions[env]
+    hit[env] = wp.where(hits_post(posts, env, checkpoint_count[env], p, p, collision), 1, 0)
