@@ -1,6 +1,6 @@
 """Measures the fraction of invalid gates courses against gate width and course scale.
 
-Usage: ``python benchmarks/gates_invalid_fraction.py [--courses 10000] [--out docs/concepts]``
+Usage: ``python benchmarks/gates_invalid_fraction.py [--courses 10000] [--out docs/_static]``
 
 For each course scale and gate width, builds the epoch-0 gates courses of seeds
 ``0 .. courses - 1`` (other parameters at their defaults: roughness 0.3, 5 harmonics, gates every
@@ -65,7 +65,7 @@ def write(table: dict, courses: int, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--courses", type=int, default=10_000, help="courses per point")
-    parser.add_argument("--out", type=Path, default=Path("docs/concepts"), help="output folder")
+    parser.add_argument("--out", type=Path, default=Path("docs/_static"), help="output folder")
     args = parser.parse_args()
     wp.config.log_level = wp.LOG_WARNING
     table = measure(args.courses)
