@@ -145,16 +145,19 @@ def gae_scan(
     floats = tuple(x.to(dtype) for x in (reward, value, next_value))
     inputs = (*floats, terminated, done)
     device = reward.device
-    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
-    if device.type == "cpu":
+    if device.type == "cpu":  # the kernel also writes the reset flags, in the same pass
         advantage = workspace.empty(reward.shape, dtype)
         value_target = workspace.empty(reward.shape, dtype)
-        nonfinite = kernels.scan_cpu(inputs, gamma, lmbda, advantage, value_target)
+        last_done = torch.empty(reward.shape[0], dtype=torch.bool)
         is_init = None
         if first_is_init is not None:
-            out = workspace.empty(done_rows.shape, torch.bool)
-            is_init = derive_is_init(done_rows, first_is_init, out)
+            is_init = workspace.empty(reward.shape[:2], torch.bool)
+            first_is_init = first_is_init.to(device)
+        nonfinite = kernels.scan_cpu(
+            inputs, gamma, lmbda, advantage, value_target, last_done, first_is_init, is_init
+        )
     else:
+        done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
         if device.type == "cuda":
             advantage, value_target = torch.empty_like(floats[0]), torch.empty_like(floats[0])
             nonfinite = kernels.scan_warp(inputs, gamma, lmbda, advantage, value_target)
@@ -162,6 +165,7 @@ def gae_scan(
             advantage, value_target = gae_reference(*inputs, gamma, lmbda)
             nonfinite = not bool(torch.isfinite(advantage[:, 0]).all())
         is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
+        last_done = done_rows[:, -1].clone()
     if dtype != out_dtype:
         advantage, value_target = advantage.to(out_dtype), value_target.to(out_dtype)
-    return ScanResult(advantage, value_target, is_init, done_rows[:, -1].clone(), nonfinite)
+    return ScanResult(advantage, value_target, is_init, last_done, nonfinite)
