@@ -17,6 +17,7 @@ read back from memory.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -172,22 +173,14 @@ class ValuePass:
                 flat = module(flat)
                 continue
             if i == self.last_recurrent and self.direct_tail:
-                key = module.out_keys[0]
-                values = self._run_recurrent(
-                    module,
-                    flat,
-                    td,
-                    layout,
-                    plan,
-                    initial_state,
-                    lambda call, out: self._tail_call(key, call, out, flat, value_key),
-                )
+                tail = functools.partial(self._tail_call, module.out_keys[0], flat, value_key)
+                values = self._run_recurrent(module, flat, td, layout, plan, initial_state, tail)
                 return torch.cat(values)
             outputs = self._run_recurrent(module, flat, td, layout, plan, initial_state)
             flat.set(module.out_keys[0], torch.cat(outputs))
         return flat.get(value_key)
 
-    def _tail_call(self, key, call: Call, output: torch.Tensor, flat: TensorDictBase, value_key):
+    def _tail_call(self, key, flat: TensorDictBase, value_key, call: Call, output: torch.Tensor):
         """Runs the plain leaves after the last recurrent layer on one call's output.
 
         Each leaf's inner module is called on the tensors its keys name, as

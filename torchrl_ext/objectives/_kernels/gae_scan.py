@@ -18,8 +18,8 @@ computes the TD errors and trace decays forwards in time into a small scratch (l
 compiler vectorizes), scans the scratch backwards, then writes the advantages and value
 targets forwards. While a row's ``done`` flags are in cache it can also write the row's reset
 flags (``is_init``: ``done`` one step later) and its last ``done``, which would otherwise take
-one more pass over the flags. The Warp kernel runs one thread per row: on CUDA that is one launch where a
-torch loop over time would be several launches per step.
+one more pass over the flags. The Warp kernel runs one thread per row: on CUDA that is one
+launch where a torch loop over time would be several launches per step.
 """
 
 from __future__ import annotations
