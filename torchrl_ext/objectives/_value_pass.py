@@ -124,7 +124,7 @@ class ValuePass:
         if self.recurrent:
             plan = plan_segments(is_init, done, chunk_len)
             boot_idx = plan.boot_idx
-            flat = self._flat_inputs(td, layout, boot_idx, plan.reads)
+            flat = self._flat_inputs(td, layout, boot_idx, plan)
             out = self._run_planned(flat, td, layout, plan, initial_state, value_key)
             out = _take(out, plan.index)
         else:
@@ -142,17 +142,17 @@ class ValuePass:
         td: TensorDictBase,
         layout: tuple[int, int],
         boot_idx: torch.Tensor,
-        reads: torch.Tensor | None,
+        plan: Plan | None,
     ) -> TensorDictBase:
-        """The critic's inputs: rows then bootstrap steps, or where the calls read them."""
+        """The critic's inputs: rows then bootstrap steps, or where the plan's calls read them."""
         flat = None
         for key in self.obs_keys:
             root = flat_rows(td.get(key), *layout).flatten(0, 1)
             final = flat_rows(td.get(next_key(key)), *layout).flatten(0, 1)
-            if reads is None:
+            if plan is None:
                 steps = torch.cat([root, final[boot_idx]])
             else:
-                steps = gather_steps(root, final, reads)
+                steps = gather_steps(root, final, plan.reads, plan.index[root.shape[0] :])
             if flat is None:
                 flat = TensorDict(batch_size=[steps.shape[0]], device=steps.device)
             flat.set(key, steps)
