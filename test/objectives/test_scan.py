@@ -85,34 +85,6 @@ class TestKernels:
         assert run(KERNELS[kernel], inputs)[2]
 
 
-class TestKernelResetFlags:
-    """The numba kernel's reset flags equal :func:`derive_is_init` and the last ``done``."""
-
-    @pytest.mark.parametrize(("n", "t", "k"), SIZES)
-    @pytest.mark.parametrize("broadcast", [False, True])
-    def test_equal_derive_is_init_and_last_done(self, n, t, k, broadcast):
-        inputs = scan_inputs(n, t, k, seed=n + t)
-        if broadcast:
-            inputs[3:] = [x[..., :1].expand(n, t, k) for x in inputs[3:]]
-        first = torch.rand(n, generator=torch.Generator().manual_seed(t)) < 0.5
-        adv, target = torch.empty_like(inputs[0]), torch.empty_like(inputs[0])
-        is_init = torch.ones(n, t, dtype=torch.bool)  # every flag must be written
-        last_done = torch.ones(n, dtype=torch.bool)
-        kernels.scan_cpu(inputs, 0.97, 0.9, adv, target, last_done, first, is_init)
-        done_rows = inputs[4].any(-1)
-        assert torch.equal(is_init, derive_is_init(done_rows, first))
-        assert torch.equal(last_done, done_rows[:, -1])
-        expected_adv, expected_target = gae_reference(*inputs, 0.97, 0.9)
-        assert torch.equal(adv, expected_adv) and torch.equal(target, expected_target)
-
-    def test_last_done_alone(self):
-        inputs = scan_inputs(kernels.LANES + 3, 5, 2, seed=3)
-        adv, target = torch.empty_like(inputs[0]), torch.empty_like(inputs[0])
-        last_done = torch.zeros(kernels.LANES + 3, dtype=torch.bool)
-        kernels.scan_cpu(inputs, 0.97, 0.9, adv, target, last_done)
-        assert torch.equal(last_done, inputs[4].any(-1)[:, -1])
-
-
 class TestDeriveIsInit:
     @pytest.mark.parametrize("contiguous", [True, False])
     def test_done_shifted_with_first_column(self, contiguous):

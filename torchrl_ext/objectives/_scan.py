@@ -81,6 +81,13 @@ def derive_is_init(
     return is_init
 
 
+_NUMPY_DTYPES = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.bool: np.dtype(np.bool_),
+}
+
+
 class Workspace:
     """CPU output buffers that stay mapped between calls, reused once no tensor holds them.
 
@@ -98,17 +105,18 @@ class Workspace:
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialized CPU tensor, backed by a free buffer of the workspace if one fits."""
-        np_dtype = np.dtype(str(dtype).removeprefix("torch."))
+        np_dtype = _NUMPY_DTYPES.get(dtype) or np.dtype(str(dtype).removeprefix("torch."))
         shape = tuple(shape)
-        free = [i for i in range(len(self._arrays)) if self._unused(i)]
-        for i in free:
-            if self._arrays[i].shape == shape and self._arrays[i].dtype == np_dtype:
-                return torch.from_numpy(self._arrays[i])
-        for i in reversed(free):  # another shape: the caller moved on
-            del self._arrays[i]
+        arrays = self._arrays
+        for i in range(len(arrays)):
+            if arrays[i].shape == shape and arrays[i].dtype == np_dtype and self._unused(i):
+                return torch.from_numpy(arrays[i])
+        for i in reversed(range(len(arrays))):  # free buffers of another shape: the caller moved on
+            if self._unused(i):
+                del arrays[i]
         array = np.empty(shape, dtype=np_dtype)
-        if len(self._arrays) < self.LIMIT:
-            self._arrays.append(array)
+        if len(arrays) < self.LIMIT:
+            arrays.append(array)
         return torch.from_numpy(array)
 
     def _unused(self, i: int) -> bool:
@@ -145,19 +153,16 @@ def gae_scan(
     floats = tuple(x.to(dtype) for x in (reward, value, next_value))
     inputs = (*floats, terminated, done)
     device = reward.device
-    if device.type == "cpu":  # the kernel also writes the reset flags, in the same pass
+    done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
+    if device.type == "cpu":
         advantage = workspace.empty(reward.shape, dtype)
         value_target = workspace.empty(reward.shape, dtype)
-        last_done = torch.empty(reward.shape[0], dtype=torch.bool)
+        nonfinite = kernels.scan_cpu(inputs, gamma, lmbda, advantage, value_target)
         is_init = None
         if first_is_init is not None:
-            is_init = workspace.empty(reward.shape[:2], torch.bool)
-            first_is_init = first_is_init.to(device)
-        nonfinite = kernels.scan_cpu(
-            inputs, gamma, lmbda, advantage, value_target, last_done, first_is_init, is_init
-        )
+            out = workspace.empty(done_rows.shape, torch.bool)
+            is_init = derive_is_init(done_rows, first_is_init, out)
     else:
-        done_rows = done[..., 0] if done.shape[2] == 1 else done.any(-1)
         if device.type == "cuda":
             advantage, value_target = torch.empty_like(floats[0]), torch.empty_like(floats[0])
             nonfinite = kernels.scan_warp(inputs, gamma, lmbda, advantage, value_target)
@@ -165,7 +170,6 @@ def gae_scan(
             advantage, value_target = gae_reference(*inputs, gamma, lmbda)
             nonfinite = not bool(torch.isfinite(advantage[:, 0]).all())
         is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
-        last_done = done_rows[:, -1].clone()
     if dtype != out_dtype:
         advantage, value_target = advantage.to(out_dtype), value_target.to(out_dtype)
-    return ScanResult(advantage, value_target, is_init, last_done, nonfinite)
+    return ScanResult(advantage, value_target, is_init, done_rows[:, -1].clone(), nonfinite)

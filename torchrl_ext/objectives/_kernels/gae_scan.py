@@ -16,10 +16,8 @@ The CPU kernel advances eight rows together: one row's scan is a chain of depend
 multiply-adds, and eight independent chains keep the core busy. Per block of eight rows it
 computes the TD errors and trace decays forwards in time into a small scratch (loops the
 compiler vectorizes), scans the scratch backwards, then writes the advantages and value
-targets forwards. While a row's ``done`` flags are in cache it can also write the row's reset
-flags (``is_init``: ``done`` one step later) and its last ``done``, which would otherwise take
-one more pass over the flags. The Warp kernel runs one thread per row: on CUDA that is one
-launch where a torch loop over time would be several launches per step.
+targets forwards. The Warp kernel runs one thread per row: on CUDA that is one launch where a
+torch loop over time would be several launches per step.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ DTYPES = (torch.float32, torch.float64)
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_block(inputs, coefs, outputs, resets, first, delta, decay):
+def _scan_block(inputs, coefs, outputs, first, delta, decay):
     """Scans rows ``first .. first + LANES - 1`` (a partial last block repeats its last row).
 
     Returns whether some row's advantage at its first step is not finite.
@@ -58,7 +56,6 @@ def _scan_block(inputs, coefs, outputs, resets, first, delta, decay):
             boot = zero if terminated[n, k, t] else gamma * nv
             delta[j, t] = (reward[n, k, t] - value[n, k, t]) + boot + (nv - nv)
             decay[j, t] = zero if done[n, k, t] else gamma_lmbda
-        _resets(done, resets, n, k)
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
     for i in range(n_steps):
         t = n_steps - 1 - i
@@ -82,30 +79,8 @@ def _scan_block(inputs, coefs, outputs, resets, first, delta, decay):
     return check - check != zero
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _resets(done, resets, n, k):
-    """Row ``n``'s reset flags from channel ``k``'s done flags (channel 0 writes, others OR).
-
-    ``resets`` is ``(derive, first_is_init [N], is_init [N, T], last_done [N])``; ``is_init``
-    is written only if ``derive``. Rows come in order, channel 0 first.
-    """
-    derive, first_is_init, is_init, last_done = resets
-    n_steps = done.shape[2]
-    if k == 0:
-        last_done[n] = done[n, k, n_steps - 1]
-        if derive:
-            is_init[n, 0] = first_is_init[n]
-            for t in range(1, n_steps):
-                is_init[n, t] = done[n, k, t - 1]
-        return
-    last_done[n] = last_done[n] or done[n, k, n_steps - 1]
-    if derive:
-        for t in range(1, n_steps):
-            is_init[n, t] = is_init[n, t] or done[n, k, t - 1]
-
-
 @numba.njit(cache=True, nogil=True)
-def _scan_rows(inputs, coefs, outputs, resets):
+def _scan_rows(inputs, coefs, outputs):
     """The scan over all rows of ``[N, K, T]`` arrays; returns whether any was non-finite."""
     reward = inputs[0]
     n_rows, n_chan, n_steps = reward.shape
@@ -113,13 +88,11 @@ def _scan_rows(inputs, coefs, outputs, resets):
     decay = np.empty((LANES, n_steps), dtype=reward.dtype)
     nonfinite = False
     for first in range(0, n_rows * n_chan, LANES):
-        nonfinite |= _scan_block(inputs, coefs, outputs, resets, first, delta, decay)
+        nonfinite |= _scan_block(inputs, coefs, outputs, first, delta, decay)
     return nonfinite
 
 
-def scan_cpu(
-    inputs, gamma, lmbda, advantage, value_target, last_done=None, first_is_init=None, is_init=None
-) -> bool:
+def scan_cpu(inputs, gamma, lmbda, advantage, value_target) -> bool:
     """Runs the numba kernel; returns whether some input was NaN or infinite.
 
     Args:
@@ -129,31 +102,12 @@ def scan_cpu(
         lmbda (float): GAE trace decay.
         advantage (torch.Tensor): ``[N, T, K]`` output, written.
         value_target (torch.Tensor): ``[N, T, K]`` output, written.
-        last_done (torch.Tensor, optional): contiguous bool ``[N]`` output: whether any flag
-            of each row's last step is done.
-        first_is_init (torch.Tensor, optional): bool ``[N]``; with ``is_init``, derives the
-            reset flags with it as their first column.
-        is_init (torch.Tensor, optional): contiguous bool ``[N, T]`` output: ``done`` (any
-            channel) one step later.
     """
     scalar = np.dtype(str(inputs[0].dtype).removeprefix("torch."))
     coefs = (scalar.type(gamma), scalar.type(gamma * lmbda))
     arrays = tuple(_time_last(x) for x in inputs)
     outputs = (_time_last(advantage), _time_last(value_target))
-    n_rows = inputs[0].shape[0]
-    derive = is_init is not None
-    resets = (
-        derive,
-        first_is_init.contiguous().numpy() if derive else _NO_FIRST,
-        is_init.numpy() if derive else _NO_IS_INIT,
-        np.empty(n_rows, np.bool_) if last_done is None else last_done.numpy(),
-    )
-    return bool(_scan_rows(arrays, coefs, outputs, resets))
-
-
-# stand in for the reset flags a call does not derive (same types: one compiled kernel)
-_NO_FIRST = np.zeros(0, dtype=np.bool_)
-_NO_IS_INIT = np.zeros((0, 0), dtype=np.bool_)
+    return bool(_scan_rows(arrays, coefs, outputs))
 
 
 def _time_last(x: torch.Tensor) -> np.ndarray:
