@@ -81,6 +81,7 @@ def derive_is_init(
     return is_init
 
 
+# the workspace's usual dtypes, looked up without parsing the dtype's name on every call
 _NUMPY_DTYPES = {
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
