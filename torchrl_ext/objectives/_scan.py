@@ -81,6 +81,14 @@ def derive_is_init(
     return is_init
 
 
+# the workspace's usual dtypes, looked up without parsing the dtype's name on every call
+_NUMPY_DTYPES = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.bool: np.dtype(np.bool_),
+}
+
+
 class Workspace:
     """CPU output buffers that stay mapped between calls, reused once no tensor holds them.
 
@@ -98,17 +106,18 @@ class Workspace:
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialized CPU tensor, backed by a free buffer of the workspace if one fits."""
-        np_dtype = np.dtype(str(dtype).removeprefix("torch."))
+        np_dtype = _NUMPY_DTYPES.get(dtype) or np.dtype(str(dtype).removeprefix("torch."))
         shape = tuple(shape)
-        free = [i for i in range(len(self._arrays)) if self._unused(i)]
-        for i in free:
-            if self._arrays[i].shape == shape and self._arrays[i].dtype == np_dtype:
-                return torch.from_numpy(self._arrays[i])
-        for i in reversed(free):  # another shape: the caller moved on
-            del self._arrays[i]
+        arrays = self._arrays
+        for i in range(len(arrays)):
+            if arrays[i].shape == shape and arrays[i].dtype == np_dtype and self._unused(i):
+                return torch.from_numpy(arrays[i])
+        for i in reversed(range(len(arrays))):  # free buffers of another shape: the caller moved on
+            if self._unused(i):
+                del arrays[i]
         array = np.empty(shape, dtype=np_dtype)
-        if len(self._arrays) < self.LIMIT:
-            self._arrays.append(array)
+        if len(arrays) < self.LIMIT:
+            arrays.append(array)
         return torch.from_numpy(array)
 
     def _unused(self, i: int) -> bool:

@@ -95,12 +95,20 @@ def plan_segments(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | No
     return plan_segments_torch(is_init, done, chunk_len)
 
 
-def gather_steps(root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor) -> torch.Tensor:
+def gather_steps(
+    root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor, boot_positions: torch.Tensor
+) -> torch.Tensor:
     """The critic's inputs in the calls' layout: row ``p`` is row ``reads[p]`` of both, stacked.
 
-    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations.
+    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations;
+    ``boot_positions`` (the plan's ``index[N * T:]``) are the few positions that read
+    ``final``. Gathering from ``root`` and then overwriting those positions copies half the
+    rows that joining ``root`` and ``final`` before one gather would.
     """
-    return torch.cat([root, final]).index_select(0, reads)
+    n_steps = root.shape[0]
+    steps = root.index_select(0, reads.clamp(max=n_steps - 1))
+    boot_reads = reads.index_select(0, boot_positions) - n_steps
+    return steps.index_copy_(0, boot_positions, final.index_select(0, boot_reads))
 
 
 # ------------------------------------------------------------------ torch (any device)
