@@ -232,6 +232,49 @@ def passes_gate(
     return u >= 0.0 and u <= wp.dot(along, along)
 
 
+@wp.func
+def skip_progress(track: wp.array2d(dtype=wp.float32), counts: wp.array2d(dtype=wp.int32), i: int):
+    """Zero env ``i``'s last-step progress, passes and out-of-bounds flag (invalid course)."""
+    track[i, DELTA] = 0.0
+    counts[i, STEP_PASSES] = 0
+    counts[i, OUT] = 0
+
+
+@wp.func
+def arc_change(
+    track: wp.array2d(dtype=wp.float32), i: int, s: wp.float32, lap_length: wp.float32
+) -> wp.float32:
+    """Change of env ``i``'s arc position to ``s``, wrapped across the start line."""
+    delta = s - track[i, ARC]
+    if delta > 0.5 * lap_length:
+        delta = delta - lap_length
+    if delta < -0.5 * lap_length:
+        delta = delta + lap_length
+    return delta
+
+
+@wp.func
+def write_progress(
+    track: wp.array2d(dtype=wp.float32),
+    counts: wp.array2d(dtype=wp.int32),
+    i: int,
+    s: wp.float32,
+    delta: wp.float32,
+    passed: int,
+    passes: int,
+    out: int,
+    seg: int,
+):
+    """Store env ``i``'s arc position, travel and its change, and the step's counts."""
+    track[i, ARC] = s
+    track[i, TRAVEL] = track[i, TRAVEL] + delta
+    track[i, DELTA] = delta
+    counts[i, PASSED] = passed
+    counts[i, STEP_PASSES] = passes
+    counts[i, OUT] = out
+    counts[i, SEGMENT] = seg
+
+
 @wp.kernel
 def drive_through_gates(
     pose: wp.array2d(dtype=wp.float32),
@@ -255,9 +298,7 @@ def drive_through_gates(
     """
     i = wp.tid()
     if valid[i] == 0:
-        track[i, DELTA] = 0.0
-        counts[i, STEP_PASSES] = 0
-        counts[i, OUT] = 0
+        skip_progress(track, counts, i)
         return
     count = wp.max(checkpoint_count[i], 1)
     a = wp.vec2f(pose[i, X], pose[i, Y])
@@ -271,18 +312,9 @@ def drive_through_gates(
     lap_length = wp.float32(0.0)
     for k in range(count):
         lap_length = lap_length + wp.length(checkpoints[i, (k + 1) % count] - checkpoints[i, k])
-    delta = s - track[i, ARC]
-    if delta > 0.5 * lap_length:
-        delta = delta - lap_length
-    if delta < -0.5 * lap_length:
-        delta = delta + lap_length
-    track[i, ARC] = s
-    track[i, TRAVEL] = track[i, TRAVEL] + delta
-    track[i, DELTA] = delta
-    counts[i, PASSED] = passed + passes
-    counts[i, STEP_PASSES] = passes
-    counts[i, OUT] = wp.where(hits_post(posts, i, count, a, b, collision), 1, 0)
-    counts[i, SEGMENT] = seg
+    out = wp.where(hits_post(posts, i, count, a, b, collision), 1, 0)
+    delta = arc_change(track, i, s, lap_length)
+    write_progress(track, counts, i, s, delta, passed + passes, passes, out, seg)
 
 
 @wp.kernel
@@ -309,9 +341,7 @@ def track_progress(
     """
     i = wp.tid()
     if valid[i] == 0:
-        track[i, DELTA] = 0.0
-        counts[i, STEP_PASSES] = 0
-        counts[i, OUT] = 0
+        skip_progress(track, counts, i)
         return
     num_points = centerline.shape[1]
     p = wp.vec2f(pose[i, X], pose[i, Y])
@@ -320,11 +350,7 @@ def track_progress(
         seg, d, t = nearest_segment(centerline, i, p, 0, num_points)
     lap_length = arc_length[i, num_points]
     s = arc_position(arc_length, i, seg, t)
-    delta = s - track[i, ARC]
-    if delta > 0.5 * lap_length:
-        delta = delta - lap_length
-    if delta < -0.5 * lap_length:
-        delta = delta + lap_length
+    delta = arc_change(track, i, s, lap_length)
     travel = track[i, TRAVEL] + delta
     passed = counts[i, PASSED]
     count = wp.max(checkpoint_count[i], 1)  # a valid course has >= 2; never divide by 0
@@ -333,13 +359,8 @@ def track_progress(
         if travel >= checkpoint_arc(passed, count, spacing[i], lap_length):
             passed = passed + 1
             passes = passes + 1
-    track[i, ARC] = s
-    track[i, TRAVEL] = travel
-    track[i, DELTA] = delta
-    counts[i, PASSED] = passed
-    counts[i, STEP_PASSES] = passes
-    counts[i, OUT] = wp.where(d > 0.5 * width[i], 1, 0)
-    counts[i, SEGMENT] = seg
+    out = wp.where(d > 0.5 * width[i], 1, 0)
+    write_progress(track, counts, i, s, delta, passed, passes, out, seg)
 
 
 @wp.kernel
@@ -475,6 +496,27 @@ def carry_observation(
     root_valid[i] = valid[i]
 
 
+@wp.func
+def write_outcome(
+    counts: wp.array2d(dtype=wp.int32),
+    i: int,
+    ok: wp.bool,
+    gap: wp.float32,
+    count: int,
+    distance: wp.array(dtype=wp.float32),
+    passes: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    out_of_bounds: wp.array(dtype=wp.bool),
+    valid_out: wp.array(dtype=wp.bool),
+):
+    """Env ``i``'s distance to the next target, passes, laps and flags; zeros if not ``ok``."""
+    distance[i] = wp.where(ok, gap, 0.0)
+    passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
+    laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)
+    out_of_bounds[i] = ok and counts[i, OUT] != 0
+    valid_out[i] = ok
+
+
 @wp.kernel
 def observe(
     first: wp.array(dtype=wp.int32),
@@ -530,11 +572,7 @@ def observe(
     observation[i, num_rays] = wp.where(ok, pose[i, SPEED], 0.0)
     observation[i, num_rays + 1] = wp.where(ok, error, 0.0)
     observation[i, num_rays + 2] = wp.where(ok, gap, 0.0)
-    distance[i] = wp.where(ok, gap, 0.0)
-    passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
-    laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)
-    out_of_bounds[i] = ok and counts[i, OUT] != 0
-    valid_out[i] = ok
+    write_outcome(counts, i, ok, gap, count, distance, passes, laps, out_of_bounds, valid_out)
 
 
 @wp.func
@@ -593,8 +631,4 @@ def observe_gates(
     observation[i, 5] = wp.where(ok, right[0], 0.0)
     observation[i, 6] = wp.where(ok, right[1], 0.0)
     observation[i, 7] = wp.where(ok, gap, 0.0)
-    distance[i] = wp.where(ok, gap, 0.0)
-    passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
-    laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)
-    out_of_bounds[i] = ok and counts[i, OUT] != 0
-    valid_out[i] = ok
+    write_outcome(counts, i, ok, gap, count, distance, passes, laps, out_of_bounds, valid_out)
