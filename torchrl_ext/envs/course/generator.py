@@ -587,7 +587,7 @@ class CourseGenerator:
     def _rebuild(self, mask: wp.array, advance: bool) -> None:
         n, dev = self.num_envs, self.device
         if advance:
-            wp.launch(K.advance_epoch, dim=n, inputs=[mask, self.epoch], device=dev)
+            wp.launch(K.step_epoch, dim=n, inputs=[mask, 1, self.epoch], device=dev)
         wp.launch(K.commit_params, dim=n, inputs=self._commit_inputs(mask), device=dev)
         wp.launch(
             K.draw_coefficients,
@@ -691,7 +691,7 @@ class CourseGenerator:
             [0, 0] True
         """
         mask = self._all_envs if mask is None else self.check_mask(mask)
-        wp.launch(K.zero_epoch, dim=self.num_envs, inputs=[mask, self.epoch], device=self.device)
+        wp.launch(K.step_epoch, dim=self.num_envs, inputs=[mask, 0, self.epoch], device=self.device)
         self._rebuild(mask, advance=False)
 
     def generate(self, seeds: int | torch.Tensor, epochs: int | torch.Tensor = 0) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import count_step, param_structs
-from torchrl_ext.envs.course._kernels.generator import gate_frame, hits_post
+from torchrl_ext.envs.course._kernels.generator import gate_frame, hits_post, segment_param
 
 CAR_FIELDS = (
     "dt",
@@ -71,17 +71,6 @@ def wrap_angle(a: wp.float32) -> wp.float32:
     if y < 0.0:
         y = y + _TWO_PI
     return y - _PI
-
-
-@wp.func
-def segment_param(a: wp.vec2f, b: wp.vec2f, p: wp.vec2f) -> wp.float32:
-    """Parameter in ``[0, 1]`` of the point of segment ``ab`` nearest to ``p``."""
-    ab = b - a
-    len2 = wp.dot(ab, ab)
-    t = wp.float32(0.0)
-    if len2 > 0.0:
-        t = wp.clamp(wp.dot(p - a, ab) / len2, 0.0, 1.0)
-    return t
 
 
 @wp.func

@@ -74,12 +74,12 @@ def any_masked(mask: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32)):
 
 
 @wp.kernel
-def advance_epoch(mask: wp.array(dtype=wp.int32), epoch: wp.array(dtype=wp.int64)):
-    """Add one to the epoch of the masked envs."""
+def step_epoch(mask: wp.array(dtype=wp.int32), advance: wp.int32, epoch: wp.array(dtype=wp.int64)):
+    """Add one to the epoch of the masked envs with ``advance``, else set it to 0."""
     env = wp.tid()
     if mask[env] == 0:
         return
-    epoch[env] = epoch[env] + wp.int64(1)
+    epoch[env] = wp.where(advance != 0, epoch[env] + wp.int64(1), wp.int64(0))
 
 
 @wp.kernel
@@ -111,15 +111,6 @@ def commit_params(
     width[env] = param_width[env]
     spacing[env] = param_spacing[env]
     gate_width[env] = param_gate_width[env]
-
-
-@wp.kernel
-def zero_epoch(mask: wp.array(dtype=wp.int32), epoch: wp.array(dtype=wp.int64)):
-    """Set the epoch of the masked envs to 0."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    epoch[env] = wp.int64(0)
 
 
 @wp.kernel
@@ -253,6 +244,18 @@ def find_segment(
 
 
 @wp.func
+def segment_at(
+    centerline: wp.array2d(dtype=wp.vec2f),
+    arc_length: wp.array2d(dtype=wp.float32),
+    env: wp.int32,
+    s: wp.float32,
+):
+    """Ends ``(a, b)`` of the centerline segment containing arc length ``s``, and its index."""
+    i = find_segment(arc_length, env, s)
+    return centerline[env, i], centerline[env, (i + 1) % centerline.shape[1]], i
+
+
+@wp.func
 def point_at(
     centerline: wp.array2d(dtype=wp.vec2f),
     arc_length: wp.array2d(dtype=wp.float32),
@@ -260,15 +263,12 @@ def point_at(
     s: wp.float32,
 ) -> wp.vec2f:
     """The centerline point at arc length ``s`` (linear along the segment containing it)."""
-    num_points = centerline.shape[1]
-    i = find_segment(arc_length, env, s)
+    a, b, i = segment_at(centerline, arc_length, env, s)
     start = arc_length[env, i]
     seg = arc_length[env, i + 1] - start
     t = wp.float32(0.0)
     if seg > 0.0:
         t = wp.clamp((s - start) / seg, 0.0, 1.0)
-    a = centerline[env, i]
-    b = centerline[env, (i + 1) % num_points]
     return a + t * (b - a)
 
 
@@ -320,9 +320,8 @@ def tangent_at(
     s: wp.float32,
 ) -> wp.vec2f:
     """Unit direction of the centerline segment containing arc length ``s`` (0 if degenerate)."""
-    num_points = centerline.shape[1]
-    i = find_segment(arc_length, env, s)
-    edge = centerline[env, (i + 1) % num_points] - centerline[env, i]
+    a, b, _i = segment_at(centerline, arc_length, env, s)
+    edge = b - a
     size = wp.length(edge)
     if size > 0.0:
         return edge / size
@@ -562,14 +561,20 @@ def gate_frame(
 
 
 @wp.func
-def point_segment_distance(p: wp.vec2f, a: wp.vec2f, b: wp.vec2f) -> wp.float32:
-    """Distance from ``p`` to the segment ``ab`` (to ``a`` when ``a == b``)."""
-    edge = b - a
-    len2 = wp.dot(edge, edge)
+def segment_param(a: wp.vec2f, b: wp.vec2f, p: wp.vec2f) -> wp.float32:
+    """Parameter in ``[0, 1]`` of the point of segment ``ab`` nearest to ``p``."""
+    ab = b - a
+    len2 = wp.dot(ab, ab)
     t = wp.float32(0.0)
     if len2 > 0.0:
-        t = wp.clamp(wp.dot(p - a, edge) / len2, 0.0, 1.0)
-    return wp.length(p - (a + t * edge))
+        t = wp.clamp(wp.dot(p - a, ab) / len2, 0.0, 1.0)
+    return t
+
+
+@wp.func
+def point_segment_distance(p: wp.vec2f, a: wp.vec2f, b: wp.vec2f) -> wp.float32:
+    """Distance from ``p`` to the segment ``ab`` (to ``a`` when ``a == b``)."""
+    return wp.length(p - (a + segment_param(a, b, p) * (b - a)))
 
 
 @wp.func
