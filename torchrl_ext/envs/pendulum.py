@@ -9,6 +9,7 @@ from torchrl.data import Bounded, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import pendulum as _k
 from torchrl_ext.envs._vector_state import VectorStateEnv
+from torchrl_ext.envs.warp_env import NanActionChecks
 
 __all__ = ["PendulumEnv"]
 
@@ -34,7 +35,7 @@ def _pendulum_params() -> dict[str, float]:
     }
 
 
-class PendulumEnv(VectorStateEnv):
+class PendulumEnv(NanActionChecks, VectorStateEnv):
     """Batched inverted pendulum with gymnasium ``Pendulum-v1`` dynamics, simulated in Warp kernels.
 
     The action is a torque in ``[-2, 2]``; values outside are clipped (as gymnasium does), NaN
@@ -101,12 +102,3 @@ class PendulumEnv(VectorStateEnv):
 
     def _param_values(self) -> dict[str, float]:
         return _pendulum_params()
-
-    def _check_action_values(self, action: torch.Tensor) -> None:
-        nan = torch.isnan(action)
-        if bool(nan.any()):
-            index = tuple(int(i) for i in nan.nonzero()[0])
-            raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")
-
-    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
-        return torch.isnan(action).any()

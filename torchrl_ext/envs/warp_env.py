@@ -1215,3 +1215,16 @@ class WarpEnv(EnvBase):
         td = TensorDict(root, batch_size=batch, device=self.device)
         td.refine_names(..., "time")
         return td
+
+
+class NanActionChecks:
+    """Action value checks of a float-action env: NaN raises ``ValueError``, all else steps."""
+
+    def _check_action_values(self, action: torch.Tensor) -> None:
+        nan = torch.isnan(action)
+        if bool(nan.any()):
+            index = tuple(int(i) for i in nan.nonzero()[0])
+            raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")
+
+    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.isnan(action).any()

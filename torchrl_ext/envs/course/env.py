@@ -24,7 +24,7 @@ from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
 from torchrl_ext.envs.course._kernels import env as _k
 from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator, CourseParams
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, pack_params
+from torchrl_ext.envs.warp_env import Launch, NanActionChecks, WarpEnv, _require, pack_params
 
 __all__ = ["CarConfig", "CourseEnv"]
 
@@ -103,7 +103,7 @@ class _RegenerateCommand:
         self.env.generator.regenerate(self.mask, advance=True, skip_empty=skip)
 
 
-class CourseEnv(WarpEnv):
+class CourseEnv(NanActionChecks, WarpEnv):
     """A kinematic car drives procedurally generated closed courses; finished courses regenerate.
 
     Each env has its own course (:class:`~torchrl_ext.envs.course.CourseGenerator`; env ``i``'s
@@ -301,7 +301,7 @@ class CourseEnv(WarpEnv):
         views["epoch"].zero_()
         with self._on_torch_stream():
             self._generator.regenerate(advance=False)
-        self._launch_now(self._respawn_recipes(self._w["all_mask"], self._w["zero_mask"]))
+        self._respawn_now(self._w["all_mask"])
         self._t["episode"].zero_()
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
@@ -541,10 +541,10 @@ class CourseEnv(WarpEnv):
             TypeError: for a mask that is not int32, or a non-bool ``advance``.
             ValueError: for a mask of the wrong shape, device or layout.
         """
-        mask = self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
+        mask = self._mask_or_all(mask)
         with self._on_torch_stream():
             self._generator.regenerate(mask, advance)
-        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+        self._respawn_now(mask)
 
     def respawn(self, mask: torch.Tensor | wp.array | None = None) -> None:
         """Respawn the masked envs on the course they have.
@@ -560,8 +560,8 @@ class CourseEnv(WarpEnv):
             TypeError: for a mask that is not int32.
             ValueError: for a mask of the wrong shape, device or layout.
         """
-        mask = self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
-        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+        mask = self._mask_or_all(mask)
+        self._respawn_now(mask)
 
     def reset_epoch(self, mask: torch.Tensor | wp.array | None = None) -> None:
         """Give the masked envs their first course again (epoch 0 of their seed) and respawn.
@@ -574,10 +574,10 @@ class CourseEnv(WarpEnv):
             TypeError: for a mask that is not int32.
             ValueError: for a mask of the wrong shape, device or layout.
         """
-        mask = self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
+        mask = self._mask_or_all(mask)
         with self._on_torch_stream():
             self._generator.reset_epoch(mask)
-        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+        self._respawn_now(mask)
 
     def observe(self) -> TensorDict:
         """A fresh TensorDict of every env's current (root) observation, done flags False.
@@ -589,11 +589,8 @@ class CourseEnv(WarpEnv):
         source.update(self._flags(None))
         return self._make_td(source)
 
-    def _check_action_values(self, action: torch.Tensor) -> None:
-        nan = torch.isnan(action)
-        if bool(nan.any()):
-            index = tuple(int(i) for i in nan.nonzero()[0])
-            raise ValueError(f"action must not contain NaN, got action[{index}]=nan.")
+    def _mask_or_all(self, mask: torch.Tensor | wp.array | None) -> wp.array:
+        return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
 
-    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
-        return torch.isnan(action).any()
+    def _respawn_now(self, mask: wp.array) -> None:
+        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))

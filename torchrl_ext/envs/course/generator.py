@@ -622,34 +622,12 @@ class CourseGenerator:
             inputs=[mask, self.arc_length, self.checkpoint_spacing, m, self.checkpoint_count],
             device=dev,
         )
+        placed = [mask, self.centerline, self.arc_length, self.checkpoint_spacing]
+        placed += [self.checkpoint_count]
+        even = int(self.mode == "gates")
+        wp.launch(K.place_checkpoints, dim=n, inputs=[*placed, even, self.checkpoints], device=dev)
         wp.launch(
-            K.place_checkpoints,
-            dim=n,
-            inputs=[
-                mask,
-                self.centerline,
-                self.arc_length,
-                self.checkpoint_spacing,
-                self.checkpoint_count,
-                int(self.mode == "gates"),
-                self.checkpoints,
-            ],
-            device=dev,
-        )
-        wp.launch(
-            K.place_gates,
-            dim=n,
-            inputs=[
-                mask,
-                self.centerline,
-                self.arc_length,
-                self.checkpoint_spacing,
-                self.checkpoint_count,
-                self.gate_width,
-                int(self.mode == "gates"),
-                self.posts,
-            ],
-            device=dev,
+            K.place_gates, dim=n, inputs=[*placed, self.gate_width, even, self.posts], device=dev
         )
 
     def _validity_inputs(self, mask: wp.array) -> list:
