@@ -249,6 +249,7 @@ def cartpole_steps(
     _store(state, i, x, x_dot, theta, theta_dot)
 
 
+# A kernel lists its arguments: cartpole_step repeats cartpole_steps' signature and its call.
 @wp.kernel
 def cartpole_step(
     state: wp.array2d(dtype=Any),
