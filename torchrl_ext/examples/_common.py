@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from torchrl.objectives import ClipPPOLoss
+
+from torchrl_ext.objectives import RecurrentGAE
 
 LoggerKind = Literal["csv", "tensorboard", "wandb"]
 
@@ -280,3 +283,47 @@ def runs_of(args: Any, pipeline: str) -> Iterator[tuple[int | None, RunOptions]]
     out = default if args.out is None else Path(args.out)
     for seed in args.seeds:
         yield seed, RunOptions(out / f"seed{seed}", **common)
+
+
+# ---------------------------------------------------------------------------- PPO pieces
+def ppo_loss(cfg: Any, actor: Any, critic: Any, **gae_options: Any) -> ClipPPOLoss:
+    """ClipPPOLoss with :class:`~torchrl_ext.objectives.RecurrentGAE` as its value estimator.
+
+    ``cfg`` gives ``clip``, ``entropy_coeff``, ``critic_coeff``, ``gamma`` and ``lmbda``;
+    ``gae_options`` go to ``RecurrentGAE``.
+    """
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip,
+        entropy_bonus=cfg.entropy_coeff > 0,
+        entropy_coeff=cfg.entropy_coeff if cfg.entropy_coeff > 0 else None,
+        critic_coeff=cfg.critic_coeff,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
+    gae = RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic, **gae_options)
+    loss.make_value_estimator(gae)
+    return loss
+
+
+def ppo_optimizer(cfg: Any, loss: ClipPPOLoss) -> torch.optim.Optimizer:
+    """Adam with one parameter group per network, so gradients are clipped per network.
+
+    Clipping the two networks' gradients together (as sb3 does) lets the critic's large early
+    value errors shrink the actor's step; sb3 avoids that with reward normalization.
+    """
+    groups = [
+        {"params": list(loss.actor_network_params.values(True, True))},
+        {"params": list(loss.critic_network_params.values(True, True))},
+    ]
+    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
+
+
+def anneal(cfg: Any, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: int) -> float:
+    """Sets learning rate and clip range to their linear schedules; returns the fraction left."""
+    left = max(0.0, 1.0 - frames / cfg.frames)
+    for group in optim.param_groups:
+        group["lr"] = cfg.lr * left
+    loss.clip_epsilon.fill_(cfg.clip * left)
+    return left

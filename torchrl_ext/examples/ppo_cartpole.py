@@ -66,12 +66,10 @@ from torchrl.envs import (
     set_exploration_type,
 )
 from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
-from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
 from torchrl_ext.examples import _common
-from torchrl_ext.objectives import RecurrentGAE
 
 PolicyKind = Literal["lstm", "mlp"]
 
@@ -296,41 +294,7 @@ def evaluate(
 # ---------------------------------------------------------------------------- learning
 def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictSequential) -> Any:
     """ClipPPOLoss with RecurrentGAE as its value estimator."""
-    loss = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip,
-        entropy_bonus=cfg.entropy_coeff > 0,
-        entropy_coeff=cfg.entropy_coeff if cfg.entropy_coeff > 0 else None,
-        critic_coeff=cfg.critic_coeff,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-    )
-    gae = RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic, initial_state="stored")
-    loss.make_value_estimator(gae)
-    return loss
-
-
-def make_optimizer(cfg: Config, loss: Any) -> torch.optim.Optimizer:
-    """Adam with one parameter group per network, so gradients are clipped per network.
-
-    Clipping the two networks' gradients together (as sb3 does) lets the critic's large early
-    value errors shrink the actor's step; sb3 avoids that with reward normalization.
-    """
-    groups = [
-        {"params": list(loss.actor_network_params.values(True, True))},
-        {"params": list(loss.critic_network_params.values(True, True))},
-    ]
-    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
-
-
-def anneal(cfg: Config, loss: Any, optim: torch.optim.Optimizer, frames: int) -> float:
-    """Sets learning rate and clip range to their linear schedules; returns the fraction left."""
-    left = max(0.0, 1.0 - frames / cfg.frames)
-    for group in optim.param_groups:
-        group["lr"] = cfg.lr * left
-    loss.clip_epsilon.fill_(cfg.clip * left)
-    return left
+    return _common.ppo_loss(cfg, actor, critic, initial_state="stored")
 
 
 def update(
@@ -413,7 +377,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     primers = memories(actor, critic)
     env = make_env(cfg, cfg.num_envs, cfg.seed, primers, device)
     loss = make_loss(cfg, actor, critic)
-    optim = make_optimizer(cfg, loss)
+    optim = _common.ppo_optimizer(cfg, loss)
     generator = torch.Generator().manual_seed(cfg.seed)
     collector = Collector(
         env, collection_policy(actor, critic), frames_per_batch=cfg.frames_per_batch,
@@ -436,7 +400,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             check_batch(cfg, batch, first=frames == 0)
         previous, frames = frames, frames + batch.numel()
         recent.extend(completed_returns(batch).tolist())
-        left = anneal(cfg, loss, optim, previous)
+        left = _common.anneal(cfg, loss, optim, previous)
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
         if quick:

@@ -66,7 +66,6 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl_ext.envs import CarConfig, CourseEnv
 from torchrl_ext.envs.course import CourseParams
 from torchrl_ext.examples import _common
-from torchrl_ext.objectives import RecurrentGAE
 
 __all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
 
@@ -382,37 +381,7 @@ def make_agent(cfg: Config, obs_dim: int) -> tuple[ProbabilisticActor, TensorDic
 
 def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictModule) -> ClipPPOLoss:
     """ClipPPOLoss with RecurrentGAE (feed-forward critic) as its value estimator."""
-    loss = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip,
-        entropy_bonus=cfg.entropy_coeff > 0,
-        entropy_coeff=cfg.entropy_coeff if cfg.entropy_coeff > 0 else None,
-        critic_coeff=cfg.critic_coeff,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-    )
-    loss.make_value_estimator(RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic))
-    return loss
-
-
-# ---------------------------------------------------------------------------- learning
-def make_optimizer(cfg: Config, loss: ClipPPOLoss) -> torch.optim.Optimizer:
-    """Adam with one parameter group per network, so gradients are clipped per network."""
-    groups = [
-        {"params": list(loss.actor_network_params.values(True, True))},
-        {"params": list(loss.critic_network_params.values(True, True))},
-    ]
-    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
-
-
-def anneal(cfg: Config, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: int) -> float:
-    """Sets learning rate and clip range to their linear schedules; returns the fraction left."""
-    left = max(0.0, 1.0 - frames / cfg.frames)
-    for group in optim.param_groups:
-        group["lr"] = cfg.lr * left
-    loss.clip_epsilon.fill_(cfg.clip * left)
-    return left
+    return _common.ppo_loss(cfg, actor, critic)
 
 
 def update(
@@ -557,7 +526,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     actor, critic = make_agent(cfg, env.observation_spec["observation"].shape[-1])
     actor, critic = actor.to(device), critic.to(device)
     loss = make_loss(cfg, actor, critic)
-    optim = make_optimizer(cfg, loss)
+    optim = _common.ppo_optimizer(cfg, loss)
     initial_evaluation = evaluate(cfg, actor, device)
     generator = torch.Generator().manual_seed(cfg.seed)
     collector = Collector(
@@ -587,7 +556,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         fresh = [e for e in tracker.update(batch.cpu()) if e["fresh"]]
         recent.extend(fresh)
         fresh_episodes += len(fresh)
-        left = anneal(cfg, loss, optim, frames)
+        left = _common.anneal(cfg, loss, optim, frames)
         previous, frames = frames, frames + batch.numel()
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
