@@ -62,6 +62,7 @@ def _dynamics(th: Any, thdot: Any, action: Any, p: Any):
     return th + newthdot * p.dt, newthdot, -costs
 
 
+# The same-shape helpers of the cart-pole differ in their state: each lists its own columns.
 @wp.func
 def _begin(
     state: wp.array2d(dtype=Any),

@@ -184,6 +184,7 @@ def drive(
     pose[i, SPEED] = v
 
 
+# Warp reads each kernel's inputs from its signature, so kernels sharing inputs repeat them.
 @wp.kernel
 def drive_cars(
     pose: wp.array2d(dtype=wp.float32),

@@ -59,6 +59,7 @@ def uniform(key: wp.uint64, j: wp.int32) -> wp.float32:
     return wp.float32(h >> wp.uint64(40)) * _INV_2_POW_24
 
 
+# Warp reads each kernel's inputs from its signature, so kernels sharing inputs repeat them.
 @wp.kernel
 def clear_flag(flag: wp.array(dtype=wp.int32)):
     """Set ``flag[0] = 0``."""
