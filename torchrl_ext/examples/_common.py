@@ -327,3 +327,19 @@ def anneal(cfg: Any, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: in
         group["lr"] = cfg.lr * left
     loss.clip_epsilon.fill_(cfg.clip * left)
     return left
+
+
+def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> dict[str, float]:
+    """One gradient step on the sum of the PPO losses in ``out``, clipped per parameter group.
+
+    Returns the mean of each loss term.
+    """
+    total = out["loss_objective"] + out["loss_critic"]
+    if "loss_entropy" in out.keys():
+        total = total + out["loss_entropy"]
+    optim.zero_grad(set_to_none=True)
+    total.backward()
+    for group in optim.param_groups:
+        torch.nn.utils.clip_grad_norm_(group["params"], max_grad_norm)
+    optim.step()
+    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}

@@ -320,15 +320,7 @@ def update(
             out = loss(minibatch)
         if first_max_ratio is None:
             first_max_ratio = float(out["max_ratio"])
-        total = out["loss_objective"] + out["loss_critic"]
-        if "loss_entropy" in out.keys():
-            total = total + out["loss_entropy"]
-        optim.zero_grad(set_to_none=True)
-        total.backward()
-        for group in optim.param_groups:
-            nn.utils.clip_grad_norm_(group["params"], cfg.max_grad_norm)
-        optim.step()
-    stats = {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+        stats = _common.ppo_step(out, optim, cfg.max_grad_norm)
     return {**stats, "first_max_ratio": first_max_ratio}
 
 

@@ -398,15 +398,8 @@ def update(
         order = torch.randperm(flat.numel(), generator=generator)
         for start in range(0, flat.numel() - size + 1, size):
             out = loss(flat[order[start : start + size]])
-            total = out["loss_objective"] + out["loss_critic"]
-            if "loss_entropy" in out.keys():
-                total = total + out["loss_entropy"]
-            optim.zero_grad(set_to_none=True)
-            total.backward()
-            for group in optim.param_groups:
-                nn.utils.clip_grad_norm_(group["params"], cfg.max_grad_norm)
-            optim.step()
-    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+            stats = _common.ppo_step(out, optim, cfg.max_grad_norm)
+    return stats
 
 
 def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
