@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.objectives import RecurrentGAE
@@ -343,3 +344,32 @@ def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> di
         torch.nn.utils.clip_grad_norm_(group["params"], max_grad_norm)
     optim.step()
     return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+
+
+def mean_first_return(env: Any, policy: Any, episodes: int, device: torch.device | str) -> float:
+    """Mean return of each of ``env``'s ``episodes`` envs' first episode, deterministic actions.
+
+    Steps until every env has finished one episode, then closes ``env``.
+    """
+    returns = torch.full((episodes,), float("nan"), device=device)
+    td = env.reset()
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        while bool(returns.isnan().any()):
+            td, next_root = env.step_and_maybe_reset(policy(td))
+            ended = td["next", "done"].squeeze(-1) & returns.isnan()
+            returns[ended] = td["next", "episode_reward"].squeeze(-1)[ended]
+            td = next_root
+    env.close()
+    return float(returns.mean())
+
+
+def check_is_init(batch: Any, first: bool) -> torch.Tensor:
+    """Asserts ``is_init`` marks exactly the episode starts of a ``[N, T]`` batch; returns it."""
+    is_init = batch["is_init"].squeeze(-1)
+    done = batch["next", "done"].squeeze(-1)
+    starts = batch["step_count"].squeeze(-1) == 0
+    assert torch.equal(is_init, starts), "is_init must mark exactly the episode starts"
+    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
+    if first:
+        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+    return is_init

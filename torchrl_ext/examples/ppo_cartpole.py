@@ -56,14 +56,12 @@ from torch import nn
 from torchrl.collectors import Collector
 from torchrl.envs import (
     Compose,
-    ExplorationType,
     InitTracker,
     ObservationNorm,
     RewardScaling,
     RewardSum,
     StepCounter,
     TransformedEnv,
-    set_exploration_type,
 )
 from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
 
@@ -279,16 +277,7 @@ def evaluate(
     env has finished its first episode (at most the env's 500-step limit).
     """
     env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, primers, device)
-    returns = torch.full((cfg.eval_episodes,), float("nan"), device=device)
-    td = env.reset()
-    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-        while bool(returns.isnan().any()):
-            td, next_root = env.step_and_maybe_reset(actor(td))
-            ended = td["next", "done"].squeeze(-1) & returns.isnan()
-            returns[ended] = td["next", "episode_reward"].squeeze(-1)[ended]
-            td = next_root
-    env.close()
-    return float(returns.mean())
+    return _common.mean_first_return(env, actor, cfg.eval_episodes, device)
 
 
 # ---------------------------------------------------------------------------- learning
@@ -331,13 +320,7 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
     for key in ("advantage", "value_target", "state_value"):
         assert batch[key].shape == (n, t, 1), (key, batch[key].shape)
         assert bool(torch.isfinite(batch[key]).all()), key
-    is_init = batch["is_init"].squeeze(-1)
-    done = batch["next", "done"].squeeze(-1)
-    starts = batch["step_count"].squeeze(-1) == 0
-    assert torch.equal(is_init, starts), "is_init must mark exactly the episode starts"
-    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
-    if first:
-        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+    is_init = _common.check_is_init(batch, first)
     if cfg.policy == "lstm":
         for key in (*ACTOR_STATE, *CRITIC_STATE):
             assert batch[key].shape == (n, t, 1, cfg.hidden), (key, batch[key].shape)

@@ -422,12 +422,7 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
         assert bool((obs[invalid] == 0).all()), "invalid courses must observe zeros"
     invalid_next = ~batch["next", "valid"]
     assert bool((batch["next", "reward"][invalid_next] == 0).all()), "invalid: reward 0"
-    is_init = batch["is_init"].squeeze(-1)
-    done = batch["next", "done"].squeeze(-1)
-    assert torch.equal(is_init, batch["step_count"].squeeze(-1) == 0), "is_init = episode starts"
-    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
-    if first:
-        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+    _common.check_is_init(batch, first)
 
 
 def evaluate(

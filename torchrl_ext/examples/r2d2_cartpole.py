@@ -52,12 +52,10 @@ from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
 from torchrl.envs import (
     Compose,
-    ExplorationType,
     InitTracker,
     ObservationNorm,
     RewardSum,
     TransformedEnv,
-    set_exploration_type,
 )
 from torchrl.modules import EGreedyModule, LSTMModule, QValueModule
 from torchrl.objectives import HardUpdate
@@ -274,20 +272,10 @@ def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffe
     )
 
 
-@torch.no_grad()
 def evaluate(cfg: Config, policy: Any, device: torch.device) -> float:
     """Mean return of ``cfg.eval_episodes`` greedy episodes, one per env on a fresh seed."""
     env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, device)
-    returns = torch.full((cfg.eval_episodes,), float("nan"), device=device)
-    td = env.reset()
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
-        while bool(returns.isnan().any()):
-            td, root = env.step_and_maybe_reset(policy(td))
-            ended = td["next", "done"].squeeze(-1) & returns.isnan()
-            returns[ended] = td["next", "episode_reward"].squeeze(-1)[ended]
-            td = root
-    env.close()
-    return float(returns.mean())
+    return _common.mean_first_return(env, policy, cfg.eval_episodes, device)
 
 
 def check_sample(cfg: Config, sample: TensorDictBase, out: TensorDictBase) -> None:
