@@ -23,7 +23,6 @@ from torchrl_ext.envs._kernels.common import (
     next_episode_key,
     param_structs,
     uniform_range,
-    write_step,
 )
 
 PARAMS = param_structs(
@@ -185,7 +184,10 @@ def _advance(
     term = _fell(x, theta, p)
     trunc = count_step(episodes.steps, i, max_steps)
     _observe(obs_next, i, t, x, x_dot, theta, theta_dot, full)
-    write_step(reward, terminated, truncated, done, i, t, reward.dtype(1.0), term, trunc)
+    reward[i, t] = reward.dtype(1.0)
+    terminated[i, t] = term
+    truncated[i, t] = trunc
+    done[i, t] = term or trunc
     if (term or trunc) and (t < last or reset_last != 0):
         x, x_dot, theta, theta_dot = _begin(state, p, episodes, i)
     _observe(obs_root, i, t + 1 - root_from, x, x_dot, theta, theta_dot, full)

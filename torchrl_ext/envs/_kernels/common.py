@@ -95,25 +95,6 @@ def next_episode_key(episodes: Episodes, i: int) -> wp.uint32:
     return stream_key(episodes.seed, i, begin_episode(episodes.steps, episodes.episode, i))
 
 
-@wp.func
-def write_step(
-    reward: wp.array2d(dtype=Any),
-    terminated: wp.array2d(dtype=wp.bool),
-    truncated: wp.array2d(dtype=wp.bool),
-    done: wp.array2d(dtype=wp.bool),
-    i: int,
-    t: int,
-    r: Any,
-    term: bool,
-    trunc: bool,
-):
-    """Write env ``i``'s reward and done flags of step ``t``."""
-    reward[i, t] = r
-    terminated[i, t] = term
-    truncated[i, t] = trunc
-    done[i, t] = term or trunc
-
-
 def param_structs(name: str, names: Sequence[str], module: str) -> dict[Any, type]:
     """One ``@wp.struct`` per float dtype (``wp.float32``, ``wp.float64``), a field per name.
 

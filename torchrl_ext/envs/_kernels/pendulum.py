@@ -19,7 +19,6 @@ from torchrl_ext.envs._kernels.common import (
     next_episode_key,
     param_structs,
     uniform_range,
-    write_step,
 )
 
 PARAMS = param_structs(
@@ -143,7 +142,10 @@ def pendulum_steps(
         th, thdot, r = _dynamics(th, thdot, actions[i, t], params)
         trunc = count_step(episodes.steps, i, max_steps)
         _observe(obs_next, i, t, th, thdot)
-        write_step(reward, terminated, truncated, done, i, t, r, False, trunc)
+        reward[i, t] = r
+        terminated[i, t] = False
+        truncated[i, t] = trunc
+        done[i, t] = trunc
         if trunc and (t + 1 < horizon or reset_last != 0):
             th, thdot = _begin(state, params, episodes, i)
         _observe(obs_root, i, t + 1 - root_from, th, thdot)
