@@ -29,7 +29,7 @@ import warp as wp
 from torchrl.collectors import Collector
 
 from torchrl_ext.examples import ppo_course
-from torchrl_ext.examples.ppo_cartpole import anneal, make_optimizer
+from torchrl_ext.examples._common import anneal, ppo_optimizer
 
 wp.config.log_level = wp.LOG_WARNING
 logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -61,7 +61,7 @@ env = ppo_course.make_env(cfg, cfg.num_envs, cfg.seed)
 obs_dim = env.observation_spec["observation"].shape[-1]
 actor, critic = ppo_course.make_agent(cfg, obs_dim)
 loss = ppo_course.make_loss(cfg, actor, critic)
-optim = make_optimizer(cfg, loss)
+optim = ppo_optimizer(cfg, loss)
 print("observation", obs_dim, "action", tuple(env.action_spec.shape))
 
 # %%
