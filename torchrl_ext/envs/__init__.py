@@ -16,6 +16,7 @@ from torchrl_ext.envs.course import (
     effective_seed,
 )
 from torchrl_ext.envs.pendulum import PendulumEnv
+from torchrl_ext.envs.signalling import SignallingEnv
 from torchrl_ext.envs.warp_env import WarpEnv
 
 _warp.init()
@@ -28,6 +29,7 @@ __all__ = [
     "CourseGenerator",
     "CourseParams",
     "PendulumEnv",
+    "SignallingEnv",
     "WarpEnv",
     "course",
     "effective_seed",
