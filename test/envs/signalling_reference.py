@@ -57,7 +57,7 @@ class Game:
         self.token, self.step = -1, 0
 
     def observe(self) -> tuple[list[float], list[float]]:
-        speaker = [1.0 if v == self.target else 0.0 for v in range(self.vocab)]
+        speaker = [1.0 if self.step == 0 and v == self.target else 0.0 for v in range(self.vocab)]
         listener = [1.0 if self.step == 1 and v == self.token else 0.0 for v in range(self.vocab)]
         listener.append(1.0 if self.step == self.delay + 1 else 0.0)
         return speaker, listener

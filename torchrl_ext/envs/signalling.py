@@ -40,10 +40,11 @@ def _nested(source: dict) -> dict:
 class SignallingEnv(WarpEnv):
     """Batched speaker-listener signalling game with a delayed answer, simulated in Warp kernels.
 
-    Each episode draws a target in ``{0, ..., V-1}``. The speaker observes ``one_hot(target)``
-    (``V`` entries, every step) and its action at step 0 is a token in ``{0, ..., V-1}``. The
-    listener observes ``V + 1`` entries: ``one_hot(token)`` on step 1 only (zeros on every other
-    step) and a last entry that is 1 on its answer step, ``delay + 1``. Its action on that step,
+    Each episode draws a target in ``{0, ..., V-1}``. Each agent sees its input on its turn only.
+    The speaker observes ``V`` entries, ``one_hot(target)`` on step 0 (zeros afterwards), and its
+    action at step 0 is a token in ``{0, ..., V-1}``. The listener observes ``V + 1`` entries:
+    ``one_hot(token)`` on step 1 only (zeros on every other step) and a last entry that is 1 on
+    its answer step, ``delay + 1``. Its action on that step,
     one of ``V``, is its answer; the episode then terminates, so an episode has ``delay + 2``
     steps. With ``delay >= 1`` the token is gone when the answer is due: only a listener with
     memory can beat chance (``1 / V``).

@@ -2,10 +2,10 @@
 
 One env's state is three ints: the ``target`` the speaker must convey, the ``token`` it sent
 (``-1`` until it speaks) and the step counter of :class:`~torchrl_ext.envs.warp_env.Episodes`.
-An episode has ``delay + 2`` steps: the speaker's action at step 0 is the token; the listener
-sees the token (one-hot) only in the observation that follows, at step 1; its action at step
-``delay + 1`` (flagged in its observation) is its answer, scored against the target, and that
-step terminates the episode. :func:`draw_target` is the only random draw: the target of episode
+An episode has ``delay + 2`` steps: the speaker sees the target (one-hot) at step 0 only and its
+action there is the token; the listener sees the token only in the observation that follows, at
+step 1; its action at step ``delay + 1`` (flagged in its observation) is its answer, scored
+against the target, and that step terminates the episode. :func:`draw_target` is the only random draw: the target of episode
 ``k`` of env ``i`` is ``floor(V * u)`` for the first uniform of the stream ``(seed, i, k)``.
 """
 
@@ -42,15 +42,15 @@ def observe(
 ):
     """Write env ``i``'s observations at episode step ``step``.
 
-    The speaker sees ``one_hot(target)`` (``V`` entries); the listener sees ``one_hot(token)``
-    at step 1 only and zeros otherwise, then a last entry that is 1 at its answer step,
-    ``delay + 1``.
+    Each agent sees its input on its turn only: the speaker ``one_hot(target)`` (``V`` entries)
+    at step 0, the listener ``one_hot(token)`` at step 1, zeros otherwise; the listener's last
+    entry is 1 at its answer step, ``delay + 1``.
     """
     vocab = speaker_obs.shape[1]
     zero = speaker_obs.dtype(0.0)
     one = speaker_obs.dtype(1.0)
     for v in range(vocab):
-        speaker_obs[i, v] = wp.where(v == int(target), one, zero)
+        speaker_obs[i, v] = wp.where(step == 0 and v == int(target), one, zero)
         listener_obs[i, v] = wp.where(step == 1 and v == int(token), one, zero)
     listener_obs[i, vocab] = wp.where(int(step) == delay + 1, one, zero)
 
