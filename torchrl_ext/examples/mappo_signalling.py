@@ -69,7 +69,7 @@ class Config:
 
     Args:
         seed (int): seed of the envs, the initialisation and the minibatch order.
-        frames (int): total frames collected (the learning rate decays to zero here).
+        frames (int): total frames collected.
         listener (str): ``"lstm"`` (a listener with memory) or ``"mlp"`` (feed-forward).
         vocab (int): ``V``, targets and tokens.
         delay (int): steps between the showing of the token and the answer.
@@ -78,7 +78,7 @@ class Config:
         epochs (int): passes over each batch.
         envs_per_minibatch (int): env rows per minibatch.
         hidden (int): LSTM (or first MLP layer) width.
-        lr (float): initial Adam learning rate.
+        lr (float): Adam learning rate.
         clip (float): PPO clip range.
         gamma (float): discount.
         lmbda (float): GAE lambda.
@@ -389,8 +389,6 @@ def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
             check_batch(cfg, batch, first=frames == 0)
         frames += batch.numel()
         window.extend(successes(batch).tolist())
-        for group in optim.param_groups:
-            group["lr"] = cfg.lr * max(0.0, 1.0 - (frames - batch.numel()) / cfg.frames)
         stats = update(cfg, batch, losses, optim, generator)
         if quick:
             assert all(math.isfinite(v) for v in stats.values()), stats
