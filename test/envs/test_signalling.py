@@ -36,11 +36,10 @@ class TestSignallingEnv:
     """SignallingEnv is the speaker-listener game in TorchRL's multi-agent layout.
 
     Exact cases: the speaker sees one_hot(target) on step 0 only; the listener sees the token only
-    on step 1 and
-    its answer flag only on step delay + 1; the answer step pays 1 for the target, else 0, and
-    ends the episode. Reference: a Python game with its own hash agrees step by step, auto-resets
-    included. Statistics: targets are uniform over V. State: state_dict restores bitwise; graph
-    replay equals eager launches bitwise. Bad arguments raise naming the argument.
+    on step 1 and its answer flag only on step delay + 1; the answer step pays 1 for the target,
+    else 0, and ends the episode. Reference: a Python game with its own hash agrees step by step,
+    auto-resets included. Statistics: targets are uniform over V. State: state_dict restores
+    bitwise; graph replay equals eager launches bitwise. Bad arguments raise naming the argument.
     """
 
     def test_layout_and_specs(self):
@@ -269,6 +268,13 @@ class TestSignallingEnv:
     def test_bad_constructor_arguments(self, kwargs, error, match):
         with pytest.raises(error, match=match):
             SignallingEnv(2, seed=0, **kwargs)
+
+    def test_missing_group_action_raises(self):
+        env = SignallingEnv(2, seed=0, vocab=3)
+        root = env.reset()
+        root["speaker", "action"] = torch.zeros(2, dtype=torch.int64)
+        with pytest.raises(ValueError, match=r"listener\.action"):
+            env.step_and_maybe_reset(root)
 
     @pytest.mark.parametrize(
         ("group", "value", "error", "match"),

@@ -219,6 +219,9 @@ class SignallingEnv(WarpEnv):
         return [(_k.signalling_step, [*inputs, int(autoreset), *outputs, *flags])]
 
     # ------------------------------------------------------------------ group actions and rewards
+    # WarpEnv reads one action leaf into one buffer and hands out one reward: the methods below
+    # load both groups' actions into the joint buffer before the base steps, and place the team
+    # reward where the reward specs say.
     def _load_group_actions(self, tensordict: TensorDictBase) -> None:
         """Check both groups' actions, then copy them into the joint action buffer."""
         actions = []
@@ -226,7 +229,9 @@ class SignallingEnv(WarpEnv):
             key = (group, "action")
             action = tensordict.get(key, None)
             if action is None:
-                raise KeyError(f"the input tensordict has no {key!r} entry; set both actions.")
+                raise ValueError(
+                    f"the input tensordict has no {'.'.join(key)} entry; set both groups' actions."
+                )
             actions.append(self._checked_action(key, action))
         joint = self._t["action"]
         for column, action in enumerate(actions):

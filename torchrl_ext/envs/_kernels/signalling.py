@@ -5,8 +5,9 @@ One env's state is three ints: the ``target`` the speaker must convey, the ``tok
 An episode has ``delay + 2`` steps: the speaker sees the target (one-hot) at step 0 only and its
 action there is the token; the listener sees the token only in the observation that follows, at
 step 1; its action at step ``delay + 1`` (flagged in its observation) is its answer, scored
-against the target, and that step terminates the episode. :func:`draw_target` is the only random draw: the target of episode
-``k`` of env ``i`` is ``floor(V * u)`` for the first uniform of the stream ``(seed, i, k)``.
+against the target, and that step terminates the episode. :func:`draw_target` is the only
+random draw: the target of episode ``k`` of env ``i`` is ``floor(V * u)`` for the first uniform
+of the stream ``(seed, i, k)``.
 """
 
 from __future__ import annotations
