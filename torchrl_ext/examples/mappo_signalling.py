@@ -91,7 +91,7 @@ class Config:
     """
 
     seed: int = 0
-    frames: int = 300_000
+    frames: int = 1_000_000
     listener: Memory = "lstm"
     vocab: int = 8
     delay: int = 2
