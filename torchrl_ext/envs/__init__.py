@@ -17,6 +17,7 @@ from torchrl_ext.envs.course import (
 )
 from torchrl_ext.envs.pendulum import PendulumEnv
 from torchrl_ext.envs.render import RenderPixels, render_frame, render_frames
+from torchrl_ext.envs.signalling import SignallingEnv
 from torchrl_ext.envs.warp_env import WarpEnv
 
 _warp.init()
@@ -29,9 +30,12 @@ __all__ = [
     "CourseGenerator",
     "CourseParams",
     "PendulumEnv",
+    "RenderPixels",
+    "SignallingEnv",
     "WarpEnv",
     "course",
     "effective_seed",
     "interop",
+    "render_frame",
+    "render_frames",
 ]
-__all__ += ["RenderPixels", "render_frame", "render_frames"]

@@ -1,4 +1,4 @@
-"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,animate} [options]``.
+"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,animate,signalling} [options]``.
 
 Only the chosen pipeline is imported, so ``--help`` answers at once. ``--quick`` without a
 subcommand runs every pipeline's quick check (a few batches with shape, mask and finiteness
@@ -100,7 +100,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", dest="quick_all",
         help="without a subcommand: run every pipeline's --quick check",
     )  # fmt: skip
-    sub = parser.add_subparsers(dest="command", metavar="{ppo,r2d2,course,results,animate}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="{ppo,r2d2,course,results,animate,signalling}"
+    )
     for name, (_, description, _, _) in PIPELINES.items():
         p = sub.add_parser(name, help=description, description=description,
                            formatter_class=_Formatter)  # fmt: skip
@@ -114,7 +116,23 @@ def make_parser() -> argparse.ArgumentParser:
             p.add_argument("--table", type=Path, default=None, metavar="PATH",
                            help="markdown table file (default: <out>/results.md)")  # fmt: skip
     _add_animate(sub)
+    _add_signalling(sub)
     return parser
+
+
+SIGNALLING = "recurrent multi-agent PPO on the speaker-listener game (SignallingEnv)"
+
+
+def _add_signalling(sub: argparse._SubParsersAction) -> None:
+    # its options live in its module, parsed there (so --help here imports nothing)
+    sub.add_parser("signalling", help=SIGNALLING, add_help=False)
+
+
+def _run_signalling(rest: list[str]) -> object:
+    module = importlib.import_module("torchrl_ext.examples.mappo_signalling")
+    parser = argparse.ArgumentParser(prog=f"{PROG} signalling", description=SIGNALLING,
+                                     formatter_class=_Formatter)  # fmt: skip
+    return module.run(module.build_parser(parser).parse_args(rest))
 
 
 def _add_animate(sub: argparse._SubParsersAction) -> None:
@@ -151,6 +169,8 @@ def run_quick() -> dict[str, float]:
 def main(argv: list[str] | None = None) -> object:
     """Dispatches to the chosen pipeline (see ``--help``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["signalling"]:
+        return _run_signalling(argv[1:])
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command is None:

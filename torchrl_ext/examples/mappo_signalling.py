@@ -1,0 +1,505 @@
+"""Recurrent multi-agent PPO on the signalling game, one actor and one critic per agent group.
+
+Run it with::
+
+    python -m torchrl_ext.examples.mappo_signalling [--seeds 0 1 2] [--listener lstm|mlp]
+                                                    [--frames N] [--quick] [--out DIR]
+
+The pipeline, top to bottom:
+
+1. :class:`~torchrl_ext.envs.SignallingEnv` (``V = 8`` targets, the token shown once, the answer
+   due ``delay = 2`` steps later) in TorchRL's multi-agent layout: a ``"speaker"`` and a
+   ``"listener"`` group, each with its own observation, action and reward, and a done shared at
+   the root. ``InitTracker`` adds the shared ``is_init``; the LSTMs' state primers add each
+   group's recurrent states under that group.
+2. Per group, an actor (``LSTMModule``, a small head, a categorical over ``V``) and a critic
+   (its own ``LSTMModule`` and value head), each reading only its group's observation. With
+   ``--listener mlp`` the listener's actor and critic are feed-forward: it cannot remember the
+   token, and stays at chance (``1 / V``).
+3. :class:`~torchrl.collectors.Collector` gathers ``[num_envs, steps]`` batches holding both
+   groups, with every LSTM's state stored at each step.
+4. One :class:`~torchrl_ext.objectives.RecurrentGAE` per group, keys set to that group's
+   reward, value, advantage and value target and to the shared ``done``/``terminated``: each
+   recomputes its group's critic over whole rows from the stored states and cuts traces at the
+   shared episode ends.
+5. :class:`~torchrl_ext.data.minibatches.EnvMajorMinibatches` hands out whole env rows (both
+   groups at once), and one :class:`~torchrl.objectives.ClipPPOLoss` per group, keys set per
+   group, takes the gradient steps on the sum of the two losses.
+
+A run reports the success rate (answers equal to the target) over the last
+``success_window`` episodes, the frames and seconds at which it first reaches
+``target_success``, and a final evaluation of the policies' modes on fresh episodes.
+Randomness: the envs take the seed; network initialisation and the collector's action draws use
+torch's global generator, seeded inside :func:`torch.random.fork_rng` (the caller's RNG state is
+left as it was); minibatch order comes from its own :class:`torch.Generator`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.envs import Compose, ExplorationType, InitTracker, TransformedEnv, set_exploration_type
+from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
+from torchrl.objectives import ClipPPOLoss
+
+from torchrl_ext.data.minibatches import EnvMajorMinibatches
+from torchrl_ext.envs import SignallingEnv
+from torchrl_ext.examples._common import plain_torchrl_logs
+from torchrl_ext.objectives import RecurrentGAE
+
+GROUPS = ("speaker", "listener")
+Memory = Literal["lstm", "mlp"]
+
+
+@dataclasses.dataclass
+class Config:
+    """Hyperparameters of one run.
+
+    Args:
+        seed (int): seed of the envs, the initialisation and the minibatch order.
+        frames (int): total frames collected.
+        listener (str): ``"lstm"`` (a listener with memory) or ``"mlp"`` (feed-forward).
+        vocab (int): ``V``, targets and tokens.
+        delay (int): steps between the showing of the token and the answer.
+        num_envs (int): parallel envs.
+        steps (int): steps per env per batch (the row length).
+        epochs (int): passes over each batch.
+        envs_per_minibatch (int): env rows per minibatch.
+        hidden (int): LSTM (or first MLP layer) width.
+        lr (float): Adam learning rate.
+        clip (float): PPO clip range.
+        gamma (float): discount.
+        lmbda (float): GAE lambda.
+        entropy_coeff (float): entropy bonus weight.
+        max_grad_norm (float): gradient-norm clip, per group.
+        target_success (float): the success rate that counts as solved.
+        success_window (int): episodes the success rate is measured over.
+        eval_episodes (int): episodes of the final evaluation.
+        print_every (int): print the success rate every this many batches (0: never).
+    """
+
+    seed: int = 0
+    frames: int = 1_000_000
+    listener: Memory = "lstm"
+    vocab: int = 8
+    delay: int = 2
+    num_envs: int = 64
+    steps: int = 16
+    epochs: int = 4
+    envs_per_minibatch: int = 16
+    hidden: int = 64
+    lr: float = 3e-3
+    clip: float = 0.2
+    gamma: float = 0.99
+    lmbda: float = 0.95
+    entropy_coeff: float = 0.05
+    max_grad_norm: float = 1.0
+    target_success: float = 0.95
+    success_window: int = 1024
+    eval_episodes: int = 1024
+    print_every: int = 20
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames per collected batch: ``num_envs * steps``."""
+        return self.num_envs * self.steps
+
+
+@dataclasses.dataclass
+class Result:
+    """What a run measured: frames and seconds to the target success rate, final evaluation."""
+
+    config: Config
+    frames_to_target: int | None
+    seconds_to_target: float | None
+    final_success: float
+    frames: int
+    seconds: float
+    curve: list[tuple[int, float, float]]
+
+
+# ---------------------------------------------------------------------------- model
+def state_keys(group: str, role: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The keys of one LSTM's ``(h, c)`` states, inside its group."""
+    return (group, f"rs_{role}_h"), (group, f"rs_{role}_c")
+
+
+def make_trunk(cfg: Config, group: str, role: str, obs_dim: int, memory: Memory) -> Any:
+    """An ``LSTMModule`` (or a ReLU layer) reading the group's observation into its embedding."""
+    obs, out = (group, "observation"), (group, f"{role}_embed")
+    if memory == "lstm":
+        h, c = state_keys(group, role)
+        return LSTMModule(
+            input_size=obs_dim,
+            hidden_size=cfg.hidden,
+            in_keys=[obs, h, c],
+            out_keys=[out, ("next", *h), ("next", *c)],
+        )
+    return TensorDictModule(
+        nn.Sequential(nn.Linear(obs_dim, cfg.hidden), nn.ReLU()), in_keys=[obs], out_keys=[out]
+    )
+
+
+def make_head(cfg: Config, group: str, role: str, out_features: int, out_key: str) -> Any:
+    """A tanh hidden layer on the group's ``role`` embedding, then a linear output."""
+    net = nn.Sequential(
+        nn.Linear(cfg.hidden, cfg.hidden), nn.Tanh(), nn.Linear(cfg.hidden, out_features)
+    )
+    return TensorDictModule(net, in_keys=[(group, f"{role}_embed")], out_keys=[(group, out_key)])
+
+
+@dataclasses.dataclass
+class Agent:
+    """One group's actor and critic, and their trunks (whose states the env must carry)."""
+
+    actor: ProbabilisticActor
+    critic: TensorDictSequential
+
+    @property
+    def trunks(self) -> list[Any]:
+        """The actor's and the critic's first modules."""
+        return [self.actor.module[0][0], self.critic[0]]
+
+
+def make_agent(cfg: Config, group: str, obs_dim: int, memory: Memory) -> Agent:
+    """The group's actor (categorical over ``V``) and critic, each with its own trunk."""
+    actor = ProbabilisticActor(
+        TensorDictSequential(
+            make_trunk(cfg, group, "actor", obs_dim, memory),
+            make_head(cfg, group, "actor", cfg.vocab, "logits"),
+        ),
+        in_keys={"logits": (group, "logits")},
+        out_keys=[(group, "action")],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+        log_prob_key=(group, "action_log_prob"),
+    )
+    critic = TensorDictSequential(
+        make_trunk(cfg, group, "critic", obs_dim, memory),
+        make_head(cfg, group, "critic", 1, "state_value"),
+    )
+    return Agent(actor, critic)
+
+
+def make_agents(cfg: Config) -> dict[str, Agent]:
+    """Both groups' agents; the speaker always remembers, the listener per ``cfg.listener``."""
+    dims = {"speaker": cfg.vocab, "listener": cfg.vocab + 1}
+    memory = {"speaker": "lstm", "listener": cfg.listener}
+    return {g: make_agent(cfg, g, dims[g], memory[g]) for g in GROUPS}
+
+
+def collection_policy(agents: dict[str, Agent]) -> TensorDictSequential:
+    """Both actors, plus the critics' LSTMs so their states are stored for RecurrentGAE."""
+    modules = [agents[g].actor for g in GROUPS]
+    modules += [a.critic[0] for a in agents.values() if isinstance(a.critic[0], LSTMModule)]
+    return TensorDictSequential(*modules)
+
+
+def make_env(cfg: Config, num_envs: int, seed: int, agents: dict[str, Agent]) -> TransformedEnv:
+    """The game with ``is_init`` and every LSTM's state primer (states kept in their groups)."""
+    base = SignallingEnv(num_envs, seed=seed, vocab=cfg.vocab, delay=cfg.delay)
+    primers = [
+        trunk.make_tensordict_primer()
+        for agent in agents.values()
+        for trunk in agent.trunks
+        if isinstance(trunk, LSTMModule)
+    ]
+    return TransformedEnv(base, Compose(InitTracker(), *primers))
+
+
+# ---------------------------------------------------------------------------- learning
+def make_gae(cfg: Config, group: str, agent: Agent) -> RecurrentGAE:
+    """The group's RecurrentGAE: its own reward and value keys, the shared done."""
+    stored = isinstance(agent.critic[0], LSTMModule)
+    gae = RecurrentGAE(
+        cfg.gamma,
+        cfg.lmbda,
+        value_network=agent.critic,
+        initial_state="stored" if stored else "zeros",
+    )
+    return gae.set_keys(**group_keys(group))
+
+
+def group_keys(group: str) -> dict[str, Any]:
+    """``set_keys`` arguments of one group: its own reward and value keys, the shared flags."""
+    return {
+        "reward": (group, "reward"),
+        "value": (group, "state_value"),
+        "advantage": (group, "advantage"),
+        "value_target": (group, "value_target"),
+        "done": "done",
+        "terminated": "terminated",
+    }
+
+
+def make_loss(cfg: Config, group: str, agent: Agent) -> ClipPPOLoss:
+    """The group's ClipPPOLoss, reading that group's action, log-prob and advantage."""
+    loss = ClipPPOLoss(
+        agent.actor,
+        agent.critic,
+        clip_epsilon=cfg.clip,
+        entropy_bonus=True,
+        entropy_coeff=cfg.entropy_coeff,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
+    loss.set_keys(
+        action=(group, "action"), sample_log_prob=(group, "action_log_prob"), **group_keys(group)
+    )
+    return loss
+
+
+def update(
+    cfg: Config,
+    batch: TensorDictBase,
+    losses: dict[str, ClipPPOLoss],
+    optim: torch.optim.Optimizer,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """PPO epochs over env-major minibatches; one gradient step on the sum of the group losses.
+
+    Returns the last minibatch's losses and each group's ``first_max_ratio`` (the largest
+    probability ratio before any step: 1 when the actors replay the stored states exactly).
+    """
+    stats: dict[str, float] = {}
+    for minibatch in EnvMajorMinibatches(
+        batch, cfg.envs_per_minibatch, epochs=cfg.epochs, generator=generator
+    ):
+        total = 0.0
+        for group, loss in losses.items():
+            with set_recurrent_mode(True):
+                out = loss(minibatch)
+            stats.setdefault(f"{group}_first_max_ratio", float(out["max_ratio"]))
+            terms = [out[k] for k in ("loss_objective", "loss_critic", "loss_entropy")]
+            total = total + sum(terms)
+            stats.update(
+                {f"{group}_{k}": float(v.detach()) for k, v in out.items() if k.startswith("loss_")}
+            )
+        optim.zero_grad(set_to_none=True)
+        total.backward()
+        for param_group in optim.param_groups:
+            nn.utils.clip_grad_norm_(param_group["params"], cfg.max_grad_norm)
+        optim.step()
+    return stats
+
+
+def successes(batch: TensorDictBase) -> torch.Tensor:
+    """1.0 / 0.0 per episode that ended in ``batch``: whether the listener named the target.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> done = torch.tensor([[False, True], [False, True]]).unsqueeze(-1)
+        >>> reward = torch.tensor([[0.0, 1.0], [0.0, 0.0]]).unsqueeze(-1)
+        >>> batch = TensorDict({"next": {"done": done, "listener": {"reward": reward}}}, [2, 2])
+        >>> successes(batch).tolist()
+        [1.0, 0.0]
+    """
+    done = batch["next", "done"].squeeze(-1)
+    return batch["next", "listener", "reward"].squeeze(-1)[done]
+
+
+def evaluate(cfg: Config, agents: dict[str, Agent]) -> float:
+    """Success rate of the actors' modes on ``cfg.eval_episodes`` fresh episodes (one per env)."""
+    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, agents)
+    policy = TensorDictSequential(*(agents[g].actor for g in GROUPS))
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        data = env.rollout(cfg.delay + 2, policy, break_when_any_done=False)
+    env.close()
+    return float(successes(data).mean())
+
+
+def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
+    """Asserts the layout and masks the per-group update relies on (used by ``--quick``)."""
+    n, t = cfg.num_envs, cfg.steps
+    assert batch.batch_size == (n, t), batch.batch_size
+    is_init = batch["is_init"].squeeze(-1)
+    done = batch["next", "done"].squeeze(-1)
+    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
+    if first:
+        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+    for group, size in (("speaker", cfg.vocab), ("listener", cfg.vocab + 1)):
+        assert batch[group, "observation"].shape == (n, t, size), group
+        for key in ("advantage", "value_target", "state_value"):
+            value = batch[group, key]
+            assert value.shape == (n, t, 1), (group, key, value.shape)
+            assert bool(torch.isfinite(value).all()), (group, key)
+        for key in batch[group].keys():
+            if key.startswith("rs_"):
+                state = batch[group, key]
+                assert state.shape == (n, t, 1, cfg.hidden), (group, key, state.shape)
+                assert bool((state[is_init] == 0).all()), f"{group}.{key} must be zero at is_init"
+
+
+# ---------------------------------------------------------------------------- main loop
+def train(cfg: Config, out: Path | None = None, *, quick: bool = False) -> Result:
+    """Trains one run; writes ``progress.csv`` under ``out`` when given.
+
+    Args:
+        cfg (Config): hyperparameters.
+        out (Path, optional): directory for ``progress.csv``. Defaults to ``None``.
+        quick (bool, optional): check layout, masks and losses on every batch. Defaults to False.
+
+    Returns:
+        The run's :class:`Result`.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return _train(cfg, out, quick=quick)
+
+
+def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
+    agents = make_agents(cfg)
+    env = make_env(cfg, cfg.num_envs, cfg.seed, agents)
+    gaes = {g: make_gae(cfg, g, agents[g]) for g in GROUPS}
+    losses = {g: make_loss(cfg, g, agents[g]) for g in GROUPS}
+    optim = torch.optim.Adam(
+        [
+            {"params": list(agents[g].actor.parameters()) + list(agents[g].critic.parameters())}
+            for g in GROUPS
+        ],
+        lr=cfg.lr,
+    )
+    generator = torch.Generator().manual_seed(cfg.seed)
+    collector = Collector(
+        env,
+        collection_policy(agents),
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.frames,
+    )
+    window: deque[float] = deque(maxlen=cfg.success_window)
+    rows, curve, frames, hit = [], [], 0, None
+    start = time.perf_counter()
+    for batch in collector:
+        for gae in gaes.values():
+            gae(batch)
+        if quick:
+            check_batch(cfg, batch, first=frames == 0)
+        frames += batch.numel()
+        window.extend(successes(batch).tolist())
+        stats = update(cfg, batch, losses, optim, generator)
+        if quick:
+            assert all(math.isfinite(v) for v in stats.values()), stats
+            for g in GROUPS:
+                assert abs(stats[f"{g}_first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
+        seconds = time.perf_counter() - start
+        rate = sum(window) / len(window)
+        if hit is None and len(window) == cfg.success_window and rate >= cfg.target_success:
+            hit = (frames, seconds)
+        curve.append((frames, seconds, rate))
+        rows.append({"frames": frames, "seconds": round(seconds, 3), "success": rate, **stats})
+        if cfg.print_every and len(rows) % cfg.print_every == 0:
+            print(f"  {frames:>8} frames {seconds:6.0f} s  success {rate:.3f}", flush=True)
+    collector.shutdown()
+    result = Result(
+        config=cfg,
+        frames_to_target=hit[0] if hit else None,
+        seconds_to_target=hit[1] if hit else None,
+        final_success=evaluate(cfg, agents),
+        frames=frames,
+        seconds=time.perf_counter() - start,
+        curve=curve,
+    )
+    if out is not None:
+        write_csv(Path(out) / f"{cfg.listener}_seed{cfg.seed}.csv", rows)
+    return result
+
+
+def write_csv(path: Path, rows: list[dict[str, float]]) -> Path:
+    """Writes one row per batch to ``path`` (its folder created); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def summary(result: Result) -> str:
+    """One line per run."""
+    cfg = result.config
+    if result.frames_to_target is None:
+        reached = f"never reached {cfg.target_success:.0%}"
+    else:
+        reached = (
+            f"reached {cfg.target_success:.0%} at {result.frames_to_target} frames, "
+            f"{result.seconds_to_target:.0f} s"
+        )
+    return (
+        f"listener={cfg.listener} seed={cfg.seed}: success {reached}; final evaluation "
+        f"{result.final_success:.3f} (chance {1 / cfg.vocab:.3f}); {result.frames} frames in "
+        f"{result.seconds:.0f} s"
+    )
+
+
+# ---------------------------------------------------------------------------- command line
+QUICK_BATCHES = 3
+QUICK = {
+    "num_envs": 16,
+    "steps": 8,
+    "epochs": 2,
+    "envs_per_minibatch": 8,
+    "eval_episodes": 64,
+    "print_every": 0,
+}
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The command's options, added to ``parser`` (a new one if ``None``)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed")
+    parser.add_argument("--listener", choices=["lstm", "mlp"], default="lstm")
+    parser.add_argument("--frames", type=int, default=None, help="frame budget per run")
+    parser.add_argument("--vocab", type=int, default=Config.vocab)
+    parser.add_argument("--delay", type=int, default=Config.delay)
+    parser.add_argument("--lr", type=float, default=Config.lr, help="initial learning rate")
+    parser.add_argument("--entropy-coeff", type=float, default=Config.entropy_coeff)
+    parser.add_argument("--quick", action="store_true", help="3 small batches with checks")
+    parser.add_argument("--out", type=Path, default=None, help="directory of progress CSVs")
+    return parser
+
+
+def run(args: argparse.Namespace) -> list[Result]:
+    """Runs the parsed command: one training run per seed, a summary line each."""
+    torch.set_num_threads(1)
+    plain_torchrl_logs()
+    overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
+    if args.quick:
+        overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
+    if args.frames is not None:
+        overrides["frames"] = args.frames
+    results = []
+    for seed in args.seeds:
+        cfg = Config(
+            seed=seed,
+            listener=args.listener,
+            vocab=args.vocab,
+            delay=args.delay,
+            lr=args.lr,
+            entropy_coeff=args.entropy_coeff,
+            **overrides,
+        )
+        results.append(train(cfg, args.out, quick=args.quick))
+        print(summary(results[-1]), flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> list[Result]:
+    """Parses ``argv`` (the command line if ``None``) and runs it."""
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
