@@ -6,6 +6,7 @@ import itertools
 import math
 import threading
 
+import numpy as np
 import pytest
 import sequence_reference as reference
 import torch
@@ -1060,7 +1061,6 @@ class TestSequenceHardening:
         assert unit.length == 3 and unit.stride == 1
 
     def test_numpy_integers_are_accepted(self):
-        np = pytest.importorskip("numpy")
         unit = Sequence(np.int64(4), burn_in=np.int32(2), stride=np.int16(3))
         assert (unit.length, unit.burn_in, unit.stride) == (4, 2, 3)
         assert type(unit.length) is int
