@@ -60,6 +60,15 @@ class TestKernels:
         assert torch.equal(adv, expected_adv) and torch.equal(target, expected_target)
         assert not nonfinite
 
+    @pytest.mark.parametrize("stream_bytes", [0, 1 << 62])
+    @pytest.mark.parametrize(("n", "t", "k"), [(13, 37, 1), (5, 9, 3)])
+    def test_streaming_and_plain_stores_write_the_same(self, monkeypatch, stream_bytes, n, t, k):
+        monkeypatch.setattr(kernels, "STREAM_BYTES", stream_bytes)
+        inputs = scan_inputs(n, t, k, seed=n + t)
+        adv, target, _ = run(kernels.scan_cpu, inputs)
+        expected_adv, expected_target = gae_reference(*inputs, 0.97, 0.9)
+        assert torch.equal(adv, expected_adv) and torch.equal(target, expected_target)
+
     @pytest.mark.parametrize("kernel", list(KERNELS))
     def test_strided_and_broadcast_views(self, kernel):
         """Time-major storage and flags broadcast over channels, without copies."""

@@ -3,6 +3,7 @@
 * :func:`prefetch`: a software prefetch of one cache line into L2.
 * :func:`voidptr`: an integer address as a ``void *`` (for ``numba.carray``).
 * :func:`memcpy`: ``llvm.memcpy`` between two addresses.
+* :func:`store_stream`: ``array[index] = value`` as a streaming (non-temporal) store.
 
 They live here because kernels of both ``data/_kernels`` and ``objectives`` call them.
 numba's disk cache of a kernel is keyed on the kernel's own file: after editing an intrinsic
@@ -75,3 +76,27 @@ if AVAILABLE:
             return context.get_dummy_value()
 
         return types.void(destination, source, size), codegen
+
+    @intrinsic
+    def store_stream(typingctx, array, index, value):
+        """``array[index] = value`` with LLVM's ``!nontemporal`` hint (a streaming store).
+
+        ``index`` is a tuple of non-negative ints, one per dimension (no wraparound, no bounds
+        check). A streaming store writes around the caches: a plain store first reads the
+        line it writes into, which for an output much larger than the caches is a third of
+        the memory traffic of writing it.
+        """
+
+        def codegen(context, builder, sig, args):
+            array_type, index_type, value_type = sig.args
+            view = context.make_array(array_type)(context, builder, args[0])
+            indices = cgutils.unpack_tuple(builder, args[1], len(index_type))
+            pointer = cgutils.get_item_pointer(
+                context, builder, array_type, view, indices, wraparound=False
+            )
+            item = context.cast(builder, args[2], value_type, array_type.dtype)
+            store = builder.store(item, pointer)
+            store.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
+            return context.get_dummy_value()
+
+        return types.void(array, index, value), codegen

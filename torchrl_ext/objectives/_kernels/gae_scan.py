@@ -16,8 +16,12 @@ The CPU kernel advances eight rows together: one row's scan is a chain of depend
 multiply-adds, and eight independent chains keep the core busy. Per block of eight rows it
 computes the TD errors and trace decays forwards in time into a small scratch (loops the
 compiler vectorizes), scans the scratch backwards, then writes the advantages and value
-targets forwards. The Warp kernel runs one thread per row: on CUDA that is one launch where a
-torch loop over time would be several launches per step.
+targets forwards. Outputs of :data:`STREAM_BYTES` or more are written with streaming stores,
+which write around the caches: a plain store first reads each line it writes into, and on a
+rollout larger than the caches that read is a quarter of the kernel's memory traffic.
+
+The Warp kernel runs one thread per row: on CUDA that is one launch where a torch loop over
+time would be several launches per step.
 """
 
 from __future__ import annotations
@@ -31,15 +35,18 @@ import torch
 import warp as wp
 
 from torchrl_ext import _warp
+from torchrl_ext._native.intrinsics import store_stream
 
 #: Rows the CPU kernel advances together.
 LANES = 8
+#: Outputs of at least this many bytes are written with streaming stores (see the module doc).
+STREAM_BYTES = 1 << 22
 #: Dtypes both kernels run natively.
 DTYPES = (torch.float32, torch.float64)
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_block(inputs, coefs, outputs, first, delta, decay):
+def _scan_block(inputs, coefs, outputs, stream, first, delta, decay):
     """Scans rows ``first .. first + LANES - 1`` (a partial last block repeats its last row).
 
     Returns whether some row's advantage at its first step is not finite.
@@ -69,26 +76,37 @@ def _scan_block(inputs, coefs, outputs, first, delta, decay):
         a7 = delta[7, t] + decay[7, t] * a7
         delta[0, t], delta[1, t], delta[2, t], delta[3, t] = a0, a1, a2, a3
         delta[4, t], delta[5, t], delta[6, t], delta[7, t] = a4, a5, a6, a7
-    advantage, value_target = outputs
+    advantage, value_target = outputs  # flat views of contiguous [N, T, K] tensors
     for j in range(LANES):
         n, k = divmod(min(first + j, last), n_chan)
-        for t in range(n_steps):
-            advantage[n, k, t] = delta[j, t]
-            value_target[n, k, t] = delta[j, t] + value[n, k, t]
+        start = n * n_steps * n_chan + k
+        if stream:
+            for t in range(n_steps):
+                i = start + t * n_chan
+                store_stream(advantage, (i,), delta[j, t])
+                store_stream(value_target, (i,), delta[j, t] + value[n, k, t])
+        else:
+            for t in range(n_steps):
+                i = start + t * n_chan
+                advantage[i] = delta[j, t]
+                value_target[i] = delta[j, t] + value[n, k, t]
     check = (a0 + a1) + (a2 + a3) + (a4 + a5) + (a6 + a7)
     return check - check != zero
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_rows(inputs, coefs, outputs):
-    """The scan over all rows of ``[N, K, T]`` arrays; returns whether any was non-finite."""
+def _scan_rows(inputs, coefs, outputs, stream):
+    """The scan over all rows of ``[N, K, T]`` arrays; returns whether any was non-finite.
+
+    ``stream``: write the outputs with streaming stores.
+    """
     reward = inputs[0]
     n_rows, n_chan, n_steps = reward.shape
     delta = np.empty((LANES, n_steps), dtype=reward.dtype)
     decay = np.empty((LANES, n_steps), dtype=reward.dtype)
     nonfinite = False
     for first in range(0, n_rows * n_chan, LANES):
-        nonfinite |= _scan_block(inputs, coefs, outputs, first, delta, decay)
+        nonfinite |= _scan_block(inputs, coefs, outputs, stream, first, delta, decay)
     return nonfinite
 
 
@@ -100,14 +118,23 @@ def scan_cpu(inputs, gamma, lmbda, advantage, value_target) -> bool:
             of one dtype in :data:`DTYPES` (bool flags), any strides.
         gamma (float): discount.
         lmbda (float): GAE trace decay.
-        advantage (torch.Tensor): ``[N, T, K]`` output, written.
-        value_target (torch.Tensor): ``[N, T, K]`` output, written.
+        advantage (torch.Tensor): ``[N, T, K]`` output, written (in place when contiguous,
+            as the callers' outputs are, else through a contiguous copy).
+        value_target (torch.Tensor): ``[N, T, K]`` output, written likewise.
     """
     scalar = np.dtype(str(inputs[0].dtype).removeprefix("torch."))
     coefs = (scalar.type(gamma), scalar.type(gamma * lmbda))
     arrays = tuple(_time_last(x) for x in inputs)
-    outputs = (_time_last(advantage), _time_last(value_target))
-    return bool(_scan_rows(arrays, coefs, outputs))
+    outputs = (advantage, value_target)
+    if not all(x.is_contiguous() for x in outputs):  # the kernel writes flat outputs
+        dense = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in outputs]
+        nonfinite = scan_cpu(inputs, gamma, lmbda, *dense)
+        advantage.copy_(dense[0])
+        value_target.copy_(dense[1])
+        return nonfinite
+    outputs = (advantage.view(-1).numpy(), value_target.view(-1).numpy())
+    stream = 2 * advantage.numel() * advantage.element_size() >= STREAM_BYTES
+    return bool(_scan_rows(arrays, coefs, outputs, stream))
 
 
 def _time_last(x: torch.Tensor) -> np.ndarray:
