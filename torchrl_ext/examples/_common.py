@@ -1,21 +1,25 @@
-"""What the example pipelines share: run folders, TorchRL loggers, checkpoints, timing.
+"""What the example pipelines share: run folders, loggers, checkpoints, bookkeeping, PPO pieces.
 
 Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
-:mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`) reads top
-to bottom on its own; only these small pieces are common to them:
+:mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`,
+:mod:`~torchrl_ext.examples.mappo_signalling`) reads top to bottom on its own: its env, networks,
+loss and training loop. Only these pieces are common to them:
 
 * :class:`RunOptions`: where a run writes, how it logs, how often it saves, on which device.
 * :func:`make_logger`: a :mod:`torchrl.record.loggers` logger (CSV, TensorBoard or wandb) writing
   into the run folder.
-* :func:`save_checkpoint` / :func:`load_checkpoint`: one ``checkpoint.pt`` per run folder, written
-  atomically, plus :func:`trim_csv_logs`, which drops the CSV rows logged after the checkpoint a
-  run resumes from, so a resumed run's log equals an uninterrupted one.
-* :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
 * :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
-  the loss, optimizer, env, collector, torch's generator, logger), plus the pipeline's own parts.
-* :class:`BatchConfig`, :class:`ReturnWindow`, :func:`seeded`: a ``Config``'s batch size and
-  checks, the running mean return and its first crossing of the target, seeded training.
+  the loss, optimizer, env, collector, torch's generator, logger) in one ``checkpoint.pt`` per
+  run folder, written atomically; on resume the CSV rows logged after the checkpoint are dropped,
+  so a resumed run's log equals an uninterrupted one.
+* :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
+* :class:`BatchConfig`, :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: a
+  ``Config``'s batch size and checks, the running mean return and its first crossing of the
+  target, what a run reached, training under a seeded global generator.
 * :func:`config_of` and :func:`train_seeds`: from the command line to one result per seed.
+* :func:`ppo_loss`, :func:`ppo_optimizer`, :func:`anneal`, :func:`gae_batches`,
+  :func:`ppo_step`: ClipPPOLoss with RecurrentGAE, its optimizer and schedules, the collected
+  batches with advantages, one clipped gradient step.
 * :class:`Stopwatch` and :func:`setup` (one torch thread, torchrl's log lines without colours).
 """
 
