@@ -319,11 +319,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
                 group["lr"] = learning_rate(cfg, frames)
             sample = rb.sample().to(device)
             out = loss_fn(sample)
-            optim.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            nn.utils.clip_grad_norm_(loss_fn.value_network_params.values(True, True),
-                                     cfg.max_grad_norm)  # fmt: skip
-            optim.step()
+            _common.gradient_step(out["loss"], optim, cfg.max_grad_norm)
             target_updater.step()
             unit.update_priority(rb, sample)
             updates, loss = updates + 1, float(out["loss"].detach())
