@@ -95,40 +95,30 @@ class CourseParams:
     gate_width: float = 4.0
 
     def __post_init__(self) -> None:
-        for name in ("scale", "width", "checkpoint_spacing", "gate_width"):
-            _check_positive(name, getattr(self, name))
-        _check_roughness(self.roughness)
-        _check_harmonics(self.harmonics)
+        for f in fields(self):
+            _check_param(f.name, getattr(self, f.name))
 
 
-def _check_positive(name: str, value: float | torch.Tensor) -> None:
-    values = torch.as_tensor(value, dtype=torch.float64)
-    if not bool(torch.all(torch.isfinite(values) & (values > 0))):
-        raise ValueError(f"{name} must be finite and > 0, got {name}={value!r}.")
+_PARAM_NAMES = tuple(f.name for f in fields(CourseParams))
 
 
-def _check_roughness(value: float | torch.Tensor) -> None:
-    values = torch.as_tensor(value, dtype=torch.float64)
-    if not bool(torch.all(torch.isfinite(values) & (values >= 0))):
-        raise ValueError(f"roughness must be finite and >= 0, got roughness={value!r}.")
-
-
-def _check_harmonics(value: int | torch.Tensor) -> None:
+def _check_param(name: str, value: float | torch.Tensor) -> None:
+    """Check a :class:`CourseParams` value, or a tensor of them (one per env)."""
     values = torch.as_tensor(value)
-    if values.is_floating_point() or values.dtype == torch.bool:
-        raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
-    if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
-        raise ValueError(f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}.")
-
-
-_PARAM_CHECKS = {
-    "scale": lambda v: _check_positive("scale", v),
-    "roughness": _check_roughness,
-    "harmonics": _check_harmonics,
-    "width": lambda v: _check_positive("width", v),
-    "checkpoint_spacing": lambda v: _check_positive("checkpoint_spacing", v),
-    "gate_width": lambda v: _check_positive("gate_width", v),
-}
+    if name == "harmonics":
+        if values.is_floating_point() or values.dtype == torch.bool:
+            raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
+        if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
+            raise ValueError(
+                f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}."
+            )
+        return
+    values = values.to(torch.float64)
+    positive = name != "roughness"
+    ok = torch.isfinite(values) & ((values > 0) if positive else (values >= 0))
+    if not bool(torch.all(ok)):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -184,21 +174,9 @@ def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int |
 
 
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
-_COURSE_ARRAYS = (
-    "centerline",
-    "arc_length",
-    "checkpoints",
-    "checkpoint_count",
-    "scale",
-    "roughness",
-    "harmonics",
-    "width",
-    "checkpoint_spacing",
-    "gate_width",
-    "coefficients",
-    "posts",
-)
-_PARAM_ARRAYS = tuple(f"param_{f.name}" for f in fields(CourseParams))
+_GEOMETRY = ("centerline", "arc_length", "checkpoints", "checkpoint_count")
+_COURSE_ARRAYS = (*_GEOMETRY, *_PARAM_NAMES, "coefficients", "posts")
+_PARAM_ARRAYS = tuple(f"param_{name}" for name in _PARAM_NAMES)
 
 
 class CourseGenerator:
@@ -270,7 +248,9 @@ class CourseGenerator:
         mode: Literal["track", "gates"] = "track",
     ) -> None:
         self.device = wp.get_device(device)
-        self._check_sizes(num_envs, num_points, max_checkpoints)
+        self.num_envs = check_int("num_envs", num_envs, 1)
+        self.num_points = check_int("num_points", num_points, MIN_POINTS)
+        self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS)
         self.mode = check_choice("mode", mode, MODES)
         if self.device.is_capturing:
             raise RuntimeError(
@@ -281,24 +261,9 @@ class CourseGenerator:
         params = CourseParams() if params is None else params
         if not isinstance(params, CourseParams):
             raise TypeError(f"params must be a CourseParams, got params={params!r}.")
-        self.num_envs = num_envs
-        self.num_points = num_points
-        self.max_checkpoints = max_checkpoints
         self._allocate(self._seeds(seed), params)
         self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
         self.regenerate(advance=False)
-
-    @staticmethod
-    def _check_sizes(num_envs: int, num_points: int, max_checkpoints: int) -> None:
-        for name, value, low in (
-            ("num_envs", num_envs, 1),
-            ("num_points", num_points, MIN_POINTS),
-            ("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {name}={value!r}.")
-            if value < low:
-                raise ValueError(f"{name} must be >= {low}, got {name}={value!r}.")
 
     def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
         if isinstance(seed, int) and not isinstance(seed, bool):
@@ -317,20 +282,31 @@ class CourseGenerator:
         self.seed = wp.array(seeds, dtype=wp.int64, device=dev)
         for name in ("epoch", "generation"):
             setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
-        for name in ("valid", "defects", "checkpoint_count", "harmonics", "param_harmonics"):
+        for name in ("valid", "defects", "checkpoint_count"):
             setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
-        for name in ("scale", "roughness", "width", "checkpoint_spacing", "gate_width"):
-            setattr(self, name, wp.zeros(n, dtype=wp.float32, device=dev))
-            setattr(self, f"param_{name}", wp.zeros(n, dtype=wp.float32, device=dev))
+        for name in _PARAM_NAMES:
+            dtype = wp.int32 if name == "harmonics" else wp.float32
+            setattr(self, name, wp.zeros(n, dtype=dtype, device=dev))
+            setattr(self, f"param_{name}", wp.full(n, getattr(params, name), dtype, device=dev))
         self.centerline = wp.zeros((n, p), dtype=wp.vec2f, device=dev)
         self.arc_length = wp.zeros((n, p + 1), dtype=wp.float32, device=dev)
         self.checkpoints = wp.zeros((n, m), dtype=wp.vec2f, device=dev)
         self.posts = wp.zeros((n, m, 2), dtype=wp.vec2f, device=dev)
         self.coefficients = wp.zeros((n, K.NUM_DRAWS), dtype=wp.float32, device=dev)
-        for f in fields(CourseParams):
-            getattr(self, f"param_{f.name}").fill_(getattr(params, f.name))
         self._all_envs = wp.ones(n, dtype=wp.int32, device=dev)
         self._any = wp.zeros(1, dtype=wp.int32, device=dev)
+        self._next_params = self._param_struct("param_")
+        self.arrays = K.Courses()
+        for name in _STATE_ARRAYS + _COURSE_ARRAYS:
+            if name not in _PARAM_NAMES:
+                setattr(self.arrays, name, getattr(self, name))
+        self.arrays.params = self._param_struct("")
+
+    def _param_struct(self, prefix: str) -> K.Params:
+        struct = K.Params()
+        for name in _PARAM_NAMES:
+            setattr(struct, name, getattr(self, prefix + name))
+        return struct
 
     @staticmethod
     def array_names() -> tuple[str, ...]:
@@ -445,9 +421,9 @@ class CourseGenerator:
 
     def _param_column(self, name: str, value: float | torch.Tensor, count: int) -> torch.Tensor:
         """``value`` checked and converted to the ``[count]`` column written to ``param_<name>``."""
-        if name not in _PARAM_CHECKS:
+        if name not in _PARAM_NAMES:
             raise TypeError(
-                f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_CHECKS)}."
+                f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_NAMES)}."
             )
         if isinstance(value, bool) or (
             isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.is_complex())
@@ -455,7 +431,7 @@ class CourseGenerator:
             raise TypeError(f"{name} must be a real number or tensor, got {name}={value!r}.")
         if not isinstance(value, (numbers.Real, torch.Tensor)):
             raise TypeError(f"{name} must be a number or a tensor, got {name}={value!r}.")
-        _PARAM_CHECKS[name](value)
+        _check_param(name, value)
         target = self.views[f"param_{name}"]
         column = torch.as_tensor(value).detach().to(target.device, target.dtype)
         if column.dim() > 1 or column.numel() not in (1, count):
@@ -584,66 +560,11 @@ class CourseGenerator:
             return True
         return self.device.is_capturing and wp.is_conditional_graph_supported()
 
-    def _rebuild(self, mask: wp.array, advance: bool) -> None:
-        n, dev = self.num_envs, self.device
-        if advance:
-            wp.launch(K.step_epoch, dim=n, inputs=[mask, 1, self.epoch], device=dev)
-        wp.launch(K.commit_params, dim=n, inputs=self._commit_inputs(mask), device=dev)
-        wp.launch(
-            K.draw_coefficients,
-            dim=n,
-            inputs=[mask, self.seed, self.epoch, self.coefficients],
-            device=dev,
-        )
-        self._launch_geometry(mask)
-        wp.launch(K.check_validity, dim=n, inputs=self._validity_inputs(mask), device=dev)
-
-    def _commit_inputs(self, mask: wp.array) -> list[wp.array]:
-        names = [f.name for f in fields(CourseParams)]
-        params = [getattr(self, f"param_{name}") for name in names]
-        course = [getattr(self, name) for name in names]
-        return [mask, self.epoch, *params, self.generation, *course]
-
-    def _launch_geometry(self, mask: wp.array) -> None:
-        n, m, dev = self.num_envs, self.max_checkpoints, self.device
-        shape = [self.scale, self.roughness, self.harmonics]
-        wp.launch(
-            K.build_centerline,
-            dim=n,
-            inputs=[mask, self.coefficients, *shape, self.centerline],
-            device=dev,
-        )
-        wp.launch(
-            K.measure_arc_length, dim=n, inputs=[mask, self.centerline, self.arc_length], device=dev
-        )
-        wp.launch(
-            K.count_checkpoints,
-            dim=n,
-            inputs=[mask, self.arc_length, self.checkpoint_spacing, m, self.checkpoint_count],
-            device=dev,
-        )
-        placed = [mask, self.centerline, self.arc_length, self.checkpoint_spacing]
-        placed += [self.checkpoint_count]
-        even = int(self.mode == "gates")
-        wp.launch(K.place_checkpoints, dim=n, inputs=[*placed, even, self.checkpoints], device=dev)
-        wp.launch(
-            K.place_gates, dim=n, inputs=[*placed, self.gate_width, even, self.posts], device=dev
-        )
-
-    def _validity_inputs(self, mask: wp.array) -> list:
-        names = ("scale", "roughness", "harmonics", "width", "checkpoint_spacing", "gate_width")
-        return [
-            mask,
-            self.centerline,
-            self.arc_length,
-            *[getattr(self, name) for name in names],
-            self.checkpoint_count,
-            self.posts,
-            self.max_checkpoints,
-            int(self.mode == "gates"),
-            self.defects,
-            self.valid,
-        ]
+    def _rebuild(self, mask: wp.array, advance: bool, restart: bool = False) -> None:
+        change = K.EPOCH_RESTART if restart else (K.EPOCH_ADVANCE if advance else K.EPOCH_KEEP)
+        gates = int(self.mode == "gates")
+        inputs = [mask, change, self._next_params, self.arrays, self.max_checkpoints, gates]
+        wp.launch(K.rebuild, dim=self.num_envs, inputs=inputs, device=self.device)
 
     def reset_epoch(self, mask: wp.array | torch.Tensor | None = None) -> None:
         """Set the masked envs' epoch to 0 and rebuild their first course (of their seed).
@@ -669,8 +590,7 @@ class CourseGenerator:
             [0, 0] True
         """
         mask = self._all_envs if mask is None else self.check_mask(mask)
-        wp.launch(K.step_epoch, dim=self.num_envs, inputs=[mask, 0, self.epoch], device=self.device)
-        self._rebuild(mask, advance=False)
+        self._rebuild(mask, advance=False, restart=True)
 
     def generate(self, seeds: int | torch.Tensor, epochs: int | torch.Tensor = 0) -> None:
         """Give every env a new seed and epoch and build the course of that ``(seed, epoch)``.
@@ -771,7 +691,7 @@ class CourseGenerator:
         wp.launch(
             K.locate_on_gates,
             dim=self.num_envs,
-            inputs=[self.checkpoints, self.checkpoint_count, points],
+            inputs=[self.arrays, points],
             outputs=[wp.from_torch(out, dtype=wp.vec2f)],
             device=self.device,
         )
@@ -807,7 +727,7 @@ class CourseGenerator:
         wp.launch(
             K.touch_posts,
             dim=self.num_envs,
-            inputs=[self.posts, self.checkpoint_count, points, radius],
+            inputs=[self.arrays, points, radius],
             outputs=[wp.from_torch(hit)],
             device=self.device,
         )
