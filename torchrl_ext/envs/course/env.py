@@ -29,7 +29,8 @@ from torchrl_ext.envs.warp_env import Launch, NanActionChecks, WarpEnv, _require
 __all__ = ["CarConfig", "CourseEnv"]
 
 _CRASH_MODES = ("respawn", "regenerate")
-_STEP_RESULTS = ("checkpoint_distance", "checkpoints_passed", "laps", "out_of_bounds", "valid")
+_OUTPUT_KEYS = tuple(_k.Outputs.vars)
+"""The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
 GATES_OBSERVATION_SIZE = 8
 """Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
@@ -379,57 +380,39 @@ class CourseEnv(NanActionChecks, WarpEnv):
         return self._counts
 
     # ------------------------------------------------------------------ kernel recipes
-    def _course(self, *names: str) -> list[wp.array]:
-        return [getattr(self._generator, name) for name in names]
+    def _shared_inputs(self) -> list:
+        """The kernels' leading inputs: car constants, rules, car state, courses, episode ends."""
+        b, w = self.buffers, self._w
+        rules = _struct(
+            _k.Rules,
+            laps=self.laps,
+            max_steps=self.step_limit,
+            crash_regenerates=int(self.crash == "regenerate"),
+            gates=int(self.mode == "gates"),
+            collision=self.collision,
+        )
+        car = _struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
+        ends = _struct(
+            _k.Ends,
+            request_regenerate=w["inputs.regen_mask"],
+            request_respawn=w["inputs.reset_mask"],
+            regenerate_mask=w["regen_mask"],
+            respawn_mask=w["respawn_mask"],
+            **{name: b[name] for name in ("steps", "reward", "terminated", "truncated", "done")},
+        )
+        return [self._car_params, rules, car, self._generator.arrays, ends]
 
-    def _move_recipes(self) -> list[Launch]:
-        """Move the cars and update their progress: on the track, or through the gates."""
-        b, w, p = self.buffers, self._w, self._car_params
-        drive = [w["pose"], b["action"], self._generator.valid, p]
-        if self.mode == "gates":
-            gates = [*self._course("checkpoints", "posts", "checkpoint_count"), self.collision]
-            return [(_k.drive_through_gates, [*drive, *gates, w["track"], w["counts"]])]
-        progress = [
-            w["pose"],
-            *self._course("centerline", "arc_length", "width", "checkpoint_spacing"),
-            *self._course("checkpoint_count", "valid"),
-            w["track"],
-            w["counts"],
-        ]
-        return [(_k.drive_cars, drive), (_k.track_progress, progress)]
+    def _outputs(self, which: str) -> _k.Outputs:
+        return _struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
 
     def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b, w, p = self.buffers, self._w, self._car_params
-        ends = [
-            w["track"],
-            w["counts"],
-            *self._course("checkpoint_count", "valid"),
-            b["steps"],
-            p,
-            self.laps,
-            self.step_limit,
-            int(self.crash == "regenerate"),
-            int(autoreset),
-            w["inputs.regen_mask"],
-            w["inputs.reset_mask"],
-            b["reward"],
-            b["terminated"],
-            b["truncated"],
-            b["done"],
-            w["regen_mask"],
-            w["respawn_mask"],
-        ]
-        recipes = [
-            *self._move_recipes(),
-            (_k.end_episodes, ends),
-            self._observe_recipe("next", w["zero_mask"], w["zero_mask"], False),
-        ]
-        return recipes + self._auto_reset_recipes(carry=True) if autoreset else recipes
+        inputs = [*self._shared_inputs(), self.buffers["action"], int(autoreset)]
+        step = (_k.step, [*inputs, self._outputs("next")])
+        return [step, *self._auto_reset_recipes(carry=True)] if autoreset else [step]
 
     def _reset_launches(self) -> list[Launch]:
-        w = self._w
-        inputs = [self.buffers["mask"], w["counts"], self._generator.valid]
-        plan = (_k.plan_reset, [*inputs, w["regen_mask"], w["respawn_mask"]])
+        _params, _rules, *inputs = self._shared_inputs()
+        plan = (_k.plan_reset, [*inputs, self.buffers["mask"]])
         return [plan, *self._auto_reset_recipes(carry=False)]
 
     def _auto_reset_recipes(self, carry: bool) -> list[Launch]:
@@ -440,24 +423,17 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """
         w = self._w
         regenerate = _RegenerateCommand(self, w["regen_mask"])
-        return [regenerate, *self._respawn_recipes(w["regen_mask"], w["respawn_mask"], carry)]
+        return [regenerate, self._respawn_recipe(w["regen_mask"], w["respawn_mask"], carry)]
 
-    def _respawn_recipes(
-        self, first: wp.array, second: wp.array, carry: bool = False
-    ) -> list[Launch]:
+    def _respawn_recipe(self, first: wp.array, second: wp.array, carry: bool = False) -> Launch:
         """Respawn the envs set in either mask, then write every env's root observation.
 
         With ``carry`` (right after a step wrote ``buffers["next"]``), only the respawned envs are
         observed; the others' root observation is a copy of their step observation.
         """
-        b, w = self.buffers, self._w
-        inputs = [first, second, self._generator.centerline, b["steps"], b["episode"]]
-        recipes = [(_k.respawn_cars, [*inputs, w["pose"], w["track"], w["counts"]])]
-        if carry:
-            copy = [first, second, *self._outputs("next"), *self._outputs("root")]
-            recipes.append((_k.carry_observation, copy))
-        recipes.append(self._observe_recipe("root", first, second, carry))
-        return recipes
+        masks = [first, second, int(carry), self.buffers["episode"]]
+        outputs = [self._outputs("next"), self._outputs("root")]
+        return (_k.respawn_and_observe, [*self._shared_inputs(), *masks, *outputs])
 
     def _may_skip_regeneration(self) -> bool:
         """Whether the step's regeneration may skip an all-zero mask (``skip_empty``).
@@ -473,52 +449,6 @@ class CourseEnv(NanActionChecks, WarpEnv):
         if registration is not None:
             return registration.conditional
         return self.warp_device.is_capturing
-
-    def _outputs(self, which: str) -> list[wp.array]:
-        return [self.buffers[which][key] for key in ("observation", *_STEP_RESULTS)]
-
-    def _observe_recipe(
-        self, which: str, first: wp.array, second: wp.array, masked_only: bool
-    ) -> Launch:
-        if self.mode == "gates":
-            return (_k.observe_gates, self._observe_gates_inputs(which, first, second, masked_only))
-        return (_k.observe, self._observe_inputs(which, first, second, masked_only))
-
-    def _observe_gates_inputs(
-        self, which: str, first: wp.array, second: wp.array, masked_only: bool
-    ) -> list:
-        w = self._w
-        course = self._course("checkpoints", "posts", "checkpoint_count", "valid")
-        return [
-            first,
-            second,
-            int(masked_only),
-            w["pose"],
-            w["counts"],
-            *course,
-            *self._outputs(which),
-        ]
-
-    def _observe_inputs(
-        self, which: str, first: wp.array, second: wp.array, masked_only: bool
-    ) -> list:
-        out, w = self.buffers[which], self._w
-        return [
-            first,
-            second,
-            int(masked_only),
-            w["pose"],
-            w["track"],
-            w["counts"],
-            *self._course("centerline", "checkpoints", "checkpoint_count", "width", "valid"),
-            self._car_params,
-            out["observation"],
-            out["checkpoint_distance"],
-            out["checkpoints_passed"],
-            out["laps"],
-            out["out_of_bounds"],
-            out["valid"],
-        ]
 
     # ------------------------------------------------------------------ the two masks
     def regenerate(self, mask: torch.Tensor | wp.array | None = None, advance: bool = True) -> None:
@@ -593,4 +523,12 @@ class CourseEnv(NanActionChecks, WarpEnv):
         return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
 
     def _respawn_now(self, mask: wp.array) -> None:
-        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+        self._launch_now([self._respawn_recipe(mask, self._w["zero_mask"])])
+
+
+def _struct(struct_type: type, **fields: Any) -> Any:
+    """An instance of the ``@wp.struct`` ``struct_type`` with its fields set by name."""
+    struct = struct_type()
+    for name, value in fields.items():
+        setattr(struct, name, value)
+    return struct
