@@ -9,8 +9,6 @@ RL step, masked regeneration included, is a fixed sequence of kernel launches th
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -32,6 +30,8 @@ _CRASH_MODES = ("respawn", "regenerate")
 _OUTPUT_KEYS = tuple(_k.Outputs.vars)
 """The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
+_STATE = ("pose", "track", "counts", "regen_mask", "respawn_mask")
+_MASKS = ("zero_mask", "all_mask")
 GATES_OBSERVATION_SIZE = 8
 """Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
 (4 numbers) and the distance to the next gate."""
@@ -78,18 +78,8 @@ class CarConfig:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_constant(f.name, getattr(self, f.name), f.name not in _MAY_BE_ZERO)
-
-
-_MAY_BE_ZERO = ("drag", "ray_spread", "progress_coef", "crash_penalty")
-
-
-def _check_constant(name: str, value: Any, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {name}={value!r}.")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
+            positive = f.name not in ("drag", "ray_spread", "progress_coef", "crash_penalty")
+            check_float(f.name, getattr(self, f.name), 0.0, open_minimum=positive)
 
 
 class _RegenerateCommand:
@@ -281,27 +271,16 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self._zero_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._all_mask = torch.ones(n, dtype=torch.int32, device=dev)
         self._inputs = {name: torch.zeros(n, dtype=torch.int32, device=dev) for name in _INPUTS}
-        self._w = {
-            name: wp.from_torch(getattr(self, f"_{name}"))
-            for name in ("pose", "track", "counts", "regen_mask", "respawn_mask")
-        }
-        self._w["zero_mask"] = wp.from_torch(self._zero_mask)
-        self._w["all_mask"] = wp.from_torch(self._all_mask)
-        for name, tensor in self._inputs.items():
-            self._w[f"inputs.{name}"] = wp.from_torch(tensor)
+        self._w = {name: wp.from_torch(getattr(self, f"_{name}")) for name in _STATE + _MASKS}
+        self._w.update({f"inputs.{k}": wp.from_torch(v) for k, v in self._inputs.items()})
         self._car_params = pack_params(_k.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
         # load the generator's mask-reduction kernels before any capture records them
         self._generator.regenerate(self._w["zero_mask"])
 
     def _set_seed(self, seed: int | None) -> None:
         super()._set_seed(seed)
-        base = np.array(self.seed, dtype=np.uint64).astype(np.int64)
-        seeds = np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
-        views = self._generator.views
-        views["seed"].copy_(torch.from_numpy(seeds))
-        views["epoch"].zero_()
-        with self._on_torch_stream():
-            self._generator.regenerate(advance=False)
+        with self._on_torch_stream():  # env i's course seed: seed + i, wrapped to int64
+            self._generator.generate(int(np.array(self.seed, dtype=np.uint64).astype(np.int64)))
         self._respawn_now(self._w["all_mask"])
         self._t["episode"].zero_()
 
@@ -313,7 +292,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         step reads and the env never rewrites.
         """
         state = super()._state_tensors()
-        for name in ("pose", "track", "counts", "regen_mask", "respawn_mask"):
+        for name in _STATE:
             state[name] = getattr(self, f"_{name}")
         for name, tensor in self._inputs.items():
             state[f"inputs.{name}"] = tensor
@@ -441,7 +420,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         Skipping outside a graph reads the mask's any-flag on the host; with :attr:`sync_free`
         the rebuild is skipped only by a recorded conditional node (the env's own Warp graph,
         or a torch capture registered with ``conditional=True``), and otherwise runs with its
-        kernels returning early for unmasked envs: the same arrays either way.
+        kernel returning early for unmasked envs: the same arrays either way.
         """
         if not self.sync_free:
             return True
@@ -497,8 +476,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """Give the masked envs their first course again (epoch 0 of their seed) and respawn.
 
         Args:
-            mask (torch.Tensor or wp.array, optional): stable int32 ``[num_envs]`` mask on the
-                env's device, read and never cleared. Defaults to every env.
+            mask (torch.Tensor or wp.array, optional): as in :meth:`respawn`. Defaults to every
+                env.
 
         Raises:
             TypeError: for a mask that is not int32.

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import warp as wp
 
-from torchrl_ext._checks import check_choice, check_float, check_int
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
 from torchrl_ext.envs.course._kernels import generator as K
 
 __all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
@@ -200,6 +200,8 @@ class CourseGenerator:
     - next-course parameters ``param_<name>`` for each :class:`CourseParams` field, written with
       :meth:`set_params` (or into :attr:`views`) and read only when an env's course is rebuilt.
 
+    ``arrays`` bundles the state and course arrays in the one struct that kernels take.
+
     Args:
         num_envs (int): number of envs (courses).
         seed (int or torch.Tensor, optional): an int64 ``seed`` gives env ``i`` the seed
@@ -265,17 +267,20 @@ class CourseGenerator:
         self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
         self.regenerate(advance=False)
 
-    def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
-        if isinstance(seed, int) and not isinstance(seed, bool):
-            base = _as_int64("seed", seed).numpy()
-            return np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
-        if not isinstance(seed, torch.Tensor) or seed.dtype != torch.int64:
-            raise TypeError(f"seed must be an int or an int64 tensor, got seed={seed!r}.")
-        if tuple(seed.shape) != (self.num_envs,):
+    def _column(self, name: str, value: int | torch.Tensor) -> torch.Tensor:
+        """A CPU int64 ``[num_envs]`` column: an int for every env, or a tensor of one per env."""
+        column = _as_int64(name, value)
+        if isinstance(value, torch.Tensor) and tuple(column.shape) != (self.num_envs,):
             raise ValueError(
-                f"seed must have shape ({self.num_envs},), got seed.shape={tuple(seed.shape)}."
+                f"{name} must have shape ({self.num_envs},), got {name}.shape={tuple(value.shape)}."
             )
-        return seed.detach().cpu().numpy().copy()
+        return column.expand(self.num_envs)
+
+    def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
+        column = self._column("seed", seed).numpy()
+        if isinstance(seed, torch.Tensor):
+            return column.copy()
+        return np.arange(self.num_envs, dtype=np.int64) + column  # wraps around int64
 
     def _allocate(self, seeds: np.ndarray, params: CourseParams) -> None:
         n, p, m, dev = self.num_envs, self.num_points, self.max_checkpoints, self.device
@@ -387,16 +392,12 @@ class CourseGenerator:
         if env_ids is None:
             return None
         if isinstance(env_ids, torch.Tensor):
-            if env_ids.dtype == torch.bool or env_ids.is_floating_point() or env_ids.is_complex():
-                raise TypeError(
-                    f"env_ids must hold integers, got env_ids.dtype={env_ids.dtype}; pass env "
-                    "indices, e.g. torch.tensor([0, 2])."
-                )
-            if env_ids.dim() > 1:
+            index = _as_int64("env_ids", env_ids)
+            if index.dim() > 1:
                 raise ValueError(
-                    f"env_ids must be 0-d or 1-d, got env_ids.shape={tuple(env_ids.shape)}."
+                    f"env_ids must be 0-d or 1-d, got env_ids.shape={tuple(index.shape)}."
                 )
-            index = env_ids.detach().to("cpu", torch.int64).reshape(-1)
+            index = index.reshape(-1)
         elif isinstance(env_ids, Sequence) and not isinstance(env_ids, str):
             try:
                 ids = [check_int("env_ids", i) for i in env_ids]
@@ -473,7 +474,9 @@ class CourseGenerator:
             )
         if mask.dtype != wp.int32:
             raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
-        self._check_mask_layout(tuple(mask.shape), str(mask.device), mask.is_contiguous)
+        self._check_layout("mask", tuple(mask.shape), str(mask.device), (self.num_envs,))
+        if not mask.is_contiguous:
+            raise ValueError("mask must be contiguous, got a strided mask.")
         return mask
 
     def _check_torch_mask(self, mask: torch.Tensor) -> wp.array:
@@ -483,17 +486,15 @@ class CourseGenerator:
             raise ValueError(
                 f"mask must be on device {str(self.device)!r}, got mask.device={mask.device}."
             )
-        device = str(wp.device_from_torch(mask.device))
-        self._check_mask_layout(tuple(mask.shape), device, mask.is_contiguous())
-        return wp.from_torch(mask, dtype=wp.int32)
+        return self.check_mask(wp.from_torch(mask, dtype=wp.int32))
 
-    def _check_mask_layout(self, shape: tuple[int, ...], device: str, contiguous: bool) -> None:
-        if shape != (self.num_envs,):
-            raise ValueError(f"mask must have shape ({self.num_envs},), got mask.shape={shape}.")
+    def _check_layout(
+        self, name: str, shape: tuple[int, ...], device: str, expected: tuple[int, ...]
+    ) -> None:
+        if shape != expected:
+            raise ValueError(f"{name} must have shape {expected}, got {name}.shape={shape}.")
         if device != str(self.device):
-            raise ValueError(f"mask must be on device {str(self.device)!r}, got {device!r}.")
-        if not contiguous:
-            raise ValueError("mask must be contiguous, got a strided mask.")
+            raise ValueError(f"{name} must be on device {str(self.device)!r}, got {device!r}.")
 
     def regenerate(
         self,
@@ -513,7 +514,7 @@ class CourseGenerator:
         With ``skip_empty``, the mask is first reduced to an any-flag and the rebuild runs under
         ``wp.capture_if``: on the CPU (eager: one host read; captured: a conditional op) and,
         while capturing on CUDA with conditional graph nodes, an all-zero mask skips the rebuild.
-        Elsewhere the rebuild is launched unconditionally and its kernels return early for
+        Elsewhere the rebuild is launched unconditionally and its kernel returns early for
         unmasked envs. On CUDA the kernels run on Warp's current stream of the device: order
         torch writes to the mask or the views with it (e.g. run torch on
         ``wp.stream_to_torch(wp.get_stream(device))``).
@@ -542,13 +543,10 @@ class CourseGenerator:
             >>> print(same.tolist(), gen.views["epoch"].tolist())
             [False, True, False] [1, 0, 1]
         """
-        if not isinstance(advance, bool):
-            raise TypeError(f"advance must be a bool, got advance={advance!r}.")
-        if mask is None:
-            self._rebuild(self._all_envs, advance)
-            return
-        mask = self.check_mask(mask)
-        if not (skip_empty and self._can_skip()):
+        check_bool("advance", advance)
+        every = mask is None
+        mask = self._all_envs if every else self.check_mask(mask)
+        if every or not (skip_empty and self._can_skip()):
             self._rebuild(mask, advance)
             return
         wp.launch(K.clear_flag, dim=1, inputs=[self._any], device=self.device)
@@ -621,24 +619,13 @@ class CourseGenerator:
             >>> print(torch.equal(gen.views["centerline"][0], other.views["centerline"][0]))
             True
         """
-        seed_column = torch.from_numpy(self._seeds(seeds))
-        epoch_column = self._epochs(epochs)
+        seed_column, epoch_column = torch.from_numpy(self._seeds(seeds)), self._epochs(epochs)
         self.views["seed"].copy_(seed_column)
         self.views["epoch"].copy_(epoch_column)
         self._rebuild(self._all_envs, advance=False)
 
     def _epochs(self, epochs: int | torch.Tensor) -> torch.Tensor:
-        if isinstance(epochs, torch.Tensor):
-            if epochs.is_floating_point() or epochs.is_complex() or epochs.dtype == torch.bool:
-                raise TypeError(f"epochs must hold integers, got epochs.dtype={epochs.dtype}.")
-            if tuple(epochs.shape) != (self.num_envs,):
-                raise ValueError(
-                    f"epochs must have shape ({self.num_envs},), "
-                    f"got epochs.shape={tuple(epochs.shape)}."
-                )
-            column = epochs.detach().to("cpu", torch.int64)
-        else:
-            column = torch.full((self.num_envs,), check_int("epochs", epochs), dtype=torch.int64)
+        column = self._column("epochs", epochs)
         if bool((column < 0).any()):
             raise ValueError(f"epochs must be >= 0, got epochs={epochs!r}.")
         return column
@@ -650,14 +637,8 @@ class CourseGenerator:
             raise TypeError(
                 f"positions must have dtype torch.float32, got positions.dtype={positions.dtype}."
             )
-        if tuple(positions.shape) != (self.num_envs, 2):
-            raise ValueError(
-                f"positions must have shape ({self.num_envs}, 2), "
-                f"got positions.shape={tuple(positions.shape)}."
-            )
         device = str(wp.device_from_torch(positions.device))
-        if device != str(self.device):
-            raise ValueError(f"positions must be on device {str(self.device)!r}, got {device!r}.")
+        self._check_layout("positions", tuple(positions.shape), device, (self.num_envs, 2))
         return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
 
     def frame(self, positions: torch.Tensor) -> torch.Tensor:
@@ -769,8 +750,7 @@ class CourseGenerator:
         """
         if mask is not None:
             mask = self.check_mask(mask)
-        if not isinstance(advance, bool):
-            raise TypeError(f"advance must be a bool, got advance={advance!r}.")
+        check_bool("advance", advance)
         with wp.ScopedCapture(device=self.device) as capture:
             self.regenerate(mask, advance, skip_empty=skip_empty)
         return capture.graph

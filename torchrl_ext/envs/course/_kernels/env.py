@@ -28,6 +28,7 @@ import warp as wp
 from torchrl_ext.envs._kernels.common import count_step, param_structs
 from torchrl_ext.envs.course._kernels.generator import (
     Courses,
+    array_struct,
     gate_frame,
     hits_post,
     segment_param,
@@ -57,10 +58,8 @@ ARC, TRAVEL, DELTA = 0, 1, 2
 # counts columns
 PASSED, STEP_PASSES, OUT, SEGMENT, ENDED = 0, 1, 2, 3, 4
 NUM_COUNTS = 5
-
-END_NONE = wp.constant(0)
-END_RESPAWN = wp.constant(1)
-END_REGENERATE = wp.constant(2)
+# how an episode ended (counts column ENDED)
+END_NONE, END_RESPAWN, END_REGENERATE = 0, 1, 2
 
 _WINDOW = wp.constant(3)
 """Centerline segments searched on each side of the previous nearest one when casting rays."""
@@ -93,36 +92,41 @@ class Rules:
     collision: wp.float32
 
 
-@wp.struct
-class Outputs:
-    """One set of observation buffers (``"next"`` or ``"root"``), by observation key."""
+Outputs = array_struct(
+    "Outputs",
+    {
+        "observation": wp.array2d(dtype=wp.float32),
+        "checkpoint_distance": wp.float32,
+        "checkpoints_passed": wp.int32,
+        "laps": wp.int32,
+        "out_of_bounds": wp.bool,
+        "valid": wp.bool,
+    },
+    __name__,
+)
+"""One set of observation buffers (``"next"`` or ``"root"``), by observation key."""
 
-    observation: wp.array2d(dtype=wp.float32)
-    checkpoint_distance: wp.array(dtype=wp.float32)
-    checkpoints_passed: wp.array(dtype=wp.int32)
-    laps: wp.array(dtype=wp.int32)
-    out_of_bounds: wp.array(dtype=wp.bool)
-    valid: wp.array(dtype=wp.bool)
+Ends = array_struct(
+    "Ends",
+    {
+        "steps": wp.int32,
+        "request_regenerate": wp.int32,
+        "request_respawn": wp.int32,
+        "reward": wp.float32,
+        "terminated": wp.bool,
+        "truncated": wp.bool,
+        "done": wp.bool,
+        "regenerate_mask": wp.int32,
+        "respawn_mask": wp.int32,
+    },
+    __name__,
+)
+"""What ends the episodes, and what a step writes about it.
 
-
-@wp.struct
-class Ends:
-    """What ends the episodes, and what a step writes about it.
-
-    ``steps`` is the step counter; ``request_regenerate`` and ``request_respawn`` are the env's
-    inputs (read, never cleared); the step writes the reward, the three done flags and the
-    auto-reset masks ``regenerate_mask`` and ``respawn_mask``.
-    """
-
-    steps: wp.array(dtype=wp.int32)
-    request_regenerate: wp.array(dtype=wp.int32)
-    request_respawn: wp.array(dtype=wp.int32)
-    reward: wp.array(dtype=wp.float32)
-    terminated: wp.array(dtype=wp.bool)
-    truncated: wp.array(dtype=wp.bool)
-    done: wp.array(dtype=wp.bool)
-    regenerate_mask: wp.array(dtype=wp.int32)
-    respawn_mask: wp.array(dtype=wp.int32)
+``steps`` is the step counter; ``request_regenerate`` and ``request_respawn`` are the env's inputs
+(read, never cleared); the step writes the reward, the three done flags and the auto-reset masks
+``regenerate_mask`` and ``respawn_mask``.
+"""
 
 
 @wp.func
@@ -245,7 +249,6 @@ def drive(
     pose[i, SPEED] = v
 
 
-# Warp reads each kernel's inputs from its signature, so kernels sharing inputs repeat them.
 @wp.func
 def passes_gate(
     posts: wp.array3d(dtype=wp.vec2f), i: int, gate: int, a: wp.vec2f, b: wp.vec2f

@@ -12,6 +12,8 @@ parameters, never on the env index, the batch size or the launch order.
 
 from __future__ import annotations
 
+from typing import Any
+
 import warp as wp
 
 MAX_HARMONICS = 8
@@ -40,34 +42,46 @@ _MAX_HARMONICS = wp.constant(MAX_HARMONICS)
 _MIN_CHECKPOINTS = wp.constant(MIN_CHECKPOINTS)
 
 
-@wp.struct
-class Params:
-    """Per-env course parameters, one ``[N]`` array per ``CourseParams`` field."""
+def array_struct(name: str, fields: dict[str, Any], module: str = __name__) -> Any:
+    """A ``@wp.struct`` named ``name`` with one field per entry of ``fields``, read by name.
 
-    scale: wp.array(dtype=wp.float32)
-    roughness: wp.array(dtype=wp.float32)
-    harmonics: wp.array(dtype=wp.int32)
-    width: wp.array(dtype=wp.float32)
-    checkpoint_spacing: wp.array(dtype=wp.float32)
-    gate_width: wp.array(dtype=wp.float32)
+    A Warp scalar type stands for an ``[N]`` array of it; an array type or a struct is kept.
+    """
+    types = {key: wp.array(dtype=t) if isinstance(t, type) else t for key, t in fields.items()}
+    return wp.struct(type(name, (), {"__annotations__": types, "__module__": module}))
 
 
-@wp.struct
-class Courses:
-    """Every per-env array of the generator but the next-course parameters (see its docstring)."""
+Params = array_struct(
+    "Params",
+    {
+        "scale": wp.float32,
+        "roughness": wp.float32,
+        "harmonics": wp.int32,
+        "width": wp.float32,
+        "checkpoint_spacing": wp.float32,
+        "gate_width": wp.float32,
+    },
+)
+"""Per-env course parameters, one ``[N]`` array per ``CourseParams`` field."""
 
-    seed: wp.array(dtype=wp.int64)
-    epoch: wp.array(dtype=wp.int64)
-    generation: wp.array(dtype=wp.int64)
-    valid: wp.array(dtype=wp.int32)
-    defects: wp.array(dtype=wp.int32)
-    centerline: wp.array2d(dtype=wp.vec2f)
-    arc_length: wp.array2d(dtype=wp.float32)
-    checkpoints: wp.array2d(dtype=wp.vec2f)
-    checkpoint_count: wp.array(dtype=wp.int32)
-    params: Params
-    coefficients: wp.array2d(dtype=wp.float32)
-    posts: wp.array3d(dtype=wp.vec2f)
+Courses = array_struct(
+    "Courses",
+    {
+        "seed": wp.int64,
+        "epoch": wp.int64,
+        "generation": wp.int64,
+        "valid": wp.int32,
+        "defects": wp.int32,
+        "centerline": wp.array2d(dtype=wp.vec2f),
+        "arc_length": wp.array2d(dtype=wp.float32),
+        "checkpoints": wp.array2d(dtype=wp.vec2f),
+        "checkpoint_count": wp.int32,
+        "params": Params,
+        "coefficients": wp.array2d(dtype=wp.float32),
+        "posts": wp.array3d(dtype=wp.vec2f),
+    },
+)
+"""Every per-env array of the generator but the next-course parameters (see its docstring)."""
 
 
 @wp.func
