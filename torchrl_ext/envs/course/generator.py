@@ -224,7 +224,6 @@ class CourseGenerator:
         RuntimeError: when constructed while a graph capture is active on ``device``.
 
     Examples:
-        >>> import torch
         >>> import warp as wp
         >>> wp.config.log_level = wp.LOG_WARNING  # keep Warp's start-up log out of the doctest
         >>> from torchrl_ext.envs.course import CourseGenerator
@@ -232,6 +231,7 @@ class CourseGenerator:
         >>> views = gen.views
         >>> print(tuple(views["centerline"].shape), tuple(views["checkpoints"].shape))
         (4, 64, 2) (4, 32, 2)
+        >>> import torch
         >>> mask = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
         >>> gen.regenerate(mask)
         >>> print(views["generation"].tolist(), bool(views["valid"].all()))
@@ -532,12 +532,12 @@ class CourseGenerator:
             ValueError: for a bad mask shape, device or layout.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(3, seed=1)
             >>> before = gen.views["centerline"].clone()
+            >>> import torch
             >>> gen.regenerate(torch.tensor([1, 0, 1], dtype=torch.int32))
             >>> same = (gen.views["centerline"] == before).flatten(1).all(1)
             >>> print(same.tolist(), gen.views["epoch"].tolist())
@@ -572,19 +572,20 @@ class CourseGenerator:
                 every env.
 
         Raises:
-            TypeError: for a bad mask type or dtype.
-            ValueError: for a bad mask shape, device or layout.
+            TypeError: for a mask that is not a Warp array or tensor, or not int32.
+            ValueError: for a mask of the wrong shape, device or layout.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, seed=4)
-            >>> first = gen.views["centerline"].clone()
             >>> gen.regenerate()
+            >>> print(gen.views["epoch"].tolist())
+            [1, 1]
             >>> gen.reset_epoch()
-            >>> print(gen.views["epoch"].tolist(), torch.equal(gen.views["centerline"], first))
+            >>> first = CourseGenerator(2, seed=4).views["centerline"]
+            >>> print(gen.views["epoch"].tolist(), gen.views["centerline"].equal(first))
             [0, 0] True
         """
         mask = self._all_envs if mask is None else self.check_mask(mask)
@@ -607,11 +608,11 @@ class CourseGenerator:
             ValueError: for a wrong shape or a negative epoch, naming it.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, seed=0)
+            >>> import torch
             >>> gen.generate(seeds=torch.tensor([7, 7]), epochs=torch.tensor([0, 3]))
             >>> print(gen.views["seed"].tolist(), gen.views["generation"].tolist())
             [7, 7] [0, 3]
@@ -658,7 +659,6 @@ class CourseGenerator:
             ValueError: for positions of the wrong shape or device.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator, CourseParams
