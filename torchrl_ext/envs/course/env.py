@@ -32,9 +32,6 @@ _OUTPUT_KEYS = tuple(_k.Outputs.vars)
 _INPUTS = ("regen_mask", "reset_mask")
 _STATE = ("pose", "track", "counts", "regen_mask", "respawn_mask")
 _MASKS = ("zero_mask", "all_mask")
-GATES_OBSERVATION_SIZE = 8
-"""Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
-(4 numbers) and the distance to the next gate."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,6 @@ class CourseEnv(NanActionChecks, WarpEnv):
         collision (float, optional): post radius in gates mode, > 0. Defaults to 0.3.
 
     Examples:
-        >>> import torch
         >>> import warp as wp
         >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import CourseEnv
@@ -176,6 +172,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         (torch.Size([4, 30, 1]), True)
         >>> env.generation.tolist()
         [1, 1, 1, 1]
+        >>> import torch
         >>> mask = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
         >>> env.regenerate(mask)
         >>> env.generation.tolist()
@@ -250,7 +247,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
 
     def _obs_size(self) -> int:
-        return GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
+        return _k.GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
 
     def _allocate_state(self) -> None:
         n, dev = self.num_envs, self.device

@@ -60,6 +60,9 @@ PASSED, STEP_PASSES, OUT, SEGMENT, ENDED = 0, 1, 2, 3, 4
 NUM_COUNTS = 5
 # how an episode ended (counts column ENDED)
 END_NONE, END_RESPAWN, END_REGENERATE = 0, 1, 2
+GATES_OBSERVATION_SIZE = 8
+"""Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
+(4 numbers) and the distance to the next gate."""
 
 _WINDOW = wp.constant(3)
 """Centerline segments searched on each side of the previous nearest one when casting rays."""
@@ -485,7 +488,7 @@ def observe_gates(car: Car, course: Courses, i: int, ok: wp.bool, gap: wp.float3
     values = wp.vector(
         car.pose[i, SPEED], error, lateral, left[0], left[1], right[0], right[1], gap
     )
-    for k in range(8):
+    for k in range(GATES_OBSERVATION_SIZE):
         out.observation[i, k] = wp.where(ok, values[k], 0.0)
 
 
