@@ -104,6 +104,11 @@ class TestPackTensorDict:
         assert got["label"] == "run-1" and got.device == torch.device("cpu")
 
     def test_result_owns_writable_memory(self):
+        """One storage per entry: sending one entry back sends its bytes only."""
+        td = TensorDict({"x": torch.zeros(4), "y": torch.ones(4, 250, dtype=torch.int64)}, [4])
+        got = unpack_tensordict(pack_tensordict(td))
+        assert got["x"].untyped_storage().nbytes() == 16
+        assert got["y"].untyped_storage().nbytes() == 8000
         td = TensorDict({"x": torch.zeros(4)}, [4])
         packed = pack_tensordict(td)
         read_only = packed.data.copy()

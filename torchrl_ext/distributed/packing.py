@@ -91,8 +91,9 @@ def pack_tensordict(td: TensorDictBase) -> PackedTensorDict:
 def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
     """Rebuilds the TensorDict that :func:`pack_tensordict` packed.
 
-    The bytes are copied once, so the result owns its memory and is writable even when
-    ``packed.data`` is a read-only view of Ray's object store.
+    The bytes are copied once, into one storage per entry, so each tensor owns its memory
+    (pickling one entry sends that entry only) and is writable even when ``packed.data`` is a
+    read-only view of Ray's object store.
 
     Args:
         packed (PackedTensorDict): what :func:`pack_tensordict` returned.
@@ -111,14 +112,11 @@ def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
     """
     if not isinstance(packed, PackedTensorDict):
         raise TypeError(f"packed must be a PackedTensorDict, got packed={type(packed).__name__}.")
-    data = torch.from_numpy(np.array(packed.data, copy=True))
     entries = {}
     for key, dtype, shape, offset in packed.schema:
         nbytes = shape.numel() * dtype.itemsize
-        if nbytes:
-            entries[key] = data[offset : offset + nbytes].view(dtype).view(shape)
-        else:
-            entries[key] = torch.empty(shape, dtype=dtype)
+        own = torch.from_numpy(packed.data[offset : offset + nbytes].copy())
+        entries[key] = own.view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype)
     out = TensorDict(entries, packed.batch_size)
     if packed.rest is not None:
         out.update(packed.rest)
