@@ -77,20 +77,29 @@ def fill(buffer, capacity: int, chunk: int = 10_000) -> None:
         buffer.extend(records(min(chunk, capacity - start), seed=start))
 
 
-def sample_latency(buffer, rounds: int, path: str = "default") -> float:
-    """Median seconds of one ``sample()`` of ``BATCH`` windows.
+def _sampler(buffer, path: str):
+    """``path="stock"``: a served buffer through TorchRL's ``RayReplayBuffer.sample`` (the
+    sample pickled entry by entry); ``"default"``: the buffer's own ``sample`` (for a served
+    buffer, packed into one array)."""
+    return partial(RayReplayBuffer.sample, buffer) if path == "stock" else buffer.sample
 
-    ``path="stock"`` samples a served buffer through TorchRL's ``RayReplayBuffer.sample``
-    (the sample pickled entry by entry); ``"default"`` through the buffer's own ``sample``
-    (for a served buffer, packed into one array).
-    """
-    sample = partial(RayReplayBuffer.sample, buffer) if path == "stock" else buffer.sample
-    times = []
+
+def sample_latency(buffer, rounds: int, path: str = "default") -> float:
+    """Median seconds of one ``sample()`` of ``BATCH`` windows through ``path``."""
+    return sample_latencies({"one": (buffer, path)}, rounds)["one"]
+
+
+def sample_latencies(paths: dict[str, tuple], rounds: int) -> dict[str, float]:
+    """Median seconds of one sample for each ``name: (buffer, path)``, taken in turns (one
+    sample of each per round), so every path sees the same load."""
+    samplers = {name: _sampler(buffer, path) for name, (buffer, path) in paths.items()}
+    times = {name: [] for name in paths}
     for _ in range(rounds):
-        start = time.perf_counter()
-        sample()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+        for name, sample in samplers.items():
+            start = time.perf_counter()
+            sample()
+            times[name].append(time.perf_counter() - start)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 class LearnerStep:

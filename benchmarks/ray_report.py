@@ -9,7 +9,7 @@ Starts a local Ray with 2 CPUs and prints one line per repeat, then medians with
 - sample: latency of one sample (64 windows of 24 steps, burn-in 8) from the Ray-served
   prioritized buffer, through ``rb.sample()`` (packed into one array) and through TorchRL's
   ``RayReplayBuffer.sample`` (pickled entry by entry), and from the same buffer in this
-  process, interleaved; the ratios to the local sample.
+  process, taken in turns; the ratios to the local sample.
 - prefetched: seconds the learner waits in ``SamplePrefetcher.sample()`` (depth 1) between
   learner steps (an LSTM forward and backward pass over the sample), and one such step.
 - update: latency of a priority update of such a sample, through
@@ -38,6 +38,7 @@ from _ray_setup import (
     insert_rate,
     local_buffer,
     prefetched_latency,
+    sample_latencies,
     sample_latency,
     served_buffer,
     transport_floor,
@@ -69,11 +70,8 @@ FIGURES = {  # name: (format, scale)
 
 
 def one_repeat(served, local, args) -> dict[str, float]:
-    row = {
-        "packed_ms": sample_latency(served, args.rounds),
-        "stock_ms": sample_latency(served, args.rounds, path="stock"),
-        "local_ms": sample_latency(local, args.rounds),
-    }
+    paths = {"packed_ms": (served, "default"), "stock_ms": (served, "stock")}
+    row = sample_latencies({**paths, "local_ms": (local, "default")}, args.rounds)
     row["packed_ratio"] = row["packed_ms"] / row["local_ms"]
     row["stock_ratio"] = row["stock_ms"] / row["local_ms"]
     row["prefetch_wait_ms"], row["learner_step_ms"] = prefetched_latency(served, args.rounds)

@@ -57,7 +57,8 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
     When the served class is a :class:`PackedSampleReplayBuffer` (as
     :func:`prioritized_ray_buffer` builds it) and the transport is Ray's, :meth:`sample`
     fetches the sample packed into one flat array and rebuilds it here: the same TensorDict
-    as ``RayReplayBuffer.sample`` returns, several times faster for samples of many entries.
+    as ``RayReplayBuffer.sample`` returns, in less time for samples of many entries (see
+    :doc:`/scaling`).
 
     Examples:
         >>> import pickle
