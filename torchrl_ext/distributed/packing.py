@@ -29,12 +29,10 @@ _ALIGN = 8  # every entry starts on an 8-byte boundary, so each view keeps its d
 class PackedTensorDict(NamedTuple):
     """A TensorDict's tensors as one byte array, with what rebuilding it needs.
 
-    Attributes:
-        data (numpy.ndarray): the tensors' bytes, one entry after another (``uint8``, 1-d).
-        schema (tuple): one ``(key, dtype, shape, offset)`` per tensor entry.
-        batch_size (torch.Size): the TensorDict's batch size.
-        device (str or None): the TensorDict's device.
-        rest (TensorDict or None): the entries that are not tensors (non-tensor data), if any.
+    Its fields: ``data``, the tensors' bytes one entry after another (a 1-d ``uint8`` NumPy
+    array); ``schema``, one ``(key, dtype, shape, offset)`` per tensor entry; ``batch_size``
+    and ``device``, the TensorDict's; ``rest``, the entries that are not tensors
+    (non-tensor data) as a TensorDict, or ``None``. Build it with :func:`pack_tensordict`.
     """
 
     data: np.ndarray
