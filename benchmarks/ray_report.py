@@ -4,23 +4,30 @@ Run from the project root::
 
     PYTHONPATH=$PWD python benchmarks/ray_report.py [--repeats 3] [--capacity 100000]
 
-Starts a local Ray with 2 CPUs and prints one line per repeat, then medians:
+Starts a local Ray with 2 CPUs and prints one line per repeat, then medians with [min, max]:
 
-- sample: latency of ``sample()`` (64 windows of 24 steps, burn-in 8) from the Ray-served
-  prioritized buffer and from the same buffer in this process, interleaved; their ratio.
+- sample: latency of one sample (64 windows of 24 steps, burn-in 8) from the Ray-served
+  prioritized buffer, through ``rb.sample()`` (packed into one array) and through TorchRL's
+  ``RayReplayBuffer.sample`` (pickled entry by entry), and from the same buffer in this
+  process, taken in turns; the ratios to the local sample.
+- prefetched: seconds the learner waits in ``SamplePrefetcher.sample()`` (depth 1) between
+  learner steps (an LSTM forward and backward pass over the sample), and one such step.
 - update: latency of a priority update of such a sample, through
   ``unit.update_priority`` (anchors and priorities sent) and through
   ``update_tensordict_priority`` (the whole sample sent).
 - transport floor (``--floor``, alone): an empty actor call, and returning an already built
-  sample from an actor (whole, or with each window's first recurrent state only).
+  sample from an actor (whole, with each window's first recurrent state only, or packed).
 - insert: records per second that 2 remote writers (Ray tasks) insert together.
 - collection: frames per second of 1 and 2 Ray collectors (CartPoleEnv without velocities,
-  LSTM Q-policy), and their ratio.
+  LSTM Q-policy, same envs and frames per worker), their ratio, the CPU cores the workers got,
+  frames per worker CPU second (the cost of a frame, whatever the load), and how busy the
+  whole machine was.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 import ray
@@ -30,11 +37,85 @@ from _ray_setup import (
     fill,
     insert_rate,
     local_buffer,
+    prefetched_latency,
+    sample_latencies,
     sample_latency,
     served_buffer,
     transport_floor,
     update_latency,
 )
+
+FIGURES = {  # name: (format, scale)
+    "packed_ms": ("{:.2f}", 1e3),
+    "stock_ms": ("{:.2f}", 1e3),
+    "local_ms": ("{:.2f}", 1e3),
+    "packed_ratio": ("{:.2f}x", 1),
+    "stock_ratio": ("{:.2f}x", 1),
+    "prefetch_wait_ms": ("{:.2f}", 1e3),
+    "learner_step_ms": ("{:.2f}", 1e3),
+    "update_ms": ("{:.2f}", 1e3),
+    "update_whole_ms": ("{:.2f}", 1e3),
+    "insert_per_s": ("{:,.0f}", 1),
+    "collect_1": ("{:,.0f}", 1),
+    "collect_2": ("{:,.0f}", 1),
+    "collect_ratio": ("{:.2f}x", 1),
+    "worker_cores_1": ("{:.2f}", 1),
+    "worker_cores_2": ("{:.2f}", 1),
+    "frames_per_cpu_s_1": ("{:,.0f}", 1),
+    "frames_per_cpu_s_2": ("{:,.0f}", 1),
+    "cost_ratio": ("{:.2f}x", 1),
+    "machine_busy": ("{:.2f}", 1),
+    "load_average": ("{:.1f}", 1),
+}
+
+
+def one_repeat(served, local, args) -> dict[str, float]:
+    paths = {"packed_ms": (served, "default"), "stock_ms": (served, "stock")}
+    row = sample_latencies({**paths, "local_ms": (local, "default")}, args.rounds)
+    row["packed_ratio"] = row["packed_ms"] / row["local_ms"]
+    row["stock_ratio"] = row["stock_ms"] / row["local_ms"]
+    row["prefetch_wait_ms"], row["learner_step_ms"] = prefetched_latency(served, args.rounds)
+    row["update_ms"] = update_latency(served, args.rounds, whole_sample=False)
+    row["update_whole_ms"] = update_latency(served, args.rounds, whole_sample=True)
+    served.empty()
+    row["insert_per_s"] = insert_rate(served, 2, args.insert_chunk, args.insert_writes)
+    fill(served, args.capacity)
+    for workers in (1, 2):
+        got = collection_rate(workers, args.num_envs, args.frames_per_batch, args.batches)
+        row[f"collect_{workers}"] = got["rate"]
+        row[f"worker_cores_{workers}"] = got["worker_cores"]
+        row[f"frames_per_cpu_s_{workers}"] = got["frames_per_cpu_s"]
+        row["machine_busy"] = max(row.get("machine_busy", 0.0), got["machine_busy"])
+    row["collect_ratio"] = row["collect_2"] / row["collect_1"]
+    row["cost_ratio"] = row["frames_per_cpu_s_2"] / row["frames_per_cpu_s_1"]
+    row["load_average"] = os.getloadavg()[0]
+    return row
+
+
+def show(row: dict[str, float], spread: dict[str, tuple[float, float]] | None = None) -> str:
+    parts = []
+    for name, (fmt, scale) in FIGURES.items():
+        text = f"{name} {fmt.format(row[name] * scale)}"
+        if spread is not None:
+            low, high = (fmt.format(v * scale) for v in spread[name])
+            text += f" [{low}, {high}]"
+        parts.append(text)
+    return " | ".join(parts)
+
+
+def floor(local, args) -> None:
+    sample = local.sample()
+    size = sum(v.numel() * v.element_size() for v in sample.values(True, True))
+    for repeat in range(args.repeats):
+        got = transport_floor(sample, args.rounds)
+        print(
+            f"repeat {repeat}: empty call {got['nothing'] * 1e3:.2f} ms | return a "
+            f"built sample ({size / 1e3:.0f} kB) {got['whole'] * 1e3:.2f} ms | with "
+            f"first states only {got['first_states'] * 1e3:.2f} ms | packed "
+            f"{got['packed'] * 1e3:.2f} ms | local sample "
+            f"{sample_latency(local, args.rounds) * 1e3:.2f} ms",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -44,9 +125,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="samples per latency figure")
     parser.add_argument("--insert-chunk", type=int, default=1000)
     parser.add_argument("--insert-writes", type=int, default=100)
-    parser.add_argument("--num-envs", type=int, default=32)
-    parser.add_argument("--frames-per-batch", type=int, default=3200)
-    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--num-envs", type=int, default=32, help="envs per collector")
+    parser.add_argument("--frames-per-batch", type=int, default=3200, help="per collector")
+    parser.add_argument("--batches", type=int, default=6, help="timed batches per collector")
     parser.add_argument("--floor", action="store_true", help="only the transport floor")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -55,55 +136,17 @@ def main() -> None:
         local = local_buffer(args.capacity)
         fill(local, args.capacity)
         if args.floor:
-            sample = local.sample()
-            size = sum(v.numel() * v.element_size() for v in sample.values(True, True))
-            for repeat in range(args.repeats):
-                floor = transport_floor(sample, args.rounds)
-                print(
-                    f"repeat {repeat}: empty call {floor['nothing'] * 1e3:.2f} ms | return a "
-                    f"built sample ({size / 1e3:.0f} kB) {floor['whole'] * 1e3:.2f} ms | with "
-                    f"first states only {floor['first_states'] * 1e3:.2f} ms | local sample "
-                    f"{sample_latency(local, args.rounds) * 1e3:.2f} ms",
-                    flush=True,
-                )
+            floor(local, args)
             return
         served = served_buffer(args.capacity)
         fill(served, args.capacity)
         rows = []
         for repeat in range(args.repeats):
-            remote_s = sample_latency(served, args.rounds)
-            local_s = sample_latency(local, args.rounds)
-            update_s = update_latency(served, args.rounds, whole_sample=False)
-            whole_s = update_latency(served, args.rounds, whole_sample=True)
-            served.empty()
-            inserts = insert_rate(served, 2, args.insert_chunk, args.insert_writes)
-            fill(served, args.capacity)
-            one, two = (
-                collection_rate(w, args.num_envs, args.frames_per_batch, args.batches)
-                for w in (1, 2)
-            )
-            row = (remote_s, local_s, remote_s / local_s, inserts, one, two, two / one)
-            row += (update_s, whole_s)
-            rows.append(row)
-            print(
-                f"repeat {repeat}: sample remote {remote_s * 1e3:.2f} ms, local "
-                f"{local_s * 1e3:.2f} ms, ratio {row[2]:.2f}x | update "
-                f"{update_s * 1e3:.2f} ms (whole sample sent {whole_s * 1e3:.2f} ms) | insert "
-                f"2 writers "
-                f"{inserts:,.0f} records/s | collection 1 worker {one:,.0f} f/s, 2 workers "
-                f"{two:,.0f} f/s, ratio {row[6]:.2f}x",
-                flush=True,
-            )
-        med = [statistics.median(c) for c in zip(*rows, strict=True)]
-        spread = [(min(c), max(c)) for c in zip(*rows, strict=True)]
-        print(
-            f"median of {args.repeats}: sample ratio {med[2]:.2f}x "
-            f"[{spread[2][0]:.2f}, {spread[2][1]:.2f}] (remote {med[0] * 1e3:.2f} ms, local "
-            f"{med[1] * 1e3:.2f} ms); update {med[7] * 1e3:.2f} ms (whole sample "
-            f"{med[8] * 1e3:.2f} ms); insert {med[3]:,.0f} records/s "
-            f"[{spread[3][0]:,.0f}, {spread[3][1]:,.0f}]; collection 2 vs 1 {med[6]:.2f}x "
-            f"[{spread[6][0]:.2f}, {spread[6][1]:.2f}] ({med[4]:,.0f} -> {med[5]:,.0f} f/s)"
-        )
+            rows.append(one_repeat(served, local, args))
+            print(f"repeat {repeat}: {show(rows[-1])}", flush=True)
+        median = {k: statistics.median(r[k] for r in rows) for k in FIGURES}
+        spread = {k: (min(r[k] for r in rows), max(r[k] for r in rows)) for k in FIGURES}
+        print(f"median of {args.repeats}: {show(median, spread)}")
     finally:
         ray.shutdown()
 

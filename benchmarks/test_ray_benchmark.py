@@ -19,6 +19,8 @@ from _ray_setup import (  # noqa: E402
     fill,
     insert_rate,
     local_buffer,
+    prefetched_latency,
+    sample_latency,
     served_buffer,
     transport_floor,
     update_latency,
@@ -51,7 +53,12 @@ def test_sample(benchmark, ray_local, where):
         batch = benchmark(buffer.sample)
         assert batch.shape == torch.Size([BATCH, BURN_IN + LENGTH])
         if where == "local":
-            assert set(transport_floor(batch, rounds=2)) == {"nothing", "whole", "first_states"}
+            floor = transport_floor(batch, rounds=2)
+            assert set(floor) == {"nothing", "whole", "first_states", "packed"}
+        else:
+            assert sample_latency(buffer, 2, path="stock") > 0
+            wait, step = prefetched_latency(buffer, 2)
+            assert wait >= 0 and step > 0
     finally:
         if where == "served":
             buffer.close()
@@ -66,4 +73,6 @@ def test_update_insert_and_collection_rates(ray_local):
         assert update_latency(buffer, 2, whole_sample=True) > 0
     finally:
         buffer.close()
-    assert collection_rate(1, num_envs=2, frames_per_batch=20, batches=1) > 0
+    got = collection_rate(1, num_envs=2, frames_per_batch=20, batches=1)
+    assert got["rate"] > 0 and got["machine_busy"] >= 0
+    assert set(got) == {"rate", "worker_cores", "frames_per_cpu_s", "driver_cores", "machine_busy"}

@@ -231,7 +231,7 @@ print("generation:", gates.generation.tolist())
 # %%
 # What a masked regeneration costs
 # --------------------------------
-# A rebuild is eight kernels, one thread per env; unmasked envs return after one mask read. On the
+# A rebuild is one kernel, one thread per env; unmasked envs return after one mask read. On the
 # CPU the mask is first reduced to an any-flag and the rebuild runs under ``wp.capture_if``, so an
 # all-zero mask skips it (eagerly after one host read; in a graph as a conditional op). Measured
 # on the machine that builds this page:

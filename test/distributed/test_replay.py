@@ -26,6 +26,7 @@ from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl_ext import Sequence
 from torchrl_ext.data import FastLazyTensorStorage
 from torchrl_ext.distributed import (
+    SamplePrefetcher,
     ShareableRayReplayBuffer,
     prioritized_ray_buffer,
 )
@@ -34,6 +35,7 @@ ray = pytest.importorskip("ray", reason="needs ray (pip install 'torchrl_ext[ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 import sequence_reference as reference  # noqa: E402
+from test_packing import assert_identical  # noqa: E402
 
 BURN_IN, LENGTH, BOOTSTRAP = 3, 5, 1
 ALPHA, BETA, EPS = 0.7, 0.5, 1e-6
@@ -257,6 +259,118 @@ class TestShareableRayReplayBuffer:
         with pytest.raises(AttributeError, match="close"):
             client.close()
         assert rb.is_alive
+
+
+def with_states(data: TensorDict, seed: int) -> TensorDict:
+    """``data`` with stored LSTM-like recurrent states, as recurrent actors write them."""
+    gen = torch.Generator().manual_seed(seed)
+    for key in ("recurrent_state_h", "recurrent_state_c"):
+        data[key] = torch.randn(data.numel(), 1, 8, generator=gen)
+    return data
+
+
+def stock_sample(rb: ShareableRayReplayBuffer, seed: int) -> TensorDict:
+    """TorchRL's sample path (the whole TensorDict pickled), drawn with a seeded generator."""
+    rb.set_rng(torch.Generator().manual_seed(seed))
+    return RayReplayBuffer.sample(rb)
+
+
+class TestPackedSamplePath:
+    """The learner's fast path returns exactly what TorchRL's sample path returns."""
+
+    def test_sample_identical_to_stock_path(self, rb):
+        rb.extend(with_states(torch.cat([episodes(0, w) for w in range(12)]), seed=0))
+        for seed in range(4):
+            expected = stock_sample(rb, seed)
+            rb.set_rng(torch.Generator().manual_seed(seed))
+            got = rb.sample()
+            assert_identical(got, expected)
+            for key in ("validity_mask", "learning_mask", "is_init", "anchor_index"):
+                assert key in got.keys()
+            assert got["recurrent_state_h"].shape == (32, BURN_IN + LENGTH + BOOTSTRAP, 1, 8)
+        assert not torch.equal(expected["anchor_index"], stock_sample(rb, 99)["anchor_index"])
+
+    def test_priority_update_from_fast_sample_equals_stock(self, rb):
+        """Anchors and priority weights agree, so the same update leaves the same tree."""
+        data = torch.cat([episodes(0, w) for w in range(12)])
+        trees, anchors = [], []
+        for path in ("stock", "fast"):
+            rb.empty()
+            rb.extend(data)
+            rb.set_rng(torch.Generator().manual_seed(5))
+            sample = stock_sample(rb, 5) if path == "stock" else rb.sample()
+            anchors.append(sample["anchor_index"])
+            sample["td_error"] = torch.linspace(0.1, 3.0, sample.numel()).view(sample.shape)
+            make_unit().update_priority(rb, sample)
+            tree = rb.state_dict()["_sampler"]["_sum_tree"]
+            trees.append([tree[i] for i in range(data.numel())])
+        assert torch.equal(anchors[0], anchors[1])
+        assert trees[0] == trees[1] and len(set(trees[0])) > 1
+
+    def test_other_sample_arguments_take_the_stock_path(self, rb):
+        rb.extend(episodes(0, 3))
+        data, info = rb.sample(return_info=True)
+        assert data.shape[0] == 32 and "index" in info
+
+    def test_request_sample_needs_a_packing_service(self, ray_local):
+        plain = ShareableRayReplayBuffer(
+            storage=partial(FastLazyTensorStorage, 8), remote_config={"num_cpus": 0}
+        )
+        try:
+            with pytest.raises(RuntimeError, match="PackedSampleReplayBuffer"):
+                plain.request_sample()
+            with pytest.raises(RuntimeError, match="PackedSampleReplayBuffer"):
+                SamplePrefetcher(plain)
+        finally:
+            plain.close()
+
+
+class TestSamplePrefetcher:
+    """Samples arrive in the order requested, each the draw the service made at the time."""
+
+    def test_returns_the_draws_in_request_order(self, rb):
+        rb.extend(with_states(torch.cat([episodes(1, w) for w in range(12)]), seed=1))
+        expected = [stock_sample(rb, 7)]
+        for _ in range(3):  # the generator goes on: draws 2, 3, 4 of the same stream
+            expected.append(RayReplayBuffer.sample(rb))
+        rb.set_rng(torch.Generator().manual_seed(7))
+        prefetcher = SamplePrefetcher(rb, depth=2, timeout=TIMEOUT)
+        assert prefetcher.in_flight == 2
+        for want in expected[:3]:
+            assert_identical(prefetcher.sample(), want)
+            assert prefetcher.in_flight == 2
+
+    def test_sees_priority_updates_after_depth_draws(self, rb):
+        """With depth 1 the sample in flight was drawn before the last update; the next not."""
+        rb.extend(episodes(0, 4))
+        prefetcher = SamplePrefetcher(rb, depth=1, timeout=TIMEOUT)
+        sample = prefetcher.sample()
+        anchors = sample["anchor_index"][:, 0]
+        favourite = int(anchors[0])
+        sample["td_error"] = torch.where(anchors == favourite, 1e6, 1e-6)[:, None].expand(
+            sample.shape
+        )
+        make_unit().update_priority(rb, sample)
+        prefetcher.sample()  # requested before the update
+        after = prefetcher.sample()["anchor_index"][:, 0]
+        assert (after == favourite).float().mean() > 0.9
+
+    @pytest.mark.parametrize(
+        ("kwargs", "error", "match"),
+        [
+            ({"depth": 0}, ValueError, "depth"),
+            ({"depth": 1.5}, TypeError, "depth"),
+            ({"batch_size": 0}, ValueError, "batch_size"),
+            ({"timeout": -1.0}, ValueError, "timeout"),
+        ],
+    )
+    def test_arguments_checked(self, rb, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            SamplePrefetcher(rb, **kwargs)
+
+    def test_needs_a_served_buffer(self):
+        with pytest.raises(TypeError, match="buffer"):
+            SamplePrefetcher(make_unit())
 
 
 class TestTorchRLRayGaps:

@@ -433,21 +433,21 @@ class TestCourseEnv:
 
     # ------------------------------------------------------------ bad input
     @pytest.mark.parametrize(
-        ("kwargs", "error", "match"),
+        ("name", "value", "error"),
         [
-            ({"num_points": 8}, ValueError, "num_points"),
-            ({"num_points": 16.0}, TypeError, "num_points"),
-            ({"num_rays": 0}, ValueError, "num_rays"),
-            ({"laps": 0}, ValueError, "laps"),
-            ({"crash": "explode"}, ValueError, "crash"),
-            ({"params": {"width": 2.0}}, TypeError, "params"),
-            ({"car": CarConfig}, TypeError, "car"),
-            ({"max_steps": 0}, ValueError, "max_steps"),
+            ("num_points", 8, ValueError),
+            ("num_points", 16.0, TypeError),
+            ("num_rays", 0, ValueError),
+            ("laps", 0, ValueError),
+            ("crash", "explode", ValueError),
+            ("params", {"width": 2.0}, TypeError),
+            ("car", CarConfig, TypeError),
+            ("max_steps", 0, ValueError),
         ],
     )
-    def test_bad_arguments(self, kwargs, error, match):
-        with pytest.raises(error, match=match):
-            CourseEnv(2, seed=0, **kwargs)
+    def test_bad_arguments(self, name, value, error):
+        with pytest.raises(error, match=name):
+            CourseEnv(2, seed=0, **{name: value})
 
     @pytest.mark.parametrize(
         ("field", "value"), [("width", 0.0), ("width", -1.0), ("checkpoint_spacing", 0.0)]

@@ -8,6 +8,7 @@ and an O(P^2) segment-intersection test for self-intersection. Bitwise equality 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
@@ -546,6 +547,12 @@ class TestBadInput:
         kwargs = {"num_envs": 4, **kwargs}
         with pytest.raises(error, match=match):
             CourseGenerator(**kwargs)
+
+    def test_course_params_fields_are_the_kernel_struct_fields(self):
+        from torchrl_ext.envs.course._kernels import generator as kernels
+
+        names = [f.name for f in dataclasses.fields(CourseParams)]
+        assert names == list(kernels.Params.vars)
 
     def test_construction_inside_capture(self, gen):
         with pytest.raises(RuntimeError, match="Build it outside the capture"):

@@ -4,12 +4,29 @@ TorchRL serves a replay buffer from a Ray actor (``RayReplayBuffer``, or any buf
 ``service_backend="ray"``) and collects from Ray actors (``RayCollector``). These helpers fill
 the two gaps that stop a recurrent Ape-X / R2D2 layout from using them as they are: a
 prioritized TensorDict buffer served by Ray, and a buffer object that can be handed to remote
-writers. Importing this package does not import Ray; building a buffer does.
+writers; and a fast path for the learner's samples (one flat array through Ray's
+shared-memory object store, optionally prefetched). Importing this package does not import
+Ray; building a buffer does.
 """
 
+from torchrl_ext.distributed.packing import (
+    PackedSampleReplayBuffer,
+    PackedTensorDict,
+    pack_tensordict,
+    unpack_tensordict,
+)
 from torchrl_ext.distributed.replay import (
+    SamplePrefetcher,
     ShareableRayReplayBuffer,
     prioritized_ray_buffer,
 )
 
-__all__ = ["ShareableRayReplayBuffer", "prioritized_ray_buffer"]
+__all__ = [
+    "PackedSampleReplayBuffer",
+    "PackedTensorDict",
+    "SamplePrefetcher",
+    "ShareableRayReplayBuffer",
+    "pack_tensordict",
+    "prioritized_ray_buffer",
+    "unpack_tensordict",
+]

@@ -11,20 +11,38 @@ Two things stop TorchRL's Ray replay layer from serving an Ape-X / R2D2 layout a
   :class:`ShareableRayReplayBuffer` pickles as its public ``client()`` instead, which extends,
   samples and updates priorities through the same actor but cannot close it.
 
+One thing makes it slow for a learner: a sample travels back as a pickled TensorDict, entry by
+entry. The actor of :func:`prioritized_ray_buffer` (a :class:`PackedSampleReplayBuffer`) also
+returns a sample as one flat array, which Ray moves through its shared-memory object store;
+:meth:`ShareableRayReplayBuffer.sample` takes that path and rebuilds the same TensorDict, and
+:class:`SamplePrefetcher` keeps the next samples on their way while the learner trains.
+
 Everything else is TorchRL's: the actor, its transport, its ``dumps``/``loads`` checkpoints.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from functools import partial
 from typing import Any
 
-from torchrl.data import PrioritizedSampler, TensorDictReplayBuffer
+from tensordict import TensorDictBase
+from torchrl.data import PrioritizedSampler, ReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.sample_units import SampleUnit
 
-from torchrl_ext._checks import check_float, check_int, check_key, check_optional_int
+from torchrl_ext._checks import (
+    check_float,
+    check_int,
+    check_key,
+    check_optional_int,
+)
 from torchrl_ext.data.storages import FastLazyTensorStorage
+from torchrl_ext.distributed.packing import (
+    PackedSampleReplayBuffer,
+    _packing_supported,
+    unpack_tensordict,
+)
 
 
 class ShareableRayReplayBuffer(RayReplayBuffer):
@@ -35,6 +53,12 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
     through the same Ray actor, without the right to close it. The process that built the
     buffer keeps that right (:meth:`close`). Construction is ``RayReplayBuffer``'s; see
     :func:`prioritized_ray_buffer` for a prioritized sequence-replay service.
+
+    When the served class is a :class:`PackedSampleReplayBuffer` (as
+    :func:`prioritized_ray_buffer` builds it) and the transport is Ray's, :meth:`sample`
+    fetches the sample packed into one flat array and rebuilds it here: the same TensorDict
+    as ``RayReplayBuffer.sample`` returns, in less time for samples of many entries (see
+    :doc:`/scaling`).
 
     Examples:
         >>> import pickle
@@ -63,13 +87,127 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         >>> ray.shutdown()
     """
 
+    def __init__(
+        self, *args: Any, replay_buffer_cls: type[ReplayBuffer] = ReplayBuffer, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, replay_buffer_cls=replay_buffer_cls, **kwargs)
+        self._packed = _packing_supported(replay_buffer_cls) and self.transport_kind == "ray"
+
     def __reduce__(self) -> tuple:
         return (_received, (self.client(),))
+
+    def sample(self, batch_size: int | None = None, *args: Any, **kwargs: Any) -> Any:
+        """Samples from the service, as ``RayReplayBuffer.sample`` does.
+
+        Args:
+            batch_size (int, optional): anchors to draw. Defaults to the buffer's.
+            *args: further arguments of the served buffer's ``sample`` (``return_info``).
+            **kwargs: further keyword arguments of the served buffer's ``sample``.
+
+        Returns:
+            The sample. With a packing service and no further arguments it travels as one
+            flat array (see :class:`PackedSampleReplayBuffer`) and is rebuilt here.
+        """
+        if not self._packed or args or kwargs:
+            return super().sample(batch_size, *args, **kwargs)
+        import ray
+
+        return unpack_tensordict(ray.get(self.request_sample(batch_size)))
+
+    def request_sample(self, batch_size: int | None = None) -> Any:
+        """Asks the service for a packed sample without waiting for it.
+
+        Args:
+            batch_size (int, optional): anchors to draw. Defaults to the buffer's.
+
+        Returns:
+            A Ray ``ObjectRef`` of a :class:`~torchrl_ext.distributed.PackedTensorDict`;
+            ``unpack_tensordict(ray.get(ref))`` is the sample. :class:`SamplePrefetcher`
+            keeps such requests in flight.
+        """
+        if not self._packed:
+            raise RuntimeError(
+                "request_sample needs a service built with "
+                "replay_buffer_cls=PackedSampleReplayBuffer and transport='ray' "
+                "(prioritized_ray_buffer builds one)."
+            )
+        batch_size = check_optional_int("batch_size", batch_size, minimum=1)
+        return self._rb.sample_packed.remote(batch_size)
 
 
 def _received(client: Any) -> Any:
     """Unpickles a :class:`ShareableRayReplayBuffer`: its client, as it was sent."""
     return client
+
+
+class SamplePrefetcher:
+    """Keeps the learner's next samples on their way while it trains on the current one.
+
+    Each :meth:`sample` returns the oldest sample requested and requests a new one, so
+    ``depth`` samples are always in flight; the learner waits only when the service is
+    slower than its own step. A prefetched sample is drawn with the priorities the service
+    held when it was drawn: the priority updates of the last ``depth`` samples reach later
+    draws only (a staleness of ``depth`` updates). Extends, priority updates and checkpoints
+    go through the buffer itself, as before.
+
+    Args:
+        buffer (ShareableRayReplayBuffer): a packing service, as
+            :func:`prioritized_ray_buffer` builds.
+        depth (int, optional): samples kept in flight, ``>= 1``. Defaults to 1.
+        batch_size (int, optional): anchors per sample. Defaults to the buffer's.
+        timeout (float, optional): seconds :meth:`sample` waits at most. Defaults to
+            ``None`` (no limit).
+
+    Examples:
+        >>> import ray
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import Sequence
+        >>> from torchrl_ext.distributed import SamplePrefetcher, prioritized_ray_buffer
+        >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        >>> unit = Sequence(length=3, burn_in=1, layout="batch_time")
+        >>> rb = prioritized_ray_buffer(
+        ...     64, sample_unit=unit, batch_size=2, remote_config={"num_cpus": 0}
+        ... )
+        >>> done = torch.zeros(10, 1, dtype=torch.bool)
+        >>> done[-1] = True
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(10.0), ("next", "done"): done}, [10]))
+        >>> prefetcher = SamplePrefetcher(rb, depth=2, timeout=60)
+        >>> sample = prefetcher.sample()  # requested when the prefetcher was built
+        >>> sample.shape, prefetcher.in_flight
+        (torch.Size([2, 4]), 2)
+        >>> rb.close()
+        >>> ray.shutdown()
+    """
+
+    def __init__(
+        self,
+        buffer: ShareableRayReplayBuffer,
+        depth: int = 1,
+        batch_size: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if not isinstance(buffer, ShareableRayReplayBuffer):
+            raise TypeError(
+                f"buffer must be a ShareableRayReplayBuffer, got buffer={type(buffer).__name__}."
+            )
+        self.depth = check_int("depth", depth, minimum=1)
+        self.batch_size = check_optional_int("batch_size", batch_size, minimum=1)
+        self.timeout = None if timeout is None else check_float("timeout", timeout, 0.0)
+        self.buffer = buffer
+        self._pending: deque = deque(buffer.request_sample(self.batch_size) for _ in range(depth))
+
+    @property
+    def in_flight(self) -> int:
+        """Samples requested and not yet returned."""
+        return len(self._pending)
+
+    def sample(self) -> TensorDictBase:
+        """The oldest sample in flight; a new one is requested in its place."""
+        import ray
+
+        self._pending.append(self.buffer.request_sample(self.batch_size))
+        return unpack_tensordict(ray.get(self._pending.popleft(), timeout=self.timeout))
 
 
 def prioritized_ray_buffer(
@@ -136,7 +274,7 @@ def prioritized_ray_buffer(
     if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
         raise TypeError(f"sample_unit must be a SampleUnit, got sample_unit={sample_unit!r}.")
     return ShareableRayReplayBuffer(
-        replay_buffer_cls=TensorDictReplayBuffer,
+        replay_buffer_cls=PackedSampleReplayBuffer,
         storage=partial(storage, capacity),
         sampler=partial(PrioritizedSampler, capacity, alpha, beta, eps),
         sample_unit=sample_unit,

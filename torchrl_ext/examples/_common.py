@@ -1,16 +1,25 @@
-"""What the example pipelines share: run folders, TorchRL loggers, checkpoints, timing.
+"""What the example pipelines share: run folders, loggers, checkpoints, bookkeeping, PPO pieces.
 
 Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
-:mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`) reads top
-to bottom on its own; only these small pieces are common to them:
+:mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`,
+:mod:`~torchrl_ext.examples.mappo_signalling`) reads top to bottom on its own: its env, networks,
+loss and training loop. Only these pieces are common to them:
 
 * :class:`RunOptions`: where a run writes, how it logs, how often it saves, on which device.
 * :func:`make_logger`: a :mod:`torchrl.record.loggers` logger (CSV, TensorBoard or wandb) writing
   into the run folder.
-* :func:`save_checkpoint` / :func:`load_checkpoint`: one ``checkpoint.pt`` per run folder, written
-  atomically, plus :func:`trim_csv_logs`, which drops the CSV rows logged after the checkpoint a
-  run resumes from, so a resumed run's log equals an uninterrupted one.
+* :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
+  the loss, optimizer, env, collector, torch's generator, logger) in one ``checkpoint.pt`` per
+  run folder, written atomically; on resume the CSV rows logged after the checkpoint are dropped,
+  so a resumed run's log equals an uninterrupted one.
 * :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
+* :class:`BatchConfig`, :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: a
+  ``Config``'s batch size and checks, the running mean return and its first crossing of the
+  target, what a run reached, training under a seeded global generator.
+* :func:`config_of` and :func:`train_seeds`: from the command line to one result per seed.
+* :func:`ppo_loss`, :func:`ppo_optimizer`, :func:`anneal`, :func:`gae_batches`,
+  :func:`ppo_step`: ClipPPOLoss with RecurrentGAE, its optimizer and schedules, the collected
+  batches with advantages, one clipped gradient step.
 * :class:`Stopwatch` and :func:`setup` (one torch thread, torchrl's log lines without colours).
 """
 
@@ -20,13 +29,16 @@ import contextlib
 import csv
 import dataclasses
 import logging
+import math
 import os
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
+from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
@@ -38,6 +50,10 @@ LoggerKind = Literal["csv", "tensorboard", "wandb"]
 PLAIN_TORCHRL_FORMAT = "%(asctime)s [%(name)s][%(levelname)s] %(message)s"
 #: The checkpoint file inside a run folder.
 CHECKPOINT = "checkpoint.pt"
+#: Batches a ``--quick`` run collects.
+QUICK_BATCHES = 3
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -209,6 +225,255 @@ def due(frames: int, previous: int, every: int) -> bool:
     return every > 0 and frames // every > previous // every
 
 
+def save_run(
+    run: RunOptions, cfg: Any, counters: dict[str, Any], loss: Any, optim: torch.optim.Optimizer,
+    env: Any, collector: Any, logger: Any, **parts: Any,
+) -> None:  # fmt: skip
+    """Saves everything a bitwise continuation needs into ``run.checkpoint``.
+
+    That is the config, the run's ``counters``, the networks (through ``loss``), the optimizer,
+    the base env's state, the collector's state and next policy input, torch's global generator
+    and the logger, plus the pipeline's own ``parts`` (stored under their names).
+    """
+    state = {
+        "config": dataclasses.asdict(cfg),
+        "counters": counters,
+        "loss": loss.state_dict(),
+        "optim": optim.state_dict(),
+        "env": env.base_env.state_dict(),
+        "collector": collector.state_dict(),
+        "carrier": collector._carrier.clone(),  # the collector's next policy input
+        "torch_rng": torch.get_rng_state(),
+        "logger": logger.state_dict(),
+        **parts,
+    }
+    save_checkpoint(run.checkpoint, state)
+
+
+def restore_run(
+    run: RunOptions, state: dict[str, Any], loss: Any, optim: torch.optim.Optimizer, env: Any,
+    collector: Any, logger: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """Loads what :func:`save_run` saved into the run's objects; returns the run's counters.
+
+    The CSV rows logged after the checkpoint are dropped (they are logged again). The pipeline
+    restores its own parts from ``state``.
+    """
+    loss.load_state_dict(state["loss"])
+    optim.load_state_dict(state["optim"])
+    collector.load_state_dict(state["collector"])
+    env.base_env.load_state_dict(state["env"])
+    collector._carrier.update(state["carrier"])
+    torch.set_rng_state(state["torch_rng"])
+    logger.load_state_dict(state["logger"])
+    if run.logger == "csv":
+        trim_csv_logs(run.out, state["counters"]["frames"])
+    return state["counters"]
+
+
+def save_due(frames: int, previous: int, run: RunOptions, total: int) -> bool:
+    """Whether to checkpoint after a batch: every ``run.save_every`` frames, and at the end."""
+    return due(frames, previous, run.save_every) or frames >= total
+
+
+# ---------------------------------------------------------------------------- configs and runs
+class BatchConfig:
+    """Base of a pipeline's ``Config`` dataclass: its batch size and its argument checks.
+
+    The subclass has ``frames``, ``num_envs`` and ``steps`` fields.
+
+    Examples:
+        >>> @dataclasses.dataclass
+        ... class Config(BatchConfig):
+        ...     frames: int = 64
+        ...     num_envs: int = 4
+        ...     steps: int = 8
+        ...
+        ...     def __post_init__(self):
+        ...         self.check_ints("frames", "num_envs", "steps")
+        >>> Config().frames_per_batch
+        32
+        >>> Config(frames=16)
+        Traceback (most recent call last):
+        ...
+        ValueError: frames must be at least one batch (num_envs * steps = 32), got frames=16.
+    """
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames in one collected batch: ``num_envs * steps``."""
+        return self.num_envs * self.steps
+
+    def check_ints(self, *names: str) -> None:
+        """Raises ValueError unless the named fields are ints >= 1 and ``frames`` holds a batch."""
+        for name in names:
+            check_positive_int(name, getattr(self, name))
+        if self.frames < self.frames_per_batch:
+            raise ValueError(
+                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
+                f" got frames={self.frames!r}."
+            )
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """Raises ValueError unless ``value`` is an int >= 1 (a bool is not)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+
+
+def seeded(seed: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with torch's global generator seeded with ``seed``.
+
+    The network initialization and the actions the collector draws use that generator; the
+    caller's generator state is left as it was (:func:`torch.random.fork_rng`).
+
+    Examples:
+        >>> before = torch.get_rng_state()
+        >>> a, b = seeded(3, torch.rand, 2), seeded(3, torch.rand, 2)
+        >>> torch.equal(a, b), torch.equal(torch.get_rng_state(), before)
+        (True, True)
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return fn(*args, **kwargs)
+
+
+class ReturnWindow:
+    """The mean of the last ``size`` episode values, and when it first reached ``target``.
+
+    The target counts only once the window is full.
+
+    Args:
+        size (int): episodes averaged.
+        target (float): the mean whose first crossing is recorded in :attr:`hit`.
+        values (iterable, optional): the window's values so far (a resumed run's). Defaults to
+            none.
+        hit (tuple, optional): ``(frames, seconds)`` of an earlier crossing. Defaults to ``None``.
+
+    Examples:
+        >>> window = ReturnWindow(2, target=5.0)
+        >>> window.update([6.0], frames=10, seconds=1.0), window.hit
+        (6.0, None)
+        >>> window.update([4.0, 7.0], frames=20, seconds=2.0), window.hit
+        (5.5, (20, 2.0))
+        >>> window.reached()
+        {'frames_to_target': 20, 'seconds_to_target': 2.0}
+    """
+
+    def __init__(
+        self, size: int, target: float, values: Iterable[float] = (), hit: tuple | None = None
+    ) -> None:
+        self.recent = deque(values, maxlen=size)
+        self.target = target
+        self.hit = hit
+
+    @property
+    def mean(self) -> float:
+        """Mean of the window (NaN while empty)."""
+        return sum(self.recent) / len(self.recent) if self.recent else math.nan
+
+    def update(self, values: Iterable[float], frames: int, seconds: float) -> float:
+        """Adds the values of the episodes that ended; returns the new mean."""
+        self.recent.extend(values)
+        mean = self.mean
+        if self.hit is None and len(self.recent) == self.recent.maxlen and mean >= self.target:
+            self.hit = (frames, seconds)
+        return mean
+
+    def reached(self) -> dict[str, Any]:
+        """``frames_to_target`` and ``seconds_to_target`` (``None`` while not reached)."""
+        frames, seconds = self.hit or (None, None)
+        return {"frames_to_target": frames, "seconds_to_target": seconds}
+
+
+def reached(target: float, frames: int | None, seconds: float | None, spec: str = ".1f") -> str:
+    """Says when the mean return reached ``target``.
+
+    Examples:
+        >>> reached(475.0, 34816, 12.34)
+        'mean return reached 475 after 34,816 frames (12.3 s)'
+        >>> reached(400.0, None, None)
+        'mean return never reached 400'
+    """
+    if frames is None:
+        return f"mean return never reached {target:g}"
+    return f"mean return reached {target:g} after {frames:,} frames ({seconds:{spec}} s)"
+
+
+def config_of(args: Any, config: Callable[..., T], quick: dict[str, Any], **fields: Any) -> T:
+    """A run's ``config(**fields)`` with the command line's ``--quick`` and ``--frames``.
+
+    ``--quick`` applies the ``quick`` overrides and, unless they set ``frames``, collects
+    :data:`QUICK_BATCHES` batches; ``--frames`` sets the frame budget.
+
+    Examples:
+        >>> from argparse import Namespace
+        >>> @dataclasses.dataclass
+        ... class Config(BatchConfig):
+        ...     seed: int = 0
+        ...     frames: int = 1000
+        ...     num_envs: int = 8
+        ...     steps: int = 16
+        >>> config_of(Namespace(quick=True, frames=None), Config, {"steps": 4}, seed=2)
+        Config(seed=2, frames=96, num_envs=8, steps=4)
+    """
+    overrides = dict(quick) if args.quick else {}
+    if args.quick and "frames" not in overrides:
+        overrides["frames"] = QUICK_BATCHES * config(**overrides).frames_per_batch
+    if args.frames is not None:
+        overrides["frames"] = args.frames
+    return config(**fields, **overrides)
+
+
+def train_seeds(
+    args: Any, pipeline: str, train: Callable[..., T], summary: Callable[[T], str],
+    config: Callable[..., Any], quick: dict[str, Any], **fields: Any,
+) -> list[T]:  # fmt: skip
+    """Trains each run the command line asks for (see :func:`runs_of`) and prints its summary.
+
+    A resumed run takes its config from its checkpoint, a new one from :func:`config_of`.
+    """
+    setup()
+    results = []
+    for seed, run in runs_of(args, pipeline):
+        if run.resume:
+            cfg = config(**load_checkpoint(run.checkpoint)["config"])
+        else:
+            cfg = config_of(args, config, quick, seed=seed, **fields)
+        results.append(train(cfg, run, quick=args.quick))
+        print(summary(results[-1]), flush=True)
+    return results
+
+
+@dataclasses.dataclass
+class TargetResult:
+    """What a run aiming at a mean return reached; a pipeline's ``Result`` adds its own fields.
+
+    Args:
+        config (Config): the run's hyperparameters.
+        frames_to_target (int or None): frames collected when the mean return first reached
+            ``config.target`` (``None`` if it never did).
+        seconds_to_target (float or None): training wall time at that point.
+        final_eval (float): mean return of the deterministic (greedy) evaluation.
+        frames (int): frames collected in total.
+        seconds (float): training wall time (a resumed run counts its earlier part).
+    """
+
+    config: Any
+    frames_to_target: int | None
+    seconds_to_target: float | None
+    final_eval: float
+    frames: int
+    seconds: float
+
+
+def progress_bar(total: int, initial: int, run: RunOptions) -> Any:
+    """A tqdm bar over frames (hidden unless ``run.progress``)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="frames", disable=not run.progress)
+
+
 # ---------------------------------------------------------------------------- timing
 class Stopwatch:
     """Accumulates wall time per named section.
@@ -338,12 +603,35 @@ def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> di
     total = out["loss_objective"] + out["loss_critic"]
     if "loss_entropy" in out.keys():
         total = total + out["loss_entropy"]
+    gradient_step(total, optim, max_grad_norm)
+    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+
+
+def gradient_step(total: torch.Tensor, optim: torch.optim.Optimizer, max_grad_norm: float) -> None:
+    """One optimizer step on ``total``, each parameter group's gradient clipped on its own."""
     optim.zero_grad(set_to_none=True)
     total.backward()
     for group in optim.param_groups:
         torch.nn.utils.clip_grad_norm_(group["params"], max_grad_norm)
     optim.step()
-    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+
+
+def gae_batches(
+    collector: Any, loss: ClipPPOLoss, watch: Stopwatch, frames: int, total: int
+) -> Iterator[TensorDictBase]:
+    """The collector's batches from ``frames`` until ``total`` frames, with GAE's outputs.
+
+    The loss's value estimator writes ``advantage`` and ``value_target`` into each batch; the
+    collection and GAE times go to ``watch`` under ``"collect"`` and ``"gae"``.
+    """
+    batches = iter(collector)
+    while frames < total:
+        with watch("collect"):
+            batch = next(batches)
+        with watch("gae"):
+            loss.value_estimator(batch)
+        frames += batch.numel()
+        yield batch
 
 
 def mean_first_return(env: Any, policy: Any, episodes: int, device: torch.device | str) -> float:
@@ -363,12 +651,32 @@ def mean_first_return(env: Any, policy: Any, episodes: int, device: torch.device
     return float(returns.mean())
 
 
+def completed_returns(batch: TensorDictBase) -> torch.Tensor:
+    """Returns of the episodes that ended inside ``batch`` (1-D, in time order per env).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> done = torch.tensor([[False, True, False], [False, False, True]]).unsqueeze(-1)
+        >>> ret = torch.arange(6.0).view(2, 3, 1)
+        >>> batch = TensorDict({"next": {"done": done, "episode_reward": ret}}, [2, 3])
+        >>> completed_returns(batch).tolist()
+        [1.0, 5.0]
+    """
+    done = batch["next", "done"].squeeze(-1)
+    return batch["next", "episode_reward"].squeeze(-1)[done]
+
+
 def check_is_init(batch: Any, first: bool) -> torch.Tensor:
-    """Asserts ``is_init`` marks exactly the episode starts of a ``[N, T]`` batch; returns it."""
+    """Asserts ``is_init`` marks exactly the episode starts of a ``[N, T]`` batch; returns it.
+
+    The starts are the steps after a ``done`` (and, with a ``StepCounter``, those at step 0).
+    """
     is_init = batch["is_init"].squeeze(-1)
     done = batch["next", "done"].squeeze(-1)
-    starts = batch["step_count"].squeeze(-1) == 0
-    assert torch.equal(is_init, starts), "is_init must mark exactly the episode starts"
+    if "step_count" in batch.keys():
+        starts = batch["step_count"].squeeze(-1) == 0
+        assert torch.equal(is_init, starts), "is_init must mark exactly the episode starts"
     assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
     if first:
         assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"

@@ -41,7 +41,6 @@ import csv
 import dataclasses
 import math
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,7 +55,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import SignallingEnv
-from torchrl_ext.examples._common import plain_torchrl_logs
+from torchrl_ext.examples import _common
 from torchrl_ext.objectives import RecurrentGAE
 
 GROUPS = ("speaker", "listener")
@@ -64,7 +63,7 @@ Memory = Literal["lstm", "mlp"]
 
 
 @dataclasses.dataclass
-class Config:
+class Config(_common.BatchConfig):
     """Hyperparameters of one run.
 
     Args:
@@ -110,11 +109,6 @@ class Config:
     success_window: int = 1024
     eval_episodes: int = 1024
     print_every: int = 20
-
-    @property
-    def frames_per_batch(self) -> int:
-        """Frames per collected batch: ``num_envs * steps``."""
-        return self.num_envs * self.steps
 
 
 @dataclasses.dataclass
@@ -287,11 +281,7 @@ def update(
             stats.update(
                 {f"{group}_{k}": float(v.detach()) for k, v in out.items() if k.startswith("loss_")}
             )
-        optim.zero_grad(set_to_none=True)
-        total.backward()
-        for param_group in optim.param_groups:
-            nn.utils.clip_grad_norm_(param_group["params"], cfg.max_grad_norm)
-        optim.step()
+        _common.gradient_step(total, optim, cfg.max_grad_norm)
     return stats
 
 
@@ -325,11 +315,7 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
     """Asserts the layout and masks the per-group update relies on (used by ``--quick``)."""
     n, t = cfg.num_envs, cfg.steps
     assert batch.batch_size == (n, t), batch.batch_size
-    is_init = batch["is_init"].squeeze(-1)
-    done = batch["next", "done"].squeeze(-1)
-    assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must be done one step later"
-    if first:
-        assert bool(is_init[:, 0].all()), "every env starts an episode in the first batch"
+    is_init = _common.check_is_init(batch, first)
     for group, size in (("speaker", cfg.vocab), ("listener", cfg.vocab + 1)):
         assert batch[group, "observation"].shape == (n, t, size), group
         for key in ("advantage", "value_target", "state_value"):
@@ -355,9 +341,7 @@ def train(cfg: Config, out: Path | None = None, *, quick: bool = False) -> Resul
     Returns:
         The run's :class:`Result`.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return _train(cfg, out, quick=quick)
+    return _common.seeded(cfg.seed, _train, cfg, out, quick=quick)
 
 
 def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
@@ -379,8 +363,8 @@ def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.frames,
     )
-    window: deque[float] = deque(maxlen=cfg.success_window)
-    rows, curve, frames, hit = [], [], 0, None
+    window = _common.ReturnWindow(cfg.success_window, cfg.target_success)
+    rows, curve, frames = [], [], 0
     start = time.perf_counter()
     for batch in collector:
         for gae in gaes.values():
@@ -388,16 +372,13 @@ def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
         if quick:
             check_batch(cfg, batch, first=frames == 0)
         frames += batch.numel()
-        window.extend(successes(batch).tolist())
         stats = update(cfg, batch, losses, optim, generator)
         if quick:
             assert all(math.isfinite(v) for v in stats.values()), stats
             for g in GROUPS:
                 assert abs(stats[f"{g}_first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
         seconds = time.perf_counter() - start
-        rate = sum(window) / len(window)
-        if hit is None and len(window) == cfg.success_window and rate >= cfg.target_success:
-            hit = (frames, seconds)
+        rate = window.update(successes(batch).tolist(), frames, seconds)
         curve.append((frames, seconds, rate))
         rows.append({"frames": frames, "seconds": round(seconds, 3), "success": rate, **stats})
         if cfg.print_every and len(rows) % cfg.print_every == 0:
@@ -405,8 +386,7 @@ def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
     collector.shutdown()
     result = Result(
         config=cfg,
-        frames_to_target=hit[0] if hit else None,
-        seconds_to_target=hit[1] if hit else None,
+        **window.reached(),
         final_success=evaluate(cfg, agents),
         frames=frames,
         seconds=time.perf_counter() - start,
@@ -445,7 +425,6 @@ def summary(result: Result) -> str:
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK_BATCHES = 3
 QUICK = {
     "num_envs": 16,
     "steps": 8,
@@ -473,24 +452,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def run(args: argparse.Namespace) -> list[Result]:
     """Runs the parsed command: one training run per seed, a summary line each."""
-    torch.set_num_threads(1)
-    plain_torchrl_logs()
-    overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
-    if args.quick:
-        overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
-    if args.frames is not None:
-        overrides["frames"] = args.frames
+    _common.setup()
+    options = {k: getattr(args, k) for k in ("listener", "vocab", "delay", "lr", "entropy_coeff")}
     results = []
     for seed in args.seeds:
-        cfg = Config(
-            seed=seed,
-            listener=args.listener,
-            vocab=args.vocab,
-            delay=args.delay,
-            lr=args.lr,
-            entropy_coeff=args.entropy_coeff,
-            **overrides,
-        )
+        cfg = _common.config_of(args, Config, QUICK, seed=seed, **options)
         results.append(train(cfg, args.out, quick=args.quick))
         print(summary(results[-1]), flush=True)
     return results

@@ -45,7 +45,6 @@ import argparse
 import dataclasses
 import math
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,6 +67,7 @@ from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
 from torchrl_ext.examples import _common
+from torchrl_ext.examples._common import completed_returns
 
 PolicyKind = Literal["lstm", "mlp"]
 
@@ -76,7 +76,7 @@ CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
 
 
 @dataclasses.dataclass
-class Config:
+class Config(_common.BatchConfig):
     """Hyperparameters of one run (defaults: the tuned recurrent PPO).
 
     Args:
@@ -133,46 +133,22 @@ class Config:
     def __post_init__(self) -> None:
         if self.policy not in ("lstm", "mlp"):
             raise ValueError(f"policy must be 'lstm' or 'mlp', got policy={self.policy!r}.")
-        for name in ("frames", "num_envs", "steps", "epochs", "envs_per_minibatch", "hidden"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
-        if self.frames < self.frames_per_batch:
-            raise ValueError(
-                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
-                f" got frames={self.frames!r}."
-            )
-
-    @property
-    def frames_per_batch(self) -> int:
-        """Frames in one collected batch."""
-        return self.num_envs * self.steps
+        self.check_ints("frames", "num_envs", "steps", "epochs", "envs_per_minibatch", "hidden")
 
 
 @dataclasses.dataclass
-class Result:
+class Result(_common.TargetResult):
     """Outcome of one run.
 
+    The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to
+    ``seconds``), then:
+
     Args:
-        config (Config): the run's hyperparameters.
-        frames_to_target (int or None): frames collected when the mean return first reached
-            ``config.target`` (``None`` if it never did).
-        seconds_to_target (float or None): training wall time at that point.
-        final_eval (float): mean return of the deterministic evaluation.
-        frames (int): frames collected in total.
-        seconds (float): training wall time (collection, GAE and updates; a resumed run counts
-            its earlier part).
-        timings (dict): seconds spent per section of this process.
+        timings (dict): seconds spent per section of this process (collection, GAE, updates).
         curve (list): ``(frames, mean_return)`` after each batch.
         out (Path): the run folder.
     """
 
-    config: Config
-    frames_to_target: int | None
-    seconds_to_target: float | None
-    final_eval: float
-    frames: int
-    seconds: float
     timings: dict[str, float]
     curve: list[tuple[int, float]]
     out: Path
@@ -252,22 +228,6 @@ def make_env(
     return TransformedEnv(base, Compose(*transforms).to(device))
 
 
-def completed_returns(batch: TensorDictBase) -> torch.Tensor:
-    """Returns of the episodes that ended inside ``batch`` (1-D, in time order per env).
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> done = torch.tensor([[False, True, False], [False, False, True]]).unsqueeze(-1)
-        >>> ret = torch.arange(6.0).view(2, 3, 1)
-        >>> batch = TensorDict({"next": {"done": done, "episode_reward": ret}}, [2, 3])
-        >>> completed_returns(batch).tolist()
-        [1.0, 5.0]
-    """
-    done = batch["next", "done"].squeeze(-1)
-    return batch["next", "episode_reward"].squeeze(-1)[done]
-
-
 def evaluate(
     cfg: Config, actor: ProbabilisticActor, primers: list[Any], device: torch.device
 ) -> float:
@@ -337,14 +297,10 @@ def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Resul
         quick (bool, optional): check shapes, masks, stored-state replay and finite losses on
             every batch (meant for a few batches). Defaults to ``False``.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return _train(cfg, run, quick)
+    return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
 def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
-    from tqdm import tqdm
-
     device = _common.device(run.device)
     watch = _common.Stopwatch()
     actor, critic = make_agent(cfg, obs_dim=2)
@@ -361,20 +317,19 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     logger = _common.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
     if run.resume:
-        counters = _restore(run, loss, optim, env, collector, generator, logger)
-    recent = deque(counters["recent"], maxlen=cfg.return_window)
-    frames, hit, curve = counters["frames"], counters["hit"], counters["curve"]
-    bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
-    start, batches = time.perf_counter() - counters["seconds"], iter(collector)
-    while frames < cfg.frames:
-        with watch("collect"):
-            batch = next(batches)
-        with watch("gae"):
-            loss.value_estimator(batch)
+        state = _common.load_checkpoint(run.checkpoint)
+        counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
+        generator.set_state(state["minibatch_generator"])
+    frames, curve = counters["frames"], counters["curve"]
+    window = _common.ReturnWindow(
+        cfg.return_window, cfg.target, counters["recent"], counters["hit"]
+    )
+    bar = _common.progress_bar(cfg.frames, frames, run)
+    start = time.perf_counter() - counters["seconds"]
+    for batch in _common.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
             check_batch(cfg, batch, first=frames == 0)
         previous, frames = frames, frames + batch.numel()
-        recent.extend(completed_returns(batch).tolist())
         left = _common.anneal(cfg, loss, optim, previous)
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
@@ -382,19 +337,18 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             assert all(math.isfinite(v) for v in losses.values()), losses
             assert abs(losses["first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
         seconds = time.perf_counter() - start
-        mean_return = sum(recent) / len(recent) if recent else math.nan
-        if hit is None and len(recent) == cfg.return_window and mean_return >= cfg.target:
-            hit = (frames, seconds)
+        mean_return = window.update(completed_returns(batch).tolist(), frames, seconds)
         curve.append((frames, mean_return))
-        row = {"mean_return": mean_return, "episodes_in_window": len(recent),
+        row = {"mean_return": mean_return, "episodes_in_window": len(window.recent),
                "lr": cfg.lr * left, "clip": cfg.clip * left, **losses}  # fmt: skip
         _common.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{mean_return:.1f}")
-        if _common.due(frames, previous, run.save_every) or frames >= cfg.frames:
-            counters = {"frames": frames, "seconds": seconds, "hit": hit,
-                        "recent": list(recent), "curve": curve}  # fmt: skip
-            _save(run, cfg, counters, loss, optim, env, collector, generator, logger)
+        if _common.save_due(frames, previous, run, cfg.frames):
+            counters = {"frames": frames, "seconds": seconds, "hit": window.hit,
+                        "recent": list(window.recent), "curve": curve}  # fmt: skip
+            _common.save_run(run, cfg, counters, loss, optim, env, collector, logger,
+                             minibatch_generator=generator.get_state())  # fmt: skip
     bar.close()
     collector.shutdown()
     final_eval = evaluate(cfg, actor, primers, device)
@@ -403,60 +357,19 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     _common.plot_curves(run.out / "learning_curve.png", {label: curve}, cfg.target,
                         "PPO on CartPole without velocities")  # fmt: skip
     return Result(
-        config=cfg, frames_to_target=hit[0] if hit else None,
-        seconds_to_target=hit[1] if hit else None, final_eval=final_eval, frames=frames,
-        seconds=seconds, timings=dict(watch.totals), curve=curve, out=run.out,
+        config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
+        timings=dict(watch.totals), curve=curve, out=run.out,
     )  # fmt: skip
 
 
-# ---------------------------------------------------------------------------- checkpoints
-def _save(run, cfg, counters, loss, optim, env, collector, generator, logger) -> None:
-    """Everything a bitwise continuation needs, in ``run.checkpoint``."""
-    state = {
-        "config": dataclasses.asdict(cfg),
-        "counters": counters,
-        "loss": loss.state_dict(),
-        "optim": optim.state_dict(),
-        "env": env.base_env.state_dict(),
-        "collector": collector.state_dict(),
-        "carrier": collector._carrier.clone(),  # the collector's next policy input
-        "minibatch_generator": generator.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "logger": logger.state_dict(),
-    }
-    _common.save_checkpoint(run.checkpoint, state)
-
-
-def _restore(run, loss, optim, env, collector, generator, logger) -> dict[str, Any]:
-    state = _common.load_checkpoint(run.checkpoint)
-    loss.load_state_dict(state["loss"])
-    optim.load_state_dict(state["optim"])
-    collector.load_state_dict(state["collector"])
-    env.base_env.load_state_dict(state["env"])
-    collector._carrier.update(state["carrier"])
-    generator.set_state(state["minibatch_generator"])
-    torch.set_rng_state(state["torch_rng"])
-    logger.load_state_dict(state["logger"])
-    if run.logger == "csv":
-        _common.trim_csv_logs(run.out, state["counters"]["frames"])
-    return state["counters"]
-
-
 # ---------------------------------------------------------------------------- command line
-QUICK_BATCHES = 3
 QUICK = {"epochs": 2, "eval_episodes": 4}
 
 
 def summary(result: Result) -> str:
     """What a run reached, and where the time went."""
     cfg = result.config
-    if result.frames_to_target is None:
-        reached = f"mean return never reached {cfg.target:g}"
-    else:
-        reached = (
-            f"mean return reached {cfg.target:g} after {result.frames_to_target:,} frames "
-            f"({result.seconds_to_target:.1f} s)"
-        )
+    reached = _common.reached(cfg.target, result.frames_to_target, result.seconds_to_target)
     times = ", ".join(f"{name} {sec:.1f} s" for name, sec in result.timings.items())
     return (
         f"ppo {cfg.policy} seed {cfg.seed}: {reached}; deterministic evaluation "
@@ -467,24 +380,10 @@ def summary(result: Result) -> str:
 
 def config_of(args: argparse.Namespace, seed: int, policy: PolicyKind = "lstm") -> Config:
     """The run's hyperparameters from the command line (``--quick``, ``--frames``)."""
-    overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
-    if args.quick:
-        overrides["frames"] = QUICK_BATCHES * Config().frames_per_batch
-    if args.frames is not None:
-        overrides["frames"] = args.frames
-    return Config(seed=seed, policy=policy, **overrides)
+    return _common.config_of(args, Config, QUICK, seed=seed, policy=policy)
 
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples ppo`` (see ``--help``)."""
-    _common.setup()
-    results = []
-    for seed, run in _common.runs_of(args, "ppo" if args.policy == "lstm" else "ppo_mlp"):
-        if run.resume:
-            cfg = Config(**_common.load_checkpoint(run.checkpoint)["config"])
-        else:
-            cfg = config_of(args, seed, args.policy)
-        result = train(cfg, run, quick=args.quick)
-        print(summary(result), flush=True)
-        results.append(result)
-    return results
+    pipeline = "ppo" if args.policy == "lstm" else "ppo_mlp"
+    return _common.train_seeds(args, pipeline, train, summary, Config, QUICK, policy=args.policy)

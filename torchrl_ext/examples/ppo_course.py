@@ -44,7 +44,6 @@ import math
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -71,7 +70,7 @@ __all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
 
 
 @dataclasses.dataclass
-class Config:
+class Config(_common.BatchConfig):
     """Hyperparameters of one run (defaults: the tuned run of the benchmarks page).
 
     Args:
@@ -126,27 +125,10 @@ class Config:
     eval_episodes: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("frames", "num_envs", "steps", "epochs", "minibatch_size", "hidden"):
-            _check_positive_int(name, getattr(self, name))
-        for name in ("max_steps", "return_window", "eval_episodes"):
-            _check_positive_int(name, getattr(self, name))
-        if self.frames < self.frames_per_batch:
-            raise ValueError(
-                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
-                f" got frames={self.frames!r}."
-            )
+        self.check_ints("frames", "num_envs", "steps", "epochs", "minibatch_size", "hidden",
+                        "max_steps", "return_window", "eval_episodes")  # fmt: skip
         if not self.init_scale > 0:
             raise ValueError(f"init_scale must be > 0, got init_scale={self.init_scale!r}.")
-
-    @property
-    def frames_per_batch(self) -> int:
-        """Frames in one collected batch."""
-        return self.num_envs * self.steps
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
 
 
 @dataclasses.dataclass
@@ -220,8 +202,8 @@ class EpisodeTracker:
     """
 
     def __init__(self, num_envs: int, laps: int = 1) -> None:
-        _check_positive_int("num_envs", num_envs)
-        _check_positive_int("laps", laps)
+        _common.check_positive_int("num_envs", num_envs)
+        _common.check_positive_int("laps", laps)
         self.num_envs = num_envs
         self.laps = laps
         self.returns = torch.zeros(num_envs, dtype=torch.float64)
@@ -500,14 +482,10 @@ def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Resul
         quick (bool, optional): check shapes, masks and finite losses on every batch.
             Defaults to ``False``.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return _train(cfg, run, quick)
+    return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
 def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
-    from tqdm import tqdm
-
     device = _common.device(run.device)
     watch = _common.Stopwatch()
     env = make_env(cfg, cfg.num_envs, cfg.seed, device)
@@ -524,21 +502,17 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     logger = _common.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "seconds": 0.0, "recent": [], "curve": [], "fresh_episodes": 0}
     if run.resume:
-        counters = _restore(run, loss, optim, env, collector, generator, tracker, logger)
+        state = _common.load_checkpoint(run.checkpoint)
+        counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
+        vars(tracker).update(state["tracker"])
+        generator.set_state(state["minibatch_generator"])
         initial_evaluation = counters["initial_evaluation"]
     recent = deque(counters["recent"], maxlen=cfg.return_window)
-    frames, curve, fresh_episodes = (
-        counters["frames"],
-        counters["curve"],
-        counters["fresh_episodes"],
-    )
-    bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
-    start, batches = time.perf_counter() - counters["seconds"], iter(collector)
-    while frames < cfg.frames:
-        with watch("collect"):
-            batch = next(batches)
-        with watch("gae"):
-            loss.value_estimator(batch)
+    frames, curve = counters["frames"], counters["curve"]
+    fresh_episodes = counters["fresh_episodes"]
+    bar = _common.progress_bar(cfg.frames, frames, run)
+    start = time.perf_counter() - counters["seconds"]
+    for batch in _common.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
             check_batch(cfg, batch, first=frames == 0)
         fresh = [e for e in tracker.update(batch.cpu()) if e["fresh"]]
@@ -559,11 +533,13 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         _common.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{means['return']:.2f}")
-        if _common.due(frames, previous, run.save_every) or frames >= cfg.frames:
+        if _common.save_due(frames, previous, run, cfg.frames):
             counters = {"frames": frames, "seconds": seconds, "recent": list(recent),
                         "curve": curve, "fresh_episodes": fresh_episodes,
                         "initial_evaluation": initial_evaluation}  # fmt: skip
-            _save(run, cfg, counters, loss, optim, env, collector, generator, tracker, logger)
+            _common.save_run(run, cfg, counters, loss, optim, env, collector, logger,
+                             tracker=dict(vars(tracker)),
+                             minibatch_generator=generator.get_state())  # fmt: skip
     bar.close()
     collector.shutdown()
     evaluation = evaluate(cfg, actor, device)
@@ -576,41 +552,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     )  # fmt: skip
 
 
-# ---------------------------------------------------------------------------- checkpoints
-def _save(run, cfg, counters, loss, optim, env, collector, generator, tracker, logger) -> None:
-    """Everything a bitwise continuation needs, in ``run.checkpoint``."""
-    state = {
-        "config": dataclasses.asdict(cfg),
-        "counters": counters,
-        "loss": loss.state_dict(),
-        "optim": optim.state_dict(),
-        "env": env.base_env.state_dict(),
-        "collector": collector.state_dict(),
-        "carrier": collector._carrier.clone(),  # the collector's next policy input
-        "tracker": dict(vars(tracker)),
-        "minibatch_generator": generator.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "logger": logger.state_dict(),
-    }
-    _common.save_checkpoint(run.checkpoint, state)
-
-
-def _restore(run, loss, optim, env, collector, generator, tracker, logger) -> dict[str, Any]:
-    state = _common.load_checkpoint(run.checkpoint)
-    loss.load_state_dict(state["loss"])
-    optim.load_state_dict(state["optim"])
-    collector.load_state_dict(state["collector"])
-    env.base_env.load_state_dict(state["env"])
-    collector._carrier.update(state["carrier"])
-    vars(tracker).update(state["tracker"])
-    generator.set_state(state["minibatch_generator"])
-    torch.set_rng_state(state["torch_rng"])
-    logger.load_state_dict(state["logger"])
-    if run.logger == "csv":
-        _common.trim_csv_logs(run.out, state["counters"]["frames"])
-    return state["counters"]
-
-
+# ---------------------------------------------------------------------------- command line
 def first_and_last(result: Result) -> tuple[dict, dict]:
     """Window means after the first batch that completed a fresh-course episode, and at the end."""
     seen = [row for row in result.curve if not math.isnan(row["return"])]
@@ -663,7 +605,6 @@ def time_line(result: Result) -> str:
     )
 
 
-QUICK_BATCHES = 3
 QUICK = {
     "num_envs": 16,
     "steps": 32,
@@ -676,20 +617,7 @@ QUICK = {
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples course`` (see ``--help``); one result per seed."""
-    _common.setup()
-    results = []
-    for seed, run in _common.runs_of(args, "course"):
-        if run.resume:
-            cfg = Config(**_common.load_checkpoint(run.checkpoint)["config"])
-        else:
-            overrides: dict[str, Any] = dict(QUICK) if args.quick else {}
-            if args.quick:
-                overrides["frames"] = QUICK_BATCHES * QUICK["num_envs"] * QUICK["steps"]
-            if args.frames is not None:
-                overrides["frames"] = args.frames
-            cfg = Config(seed=seed, **overrides)
-        results.append(train(cfg, run, quick=args.quick))
-        print(summary(results[-1]), flush=True)
+    results = _common.train_seeds(args, "course", train, summary, Config, QUICK)
     if len(results) > 1:
         curves = {f"seed {r.config.seed}": r.curve for r in results}
         path = plot_curves(results[0].out.parent / "learning_curves.png", curves, PLOT_TITLE)

@@ -77,7 +77,7 @@ STORED = (
 
 
 @dataclasses.dataclass
-class Config:
+class Config(_common.BatchConfig):
     """Hyperparameters of one run.
 
     Args:
@@ -152,34 +152,20 @@ class Config:
         """Records per sampled window: burn-in, learning region and bootstrap."""
         return self.burn_in + self.length + self.n_step - 1
 
-    @property
-    def frames_per_batch(self) -> int:
-        """Frames in one collected batch."""
-        return self.num_envs * self.steps
-
 
 @dataclasses.dataclass
-class Result:
+class Result(_common.TargetResult):
     """Outcome of one run.
 
+    The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to
+    ``seconds``), then:
+
     Args:
-        config (Config): the run's hyperparameters.
-        frames_to_target (int or None): frames when the mean return first reached the target.
-        seconds_to_target (float or None): training wall time at that point.
-        final_eval (float): mean return of the greedy evaluation.
-        frames (int): frames collected.
-        seconds (float): training wall time (a resumed run counts its earlier part).
         out (Path): the run folder.
         lowest_after_target (float or None): the lowest logged mean return after the first
             crossing of the target (how far the return dipped once solved).
     """
 
-    config: Config
-    frames_to_target: int | None
-    seconds_to_target: float | None
-    final_eval: float
-    frames: int
-    seconds: float
     out: Path
     lowest_after_target: float | None = None
 
@@ -292,14 +278,10 @@ def check_sample(cfg: Config, sample: TensorDictBase, out: TensorDictBase) -> No
 # ---------------------------------------------------------------------------- training
 def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Result:
     """Trains one seed; see the module docstring. The caller's global RNG state is kept."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return _train(cfg, run, quick)
+    return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
 def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
-    from tqdm import tqdm
-
     device = _common.device(run.device)
     qnet = make_qnet(cfg).to(device)
     policy = TensorDictSequential(qnet, QValueModule(action_space="categorical"))
@@ -321,36 +303,30 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         state = _common.load_checkpoint(run.checkpoint)
         _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run)
         counters = state["counters"]
-    recent = deque(counters["recent"], maxlen=cfg.return_window)
-    frames, updates, hit = counters["frames"], counters["updates"], counters["hit"]
-    bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
+    frames, updates = counters["frames"], counters["updates"]
+    window = _common.ReturnWindow(
+        cfg.return_window, cfg.target, counters["recent"], counters["hit"]
+    )
+    bar = _common.progress_bar(cfg.frames, frames, run)
     start, loss, batches = time.perf_counter() - counters["seconds"], math.nan, iter(collector)
     while frames < cfg.frames:
         batch = next(batches)
         previous, frames = frames, frames + batch.numel()
         rb.extend(batch.select(*STORED))
-        done = batch["next", "done"].squeeze(-1)
-        recent.extend(batch["next", "episode_reward"].squeeze(-1)[done].tolist())
         egreedy.eps.copy_(epsilons(cfg, frames))
         if frames >= cfg.warmup_frames:
             for group in optim.param_groups:
                 group["lr"] = learning_rate(cfg, frames)
             sample = rb.sample().to(device)
             out = loss_fn(sample)
-            optim.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            nn.utils.clip_grad_norm_(loss_fn.value_network_params.values(True, True),
-                                     cfg.max_grad_norm)  # fmt: skip
-            optim.step()
+            _common.gradient_step(out["loss"], optim, cfg.max_grad_norm)
             target_updater.step()
             unit.update_priority(rb, sample)
             updates, loss = updates + 1, float(out["loss"].detach())
             if quick:
                 check_sample(cfg, sample, out)
         seconds = time.perf_counter() - start
-        mean_return = sum(recent) / len(recent) if recent else math.nan
-        if hit is None and len(recent) == cfg.return_window and mean_return >= cfg.target:
-            hit = (frames, seconds)
+        mean_return = window.update(_common.completed_returns(batch).tolist(), frames, seconds)
         if (frames // cfg.frames_per_batch) % cfg.log_every == 0 or frames >= cfg.frames:
             lr, eps = optim.param_groups[0]["lr"], float(egreedy.eps.mean())
             row = {"mean_return": mean_return, "loss": loss, "updates": updates, "lr": lr,
@@ -358,18 +334,17 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             _common.log_row(logger, {**row, "seconds": seconds}, frames)
             bar.set_postfix(ret=f"{mean_return:.0f}", loss=f"{loss:.3f}")
         bar.update(frames - previous)
-        if _common.due(frames, previous, run.save_every) or frames >= cfg.frames:
-            counters = {"frames": frames, "updates": updates, "seconds": seconds, "hit": hit,
-                        "recent": list(recent)}  # fmt: skip
+        if _common.save_due(frames, previous, run, cfg.frames):
+            counters = {"frames": frames, "updates": updates, "seconds": seconds,
+                        "hit": window.hit, "recent": list(window.recent)}  # fmt: skip
             _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger)
     bar.close()
     collector.shutdown()
     final_eval = evaluate(cfg, policy, device)
     logger.log_scalar("final_eval", final_eval, step=frames)
     return Result(
-        config=cfg, frames_to_target=hit[0] if hit else None,
-        seconds_to_target=hit[1] if hit else None, final_eval=final_eval, frames=frames,
-        seconds=seconds, out=run.out, lowest_after_target=lowest_after(run, hit),
+        config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
+        out=run.out, lowest_after_target=lowest_after(run, window.hit),
     )  # fmt: skip
 
 
@@ -384,33 +359,14 @@ def lowest_after(run: _common.RunOptions, hit: tuple[int, float] | None) -> floa
 def _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger):
     """Everything a bitwise continuation needs; the replay buffer goes next to it."""
     rb.dumps(Path(run.out) / "replay")
-    state = {
-        "config": dataclasses.asdict(cfg),
-        "counters": counters,
-        "loss": loss_fn.state_dict(),
-        "optim": optim.state_dict(),
-        "env": env.base_env.state_dict(),
-        "collector": collector.state_dict(),
-        "carrier": collector._carrier.clone(),  # the collector's next policy input
-        "target_updater": target_updater.counter,
-        "torch_rng": torch.get_rng_state(),
-        "logger": logger.state_dict(),
-    }
-    _common.save_checkpoint(run.checkpoint, state)
+    _common.save_run(run, cfg, counters, loss_fn, optim, env, collector, logger,
+                     target_updater=target_updater.counter)  # fmt: skip
 
 
 def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run) -> None:
-    loss_fn.load_state_dict(state["loss"])
-    optim.load_state_dict(state["optim"])
-    collector.load_state_dict(state["collector"])
-    env.base_env.load_state_dict(state["env"])
-    collector._carrier.update(state["carrier"])
+    _common.restore_run(run, state, loss_fn, optim, env, collector, logger)
     rb.loads(Path(run.out) / "replay")
     target_updater.counter = state["target_updater"]
-    torch.set_rng_state(state["torch_rng"])
-    logger.load_state_dict(state["logger"])
-    if run.logger == "csv":
-        _common.trim_csv_logs(run.out, state["counters"]["frames"])
 
 
 # ---------------------------------------------------------------------------- command line
@@ -421,13 +377,7 @@ QUICK = {"frames": 1024, "warmup_frames": 512, "capacity": 2048, "batch_size": 8
 def summary(result: Result) -> str:
     """One line per run."""
     cfg = result.config
-    if result.frames_to_target is None:
-        reached = f"mean return never reached {cfg.target:g}"
-    else:
-        reached = (
-            f"mean return reached {cfg.target:g} after {result.frames_to_target:,} frames "
-            f"({result.seconds_to_target:.0f} s)"
-        )
+    reached = _common.reached(cfg.target, result.frames_to_target, result.seconds_to_target, ".0f")
     return (
         f"r2d2 seed {cfg.seed}: {reached}; greedy evaluation {result.final_eval:.1f}; "
         f"{result.frames:,} frames in {result.seconds:.0f} s; log: {result.out}"
@@ -461,19 +411,7 @@ def table(results: list[Result]) -> str:
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples r2d2`` (see ``--help``)."""
-    _common.setup()
-    results = []
-    for seed, run in _common.runs_of(args, "r2d2"):
-        if run.resume:
-            cfg = Config(**_common.load_checkpoint(run.checkpoint)["config"])
-        else:
-            overrides = dict(QUICK) if args.quick else {}
-            if args.frames is not None:
-                overrides["frames"] = args.frames
-            cfg = Config(seed=seed, **overrides)
-        result = train(cfg, run, quick=args.quick)
-        print(summary(result), flush=True)
-        results.append(result)
+    results = _common.train_seeds(args, "r2d2", train, summary, Config, QUICK)
     if len(results) > 1:
         print(table(results))
     return results

@@ -9,8 +9,6 @@ RL step, masked regeneration included, is a fixed sequence of kernel launches th
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -29,11 +27,11 @@ from torchrl_ext.envs.warp_env import Launch, NanActionChecks, WarpEnv, _require
 __all__ = ["CarConfig", "CourseEnv"]
 
 _CRASH_MODES = ("respawn", "regenerate")
-_STEP_RESULTS = ("checkpoint_distance", "checkpoints_passed", "laps", "out_of_bounds", "valid")
+_OUTPUT_KEYS = tuple(_k.Outputs.vars)
+"""The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
-GATES_OBSERVATION_SIZE = 8
-"""Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
-(4 numbers) and the distance to the next gate."""
+_STATE = ("pose", "track", "counts", "regen_mask", "respawn_mask")
+_MASKS = ("zero_mask", "all_mask")
 
 
 @dataclass(frozen=True)
@@ -77,18 +75,8 @@ class CarConfig:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_constant(f.name, getattr(self, f.name), f.name not in _MAY_BE_ZERO)
-
-
-_MAY_BE_ZERO = ("drag", "ray_spread", "progress_coef", "crash_penalty")
-
-
-def _check_constant(name: str, value: Any, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {name}={value!r}.")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
+            positive = f.name not in ("drag", "ray_spread", "progress_coef", "crash_penalty")
+            check_float(f.name, getattr(self, f.name), 0.0, open_minimum=positive)
 
 
 class _RegenerateCommand:
@@ -172,7 +160,6 @@ class CourseEnv(NanActionChecks, WarpEnv):
         collision (float, optional): post radius in gates mode, > 0. Defaults to 0.3.
 
     Examples:
-        >>> import torch
         >>> import warp as wp
         >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import CourseEnv
@@ -185,6 +172,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         (torch.Size([4, 30, 1]), True)
         >>> env.generation.tolist()
         [1, 1, 1, 1]
+        >>> import torch
         >>> mask = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
         >>> env.regenerate(mask)
         >>> env.generation.tolist()
@@ -259,7 +247,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
 
     def _obs_size(self) -> int:
-        return GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
+        return _k.GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
 
     def _allocate_state(self) -> None:
         n, dev = self.num_envs, self.device
@@ -280,27 +268,16 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self._zero_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._all_mask = torch.ones(n, dtype=torch.int32, device=dev)
         self._inputs = {name: torch.zeros(n, dtype=torch.int32, device=dev) for name in _INPUTS}
-        self._w = {
-            name: wp.from_torch(getattr(self, f"_{name}"))
-            for name in ("pose", "track", "counts", "regen_mask", "respawn_mask")
-        }
-        self._w["zero_mask"] = wp.from_torch(self._zero_mask)
-        self._w["all_mask"] = wp.from_torch(self._all_mask)
-        for name, tensor in self._inputs.items():
-            self._w[f"inputs.{name}"] = wp.from_torch(tensor)
+        self._w = {name: wp.from_torch(getattr(self, f"_{name}")) for name in _STATE + _MASKS}
+        self._w.update({f"inputs.{k}": wp.from_torch(v) for k, v in self._inputs.items()})
         self._car_params = pack_params(_k.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
         # load the generator's mask-reduction kernels before any capture records them
         self._generator.regenerate(self._w["zero_mask"])
 
     def _set_seed(self, seed: int | None) -> None:
         super()._set_seed(seed)
-        base = np.array(self.seed, dtype=np.uint64).astype(np.int64)
-        seeds = np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
-        views = self._generator.views
-        views["seed"].copy_(torch.from_numpy(seeds))
-        views["epoch"].zero_()
-        with self._on_torch_stream():
-            self._generator.regenerate(advance=False)
+        with self._on_torch_stream():  # env i's course seed: seed + i, wrapped to int64
+            self._generator.generate(int(np.array(self.seed, dtype=np.uint64).astype(np.int64)))
         self._respawn_now(self._w["all_mask"])
         self._t["episode"].zero_()
 
@@ -312,7 +289,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         step reads and the env never rewrites.
         """
         state = super()._state_tensors()
-        for name in ("pose", "track", "counts", "regen_mask", "respawn_mask"):
+        for name in _STATE:
             state[name] = getattr(self, f"_{name}")
         for name, tensor in self._inputs.items():
             state[f"inputs.{name}"] = tensor
@@ -379,57 +356,39 @@ class CourseEnv(NanActionChecks, WarpEnv):
         return self._counts
 
     # ------------------------------------------------------------------ kernel recipes
-    def _course(self, *names: str) -> list[wp.array]:
-        return [getattr(self._generator, name) for name in names]
+    def _shared_inputs(self) -> list:
+        """The kernels' leading inputs: car constants, rules, car state, courses, episode ends."""
+        b, w = self.buffers, self._w
+        rules = _struct(
+            _k.Rules,
+            laps=self.laps,
+            max_steps=self.step_limit,
+            crash_regenerates=int(self.crash == "regenerate"),
+            gates=int(self.mode == "gates"),
+            collision=self.collision,
+        )
+        car = _struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
+        ends = _struct(
+            _k.Ends,
+            request_regenerate=w["inputs.regen_mask"],
+            request_respawn=w["inputs.reset_mask"],
+            regenerate_mask=w["regen_mask"],
+            respawn_mask=w["respawn_mask"],
+            **{name: b[name] for name in ("steps", "reward", "terminated", "truncated", "done")},
+        )
+        return [self._car_params, rules, car, self._generator.arrays, ends]
 
-    def _move_recipes(self) -> list[Launch]:
-        """Move the cars and update their progress: on the track, or through the gates."""
-        b, w, p = self.buffers, self._w, self._car_params
-        drive = [w["pose"], b["action"], self._generator.valid, p]
-        if self.mode == "gates":
-            gates = [*self._course("checkpoints", "posts", "checkpoint_count"), self.collision]
-            return [(_k.drive_through_gates, [*drive, *gates, w["track"], w["counts"]])]
-        progress = [
-            w["pose"],
-            *self._course("centerline", "arc_length", "width", "checkpoint_spacing"),
-            *self._course("checkpoint_count", "valid"),
-            w["track"],
-            w["counts"],
-        ]
-        return [(_k.drive_cars, drive), (_k.track_progress, progress)]
+    def _outputs(self, which: str) -> _k.Outputs:
+        return _struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
 
     def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b, w, p = self.buffers, self._w, self._car_params
-        ends = [
-            w["track"],
-            w["counts"],
-            *self._course("checkpoint_count", "valid"),
-            b["steps"],
-            p,
-            self.laps,
-            self.step_limit,
-            int(self.crash == "regenerate"),
-            int(autoreset),
-            w["inputs.regen_mask"],
-            w["inputs.reset_mask"],
-            b["reward"],
-            b["terminated"],
-            b["truncated"],
-            b["done"],
-            w["regen_mask"],
-            w["respawn_mask"],
-        ]
-        recipes = [
-            *self._move_recipes(),
-            (_k.end_episodes, ends),
-            self._observe_recipe("next", w["zero_mask"], w["zero_mask"], False),
-        ]
-        return recipes + self._auto_reset_recipes(carry=True) if autoreset else recipes
+        inputs = [*self._shared_inputs(), self.buffers["action"], int(autoreset)]
+        step = (_k.step, [*inputs, self._outputs("next")])
+        return [step, *self._auto_reset_recipes(carry=True)] if autoreset else [step]
 
     def _reset_launches(self) -> list[Launch]:
-        w = self._w
-        inputs = [self.buffers["mask"], w["counts"], self._generator.valid]
-        plan = (_k.plan_reset, [*inputs, w["regen_mask"], w["respawn_mask"]])
+        _params, _rules, *inputs = self._shared_inputs()
+        plan = (_k.plan_reset, [*inputs, self.buffers["mask"]])
         return [plan, *self._auto_reset_recipes(carry=False)]
 
     def _auto_reset_recipes(self, carry: bool) -> list[Launch]:
@@ -440,24 +399,17 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """
         w = self._w
         regenerate = _RegenerateCommand(self, w["regen_mask"])
-        return [regenerate, *self._respawn_recipes(w["regen_mask"], w["respawn_mask"], carry)]
+        return [regenerate, self._respawn_recipe(w["regen_mask"], w["respawn_mask"], carry)]
 
-    def _respawn_recipes(
-        self, first: wp.array, second: wp.array, carry: bool = False
-    ) -> list[Launch]:
+    def _respawn_recipe(self, first: wp.array, second: wp.array, carry: bool = False) -> Launch:
         """Respawn the envs set in either mask, then write every env's root observation.
 
         With ``carry`` (right after a step wrote ``buffers["next"]``), only the respawned envs are
         observed; the others' root observation is a copy of their step observation.
         """
-        b, w = self.buffers, self._w
-        inputs = [first, second, self._generator.centerline, b["steps"], b["episode"]]
-        recipes = [(_k.respawn_cars, [*inputs, w["pose"], w["track"], w["counts"]])]
-        if carry:
-            copy = [first, second, *self._outputs("next"), *self._outputs("root")]
-            recipes.append((_k.carry_observation, copy))
-        recipes.append(self._observe_recipe("root", first, second, carry))
-        return recipes
+        masks = [first, second, int(carry), self.buffers["episode"]]
+        outputs = [self._outputs("next"), self._outputs("root")]
+        return (_k.respawn_and_observe, [*self._shared_inputs(), *masks, *outputs])
 
     def _may_skip_regeneration(self) -> bool:
         """Whether the step's regeneration may skip an all-zero mask (``skip_empty``).
@@ -465,7 +417,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         Skipping outside a graph reads the mask's any-flag on the host; with :attr:`sync_free`
         the rebuild is skipped only by a recorded conditional node (the env's own Warp graph,
         or a torch capture registered with ``conditional=True``), and otherwise runs with its
-        kernels returning early for unmasked envs: the same arrays either way.
+        kernel returning early for unmasked envs: the same arrays either way.
         """
         if not self.sync_free:
             return True
@@ -473,52 +425,6 @@ class CourseEnv(NanActionChecks, WarpEnv):
         if registration is not None:
             return registration.conditional
         return self.warp_device.is_capturing
-
-    def _outputs(self, which: str) -> list[wp.array]:
-        return [self.buffers[which][key] for key in ("observation", *_STEP_RESULTS)]
-
-    def _observe_recipe(
-        self, which: str, first: wp.array, second: wp.array, masked_only: bool
-    ) -> Launch:
-        if self.mode == "gates":
-            return (_k.observe_gates, self._observe_gates_inputs(which, first, second, masked_only))
-        return (_k.observe, self._observe_inputs(which, first, second, masked_only))
-
-    def _observe_gates_inputs(
-        self, which: str, first: wp.array, second: wp.array, masked_only: bool
-    ) -> list:
-        w = self._w
-        course = self._course("checkpoints", "posts", "checkpoint_count", "valid")
-        return [
-            first,
-            second,
-            int(masked_only),
-            w["pose"],
-            w["counts"],
-            *course,
-            *self._outputs(which),
-        ]
-
-    def _observe_inputs(
-        self, which: str, first: wp.array, second: wp.array, masked_only: bool
-    ) -> list:
-        out, w = self.buffers[which], self._w
-        return [
-            first,
-            second,
-            int(masked_only),
-            w["pose"],
-            w["track"],
-            w["counts"],
-            *self._course("centerline", "checkpoints", "checkpoint_count", "width", "valid"),
-            self._car_params,
-            out["observation"],
-            out["checkpoint_distance"],
-            out["checkpoints_passed"],
-            out["laps"],
-            out["out_of_bounds"],
-            out["valid"],
-        ]
 
     # ------------------------------------------------------------------ the two masks
     def regenerate(self, mask: torch.Tensor | wp.array | None = None, advance: bool = True) -> None:
@@ -567,8 +473,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """Give the masked envs their first course again (epoch 0 of their seed) and respawn.
 
         Args:
-            mask (torch.Tensor or wp.array, optional): stable int32 ``[num_envs]`` mask on the
-                env's device, read and never cleared. Defaults to every env.
+            mask (torch.Tensor or wp.array, optional): as in :meth:`respawn`. Defaults to every
+                env.
 
         Raises:
             TypeError: for a mask that is not int32.
@@ -593,4 +499,12 @@ class CourseEnv(NanActionChecks, WarpEnv):
         return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
 
     def _respawn_now(self, mask: wp.array) -> None:
-        self._launch_now(self._respawn_recipes(mask, self._w["zero_mask"]))
+        self._launch_now([self._respawn_recipe(mask, self._w["zero_mask"])])
+
+
+def _struct(struct_type: type, **fields: Any) -> Any:
+    """An instance of the ``@wp.struct`` ``struct_type`` with its fields set by name."""
+    struct = struct_type()
+    for name, value in fields.items():
+        setattr(struct, name, value)
+    return struct

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import warp as wp
 
-from torchrl_ext._checks import check_choice, check_float, check_int
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
 from torchrl_ext.envs.course._kernels import generator as K
 
 __all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
@@ -95,40 +95,30 @@ class CourseParams:
     gate_width: float = 4.0
 
     def __post_init__(self) -> None:
-        for name in ("scale", "width", "checkpoint_spacing", "gate_width"):
-            _check_positive(name, getattr(self, name))
-        _check_roughness(self.roughness)
-        _check_harmonics(self.harmonics)
+        for f in fields(self):
+            _check_param(f.name, getattr(self, f.name))
 
 
-def _check_positive(name: str, value: float | torch.Tensor) -> None:
-    values = torch.as_tensor(value, dtype=torch.float64)
-    if not bool(torch.all(torch.isfinite(values) & (values > 0))):
-        raise ValueError(f"{name} must be finite and > 0, got {name}={value!r}.")
+_PARAM_NAMES = tuple(f.name for f in fields(CourseParams))
 
 
-def _check_roughness(value: float | torch.Tensor) -> None:
-    values = torch.as_tensor(value, dtype=torch.float64)
-    if not bool(torch.all(torch.isfinite(values) & (values >= 0))):
-        raise ValueError(f"roughness must be finite and >= 0, got roughness={value!r}.")
-
-
-def _check_harmonics(value: int | torch.Tensor) -> None:
+def _check_param(name: str, value: float | torch.Tensor) -> None:
+    """Check a :class:`CourseParams` value, or a tensor of them (one per env)."""
     values = torch.as_tensor(value)
-    if values.is_floating_point() or values.dtype == torch.bool:
-        raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
-    if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
-        raise ValueError(f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}.")
-
-
-_PARAM_CHECKS = {
-    "scale": lambda v: _check_positive("scale", v),
-    "roughness": _check_roughness,
-    "harmonics": _check_harmonics,
-    "width": lambda v: _check_positive("width", v),
-    "checkpoint_spacing": lambda v: _check_positive("checkpoint_spacing", v),
-    "gate_width": lambda v: _check_positive("gate_width", v),
-}
+    if name == "harmonics":
+        if values.is_floating_point() or values.dtype == torch.bool:
+            raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
+        if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
+            raise ValueError(
+                f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}."
+            )
+        return
+    values = values.to(torch.float64)
+    positive = name != "roughness"
+    ok = torch.isfinite(values) & ((values > 0) if positive else (values >= 0))
+    if not bool(torch.all(ok)):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -184,21 +174,9 @@ def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int |
 
 
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
-_COURSE_ARRAYS = (
-    "centerline",
-    "arc_length",
-    "checkpoints",
-    "checkpoint_count",
-    "scale",
-    "roughness",
-    "harmonics",
-    "width",
-    "checkpoint_spacing",
-    "gate_width",
-    "coefficients",
-    "posts",
-)
-_PARAM_ARRAYS = tuple(f"param_{f.name}" for f in fields(CourseParams))
+_GEOMETRY = ("centerline", "arc_length", "checkpoints", "checkpoint_count")
+_COURSE_ARRAYS = (*_GEOMETRY, *_PARAM_NAMES, "coefficients", "posts")
+_PARAM_ARRAYS = tuple(f"param_{name}" for name in _PARAM_NAMES)
 
 
 class CourseGenerator:
@@ -222,6 +200,8 @@ class CourseGenerator:
     - next-course parameters ``param_<name>`` for each :class:`CourseParams` field, written with
       :meth:`set_params` (or into :attr:`views`) and read only when an env's course is rebuilt.
 
+    ``arrays`` bundles the state and course arrays in the one struct that kernels take.
+
     Args:
         num_envs (int): number of envs (courses).
         seed (int or torch.Tensor, optional): an int64 ``seed`` gives env ``i`` the seed
@@ -244,7 +224,6 @@ class CourseGenerator:
         RuntimeError: when constructed while a graph capture is active on ``device``.
 
     Examples:
-        >>> import torch
         >>> import warp as wp
         >>> wp.config.log_level = wp.LOG_WARNING  # keep Warp's start-up log out of the doctest
         >>> from torchrl_ext.envs.course import CourseGenerator
@@ -252,6 +231,7 @@ class CourseGenerator:
         >>> views = gen.views
         >>> print(tuple(views["centerline"].shape), tuple(views["checkpoints"].shape))
         (4, 64, 2) (4, 32, 2)
+        >>> import torch
         >>> mask = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
         >>> gen.regenerate(mask)
         >>> print(views["generation"].tolist(), bool(views["valid"].all()))
@@ -270,7 +250,9 @@ class CourseGenerator:
         mode: Literal["track", "gates"] = "track",
     ) -> None:
         self.device = wp.get_device(device)
-        self._check_sizes(num_envs, num_points, max_checkpoints)
+        self.num_envs = check_int("num_envs", num_envs, 1)
+        self.num_points = check_int("num_points", num_points, MIN_POINTS)
+        self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS)
         self.mode = check_choice("mode", mode, MODES)
         if self.device.is_capturing:
             raise RuntimeError(
@@ -281,56 +263,55 @@ class CourseGenerator:
         params = CourseParams() if params is None else params
         if not isinstance(params, CourseParams):
             raise TypeError(f"params must be a CourseParams, got params={params!r}.")
-        self.num_envs = num_envs
-        self.num_points = num_points
-        self.max_checkpoints = max_checkpoints
         self._allocate(self._seeds(seed), params)
         self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
         self.regenerate(advance=False)
 
-    @staticmethod
-    def _check_sizes(num_envs: int, num_points: int, max_checkpoints: int) -> None:
-        for name, value, low in (
-            ("num_envs", num_envs, 1),
-            ("num_points", num_points, MIN_POINTS),
-            ("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {name}={value!r}.")
-            if value < low:
-                raise ValueError(f"{name} must be >= {low}, got {name}={value!r}.")
+    def _column(self, name: str, value: int | torch.Tensor) -> torch.Tensor:
+        """A CPU int64 ``[num_envs]`` column: an int for every env, or a tensor of one per env."""
+        column = _as_int64(name, value)
+        if isinstance(value, torch.Tensor) and tuple(column.shape) != (self.num_envs,):
+            raise ValueError(
+                f"{name} must have shape ({self.num_envs},), got {name}.shape={tuple(value.shape)}."
+            )
+        return column.expand(self.num_envs)
 
     def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
-        if isinstance(seed, int) and not isinstance(seed, bool):
-            base = _as_int64("seed", seed).numpy()
-            return np.arange(self.num_envs, dtype=np.int64) + base  # wraps around int64
-        if not isinstance(seed, torch.Tensor) or seed.dtype != torch.int64:
-            raise TypeError(f"seed must be an int or an int64 tensor, got seed={seed!r}.")
-        if tuple(seed.shape) != (self.num_envs,):
-            raise ValueError(
-                f"seed must have shape ({self.num_envs},), got seed.shape={tuple(seed.shape)}."
-            )
-        return seed.detach().cpu().numpy().copy()
+        column = self._column("seed", seed).numpy()
+        if isinstance(seed, torch.Tensor):
+            return column.copy()
+        return np.arange(self.num_envs, dtype=np.int64) + column  # wraps around int64
 
     def _allocate(self, seeds: np.ndarray, params: CourseParams) -> None:
         n, p, m, dev = self.num_envs, self.num_points, self.max_checkpoints, self.device
         self.seed = wp.array(seeds, dtype=wp.int64, device=dev)
         for name in ("epoch", "generation"):
             setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
-        for name in ("valid", "defects", "checkpoint_count", "harmonics", "param_harmonics"):
+        for name in ("valid", "defects", "checkpoint_count"):
             setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
-        for name in ("scale", "roughness", "width", "checkpoint_spacing", "gate_width"):
-            setattr(self, name, wp.zeros(n, dtype=wp.float32, device=dev))
-            setattr(self, f"param_{name}", wp.zeros(n, dtype=wp.float32, device=dev))
+        for name in _PARAM_NAMES:
+            dtype = wp.int32 if name == "harmonics" else wp.float32
+            setattr(self, name, wp.zeros(n, dtype=dtype, device=dev))
+            setattr(self, f"param_{name}", wp.full(n, getattr(params, name), dtype, device=dev))
         self.centerline = wp.zeros((n, p), dtype=wp.vec2f, device=dev)
         self.arc_length = wp.zeros((n, p + 1), dtype=wp.float32, device=dev)
         self.checkpoints = wp.zeros((n, m), dtype=wp.vec2f, device=dev)
         self.posts = wp.zeros((n, m, 2), dtype=wp.vec2f, device=dev)
         self.coefficients = wp.zeros((n, K.NUM_DRAWS), dtype=wp.float32, device=dev)
-        for f in fields(CourseParams):
-            getattr(self, f"param_{f.name}").fill_(getattr(params, f.name))
         self._all_envs = wp.ones(n, dtype=wp.int32, device=dev)
         self._any = wp.zeros(1, dtype=wp.int32, device=dev)
+        self._next_params = self._param_struct("param_")
+        self.arrays = K.Courses()
+        for name in _STATE_ARRAYS + _COURSE_ARRAYS:
+            if name not in _PARAM_NAMES:
+                setattr(self.arrays, name, getattr(self, name))
+        self.arrays.params = self._param_struct("")
+
+    def _param_struct(self, prefix: str) -> K.Params:
+        struct = K.Params()
+        for name in _PARAM_NAMES:
+            setattr(struct, name, getattr(self, prefix + name))
+        return struct
 
     @staticmethod
     def array_names() -> tuple[str, ...]:
@@ -411,16 +392,12 @@ class CourseGenerator:
         if env_ids is None:
             return None
         if isinstance(env_ids, torch.Tensor):
-            if env_ids.dtype == torch.bool or env_ids.is_floating_point() or env_ids.is_complex():
-                raise TypeError(
-                    f"env_ids must hold integers, got env_ids.dtype={env_ids.dtype}; pass env "
-                    "indices, e.g. torch.tensor([0, 2])."
-                )
-            if env_ids.dim() > 1:
+            index = _as_int64("env_ids", env_ids)
+            if index.dim() > 1:
                 raise ValueError(
-                    f"env_ids must be 0-d or 1-d, got env_ids.shape={tuple(env_ids.shape)}."
+                    f"env_ids must be 0-d or 1-d, got env_ids.shape={tuple(index.shape)}."
                 )
-            index = env_ids.detach().to("cpu", torch.int64).reshape(-1)
+            index = index.reshape(-1)
         elif isinstance(env_ids, Sequence) and not isinstance(env_ids, str):
             try:
                 ids = [check_int("env_ids", i) for i in env_ids]
@@ -445,9 +422,9 @@ class CourseGenerator:
 
     def _param_column(self, name: str, value: float | torch.Tensor, count: int) -> torch.Tensor:
         """``value`` checked and converted to the ``[count]`` column written to ``param_<name>``."""
-        if name not in _PARAM_CHECKS:
+        if name not in _PARAM_NAMES:
             raise TypeError(
-                f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_CHECKS)}."
+                f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_NAMES)}."
             )
         if isinstance(value, bool) or (
             isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.is_complex())
@@ -455,7 +432,7 @@ class CourseGenerator:
             raise TypeError(f"{name} must be a real number or tensor, got {name}={value!r}.")
         if not isinstance(value, (numbers.Real, torch.Tensor)):
             raise TypeError(f"{name} must be a number or a tensor, got {name}={value!r}.")
-        _PARAM_CHECKS[name](value)
+        _check_param(name, value)
         target = self.views[f"param_{name}"]
         column = torch.as_tensor(value).detach().to(target.device, target.dtype)
         if column.dim() > 1 or column.numel() not in (1, count):
@@ -497,7 +474,9 @@ class CourseGenerator:
             )
         if mask.dtype != wp.int32:
             raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
-        self._check_mask_layout(tuple(mask.shape), str(mask.device), mask.is_contiguous)
+        self._check_layout("mask", tuple(mask.shape), str(mask.device), (self.num_envs,))
+        if not mask.is_contiguous:
+            raise ValueError("mask must be contiguous, got a strided mask.")
         return mask
 
     def _check_torch_mask(self, mask: torch.Tensor) -> wp.array:
@@ -507,17 +486,15 @@ class CourseGenerator:
             raise ValueError(
                 f"mask must be on device {str(self.device)!r}, got mask.device={mask.device}."
             )
-        device = str(wp.device_from_torch(mask.device))
-        self._check_mask_layout(tuple(mask.shape), device, mask.is_contiguous())
-        return wp.from_torch(mask, dtype=wp.int32)
+        return self.check_mask(wp.from_torch(mask, dtype=wp.int32))
 
-    def _check_mask_layout(self, shape: tuple[int, ...], device: str, contiguous: bool) -> None:
-        if shape != (self.num_envs,):
-            raise ValueError(f"mask must have shape ({self.num_envs},), got mask.shape={shape}.")
+    def _check_layout(
+        self, name: str, shape: tuple[int, ...], device: str, expected: tuple[int, ...]
+    ) -> None:
+        if shape != expected:
+            raise ValueError(f"{name} must have shape {expected}, got {name}.shape={shape}.")
         if device != str(self.device):
-            raise ValueError(f"mask must be on device {str(self.device)!r}, got {device!r}.")
-        if not contiguous:
-            raise ValueError("mask must be contiguous, got a strided mask.")
+            raise ValueError(f"{name} must be on device {str(self.device)!r}, got {device!r}.")
 
     def regenerate(
         self,
@@ -537,7 +514,7 @@ class CourseGenerator:
         With ``skip_empty``, the mask is first reduced to an any-flag and the rebuild runs under
         ``wp.capture_if``: on the CPU (eager: one host read; captured: a conditional op) and,
         while capturing on CUDA with conditional graph nodes, an all-zero mask skips the rebuild.
-        Elsewhere the rebuild is launched unconditionally and its kernels return early for
+        Elsewhere the rebuild is launched unconditionally and its kernel returns early for
         unmasked envs. On CUDA the kernels run on Warp's current stream of the device: order
         torch writes to the mask or the views with it (e.g. run torch on
         ``wp.stream_to_torch(wp.get_stream(device))``).
@@ -555,24 +532,21 @@ class CourseGenerator:
             ValueError: for a bad mask shape, device or layout.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(3, seed=1)
             >>> before = gen.views["centerline"].clone()
+            >>> import torch
             >>> gen.regenerate(torch.tensor([1, 0, 1], dtype=torch.int32))
             >>> same = (gen.views["centerline"] == before).flatten(1).all(1)
             >>> print(same.tolist(), gen.views["epoch"].tolist())
             [False, True, False] [1, 0, 1]
         """
-        if not isinstance(advance, bool):
-            raise TypeError(f"advance must be a bool, got advance={advance!r}.")
-        if mask is None:
-            self._rebuild(self._all_envs, advance)
-            return
-        mask = self.check_mask(mask)
-        if not (skip_empty and self._can_skip()):
+        check_bool("advance", advance)
+        every = mask is None
+        mask = self._all_envs if every else self.check_mask(mask)
+        if every or not (skip_empty and self._can_skip()):
             self._rebuild(mask, advance)
             return
         wp.launch(K.clear_flag, dim=1, inputs=[self._any], device=self.device)
@@ -584,66 +558,11 @@ class CourseGenerator:
             return True
         return self.device.is_capturing and wp.is_conditional_graph_supported()
 
-    def _rebuild(self, mask: wp.array, advance: bool) -> None:
-        n, dev = self.num_envs, self.device
-        if advance:
-            wp.launch(K.step_epoch, dim=n, inputs=[mask, 1, self.epoch], device=dev)
-        wp.launch(K.commit_params, dim=n, inputs=self._commit_inputs(mask), device=dev)
-        wp.launch(
-            K.draw_coefficients,
-            dim=n,
-            inputs=[mask, self.seed, self.epoch, self.coefficients],
-            device=dev,
-        )
-        self._launch_geometry(mask)
-        wp.launch(K.check_validity, dim=n, inputs=self._validity_inputs(mask), device=dev)
-
-    def _commit_inputs(self, mask: wp.array) -> list[wp.array]:
-        names = [f.name for f in fields(CourseParams)]
-        params = [getattr(self, f"param_{name}") for name in names]
-        course = [getattr(self, name) for name in names]
-        return [mask, self.epoch, *params, self.generation, *course]
-
-    def _launch_geometry(self, mask: wp.array) -> None:
-        n, m, dev = self.num_envs, self.max_checkpoints, self.device
-        shape = [self.scale, self.roughness, self.harmonics]
-        wp.launch(
-            K.build_centerline,
-            dim=n,
-            inputs=[mask, self.coefficients, *shape, self.centerline],
-            device=dev,
-        )
-        wp.launch(
-            K.measure_arc_length, dim=n, inputs=[mask, self.centerline, self.arc_length], device=dev
-        )
-        wp.launch(
-            K.count_checkpoints,
-            dim=n,
-            inputs=[mask, self.arc_length, self.checkpoint_spacing, m, self.checkpoint_count],
-            device=dev,
-        )
-        placed = [mask, self.centerline, self.arc_length, self.checkpoint_spacing]
-        placed += [self.checkpoint_count]
-        even = int(self.mode == "gates")
-        wp.launch(K.place_checkpoints, dim=n, inputs=[*placed, even, self.checkpoints], device=dev)
-        wp.launch(
-            K.place_gates, dim=n, inputs=[*placed, self.gate_width, even, self.posts], device=dev
-        )
-
-    def _validity_inputs(self, mask: wp.array) -> list:
-        names = ("scale", "roughness", "harmonics", "width", "checkpoint_spacing", "gate_width")
-        return [
-            mask,
-            self.centerline,
-            self.arc_length,
-            *[getattr(self, name) for name in names],
-            self.checkpoint_count,
-            self.posts,
-            self.max_checkpoints,
-            int(self.mode == "gates"),
-            self.defects,
-            self.valid,
-        ]
+    def _rebuild(self, mask: wp.array, advance: bool, restart: bool = False) -> None:
+        change = K.EPOCH_RESTART if restart else (K.EPOCH_ADVANCE if advance else K.EPOCH_KEEP)
+        gates = int(self.mode == "gates")
+        inputs = [mask, change, self._next_params, self.arrays, self.max_checkpoints, gates]
+        wp.launch(K.rebuild, dim=self.num_envs, inputs=inputs, device=self.device)
 
     def reset_epoch(self, mask: wp.array | torch.Tensor | None = None) -> None:
         """Set the masked envs' epoch to 0 and rebuild their first course (of their seed).
@@ -653,24 +572,24 @@ class CourseGenerator:
                 every env.
 
         Raises:
-            TypeError: for a bad mask type or dtype.
-            ValueError: for a bad mask shape, device or layout.
+            TypeError: for a mask that is not a Warp array or tensor, or not int32.
+            ValueError: for a mask of the wrong shape, device or layout.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, seed=4)
-            >>> first = gen.views["centerline"].clone()
             >>> gen.regenerate()
+            >>> print(gen.views["epoch"].tolist())
+            [1, 1]
             >>> gen.reset_epoch()
-            >>> print(gen.views["epoch"].tolist(), torch.equal(gen.views["centerline"], first))
+            >>> first = CourseGenerator(2, seed=4).views["centerline"]
+            >>> print(gen.views["epoch"].tolist(), gen.views["centerline"].equal(first))
             [0, 0] True
         """
         mask = self._all_envs if mask is None else self.check_mask(mask)
-        wp.launch(K.step_epoch, dim=self.num_envs, inputs=[mask, 0, self.epoch], device=self.device)
-        self._rebuild(mask, advance=False)
+        self._rebuild(mask, advance=False, restart=True)
 
     def generate(self, seeds: int | torch.Tensor, epochs: int | torch.Tensor = 0) -> None:
         """Give every env a new seed and epoch and build the course of that ``(seed, epoch)``.
@@ -689,11 +608,11 @@ class CourseGenerator:
             ValueError: for a wrong shape or a negative epoch, naming it.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, seed=0)
+            >>> import torch
             >>> gen.generate(seeds=torch.tensor([7, 7]), epochs=torch.tensor([0, 3]))
             >>> print(gen.views["seed"].tolist(), gen.views["generation"].tolist())
             [7, 7] [0, 3]
@@ -701,24 +620,13 @@ class CourseGenerator:
             >>> print(torch.equal(gen.views["centerline"][0], other.views["centerline"][0]))
             True
         """
-        seed_column = torch.from_numpy(self._seeds(seeds))
-        epoch_column = self._epochs(epochs)
+        seed_column, epoch_column = torch.from_numpy(self._seeds(seeds)), self._epochs(epochs)
         self.views["seed"].copy_(seed_column)
         self.views["epoch"].copy_(epoch_column)
         self._rebuild(self._all_envs, advance=False)
 
     def _epochs(self, epochs: int | torch.Tensor) -> torch.Tensor:
-        if isinstance(epochs, torch.Tensor):
-            if epochs.is_floating_point() or epochs.is_complex() or epochs.dtype == torch.bool:
-                raise TypeError(f"epochs must hold integers, got epochs.dtype={epochs.dtype}.")
-            if tuple(epochs.shape) != (self.num_envs,):
-                raise ValueError(
-                    f"epochs must have shape ({self.num_envs},), "
-                    f"got epochs.shape={tuple(epochs.shape)}."
-                )
-            column = epochs.detach().to("cpu", torch.int64)
-        else:
-            column = torch.full((self.num_envs,), check_int("epochs", epochs), dtype=torch.int64)
+        column = self._column("epochs", epochs)
         if bool((column < 0).any()):
             raise ValueError(f"epochs must be >= 0, got epochs={epochs!r}.")
         return column
@@ -730,14 +638,8 @@ class CourseGenerator:
             raise TypeError(
                 f"positions must have dtype torch.float32, got positions.dtype={positions.dtype}."
             )
-        if tuple(positions.shape) != (self.num_envs, 2):
-            raise ValueError(
-                f"positions must have shape ({self.num_envs}, 2), "
-                f"got positions.shape={tuple(positions.shape)}."
-            )
         device = str(wp.device_from_torch(positions.device))
-        if device != str(self.device):
-            raise ValueError(f"positions must be on device {str(self.device)!r}, got {device!r}.")
+        self._check_layout("positions", tuple(positions.shape), device, (self.num_envs, 2))
         return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
 
     def frame(self, positions: torch.Tensor) -> torch.Tensor:
@@ -757,7 +659,6 @@ class CourseGenerator:
             ValueError: for positions of the wrong shape or device.
 
         Examples:
-            >>> import torch
             >>> import warp as wp
             >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator, CourseParams
@@ -771,7 +672,7 @@ class CourseGenerator:
         wp.launch(
             K.locate_on_gates,
             dim=self.num_envs,
-            inputs=[self.checkpoints, self.checkpoint_count, points],
+            inputs=[self.arrays, points],
             outputs=[wp.from_torch(out, dtype=wp.vec2f)],
             device=self.device,
         )
@@ -807,7 +708,7 @@ class CourseGenerator:
         wp.launch(
             K.touch_posts,
             dim=self.num_envs,
-            inputs=[self.posts, self.checkpoint_count, points, radius],
+            inputs=[self.arrays, points, radius],
             outputs=[wp.from_torch(hit)],
             device=self.device,
         )
@@ -849,8 +750,7 @@ class CourseGenerator:
         """
         if mask is not None:
             mask = self.check_mask(mask)
-        if not isinstance(advance, bool):
-            raise TypeError(f"advance must be a bool, got advance={advance!r}.")
+        check_bool("advance", advance)
         with wp.ScopedCapture(device=self.device) as capture:
             self.regenerate(mask, advance, skip_empty=skip_empty)
         return capture.graph

@@ -1,10 +1,13 @@
-"""Warp kernels of the course env: car kinematics, progress, episode ends, respawn, observations.
+"""Warp kernels of the course env: the step, and the respawn with the root observations.
 
-Track mode projects the car on the centerline and casts rays to the track edges; gates mode
-(``drive_through_gates``, ``observe_gates``) counts the gates the car goes through in order and
-the posts it hits. Both share the car's kinematics (:func:`drive`), the episode ends and respawn.
+A step is one :func:`step` launch (move, progress, reward, done flags, auto-reset masks and the
+step's observation of each env); after the masked regeneration, :func:`respawn_and_observe`
+restarts the episodes and writes the root observations. Track mode projects the car on the
+centerline and casts rays to the track edges; gates mode counts the gates the car goes through in
+order and the posts it hits. Both share the car's kinematics (:func:`drive`), the episode ends and
+the respawn.
 
-Every kernel runs one thread per env. The car's state lives in three arrays:
+Every kernel runs one thread per env. The car's state lives in three arrays of one :class:`Car`:
 
 - ``pose`` ``[N, 4]`` float32: ``x``, ``y``, heading (radians), speed;
 - ``track`` ``[N, 3]`` float32: arc position ``s`` of the car's projection on the centerline,
@@ -13,8 +16,9 @@ Every kernel runs one thread per env. The car's state lives in three arrays:
   out-of-bounds flag, index of the nearest centerline segment, and why the episode ended
   (``END_NONE``, ``END_RESPAWN`` or ``END_REGENERATE``).
 
-The course arrays come from :class:`~torchrl_ext.envs.course.CourseGenerator`. Constants arrive
-by value in one :data:`CarParams` struct, read by name.
+The course arrays come from :class:`~torchrl_ext.envs.course.CourseGenerator` as one
+:class:`~torchrl_ext.envs.course._kernels.generator.Courses`. Constants arrive by value in one
+:data:`CarParams` struct and one :class:`Rules`, read by name.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from __future__ import annotations
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import count_step, param_structs
-from torchrl_ext.envs.course._kernels.generator import gate_frame, hits_post, segment_param
+from torchrl_ext.envs.course._kernels.generator import (
+    Courses,
+    array_struct,
+    gate_frame,
+    hits_post,
+    segment_param,
+)
 
 CAR_FIELDS = (
     "dt",
@@ -48,10 +58,11 @@ ARC, TRAVEL, DELTA = 0, 1, 2
 # counts columns
 PASSED, STEP_PASSES, OUT, SEGMENT, ENDED = 0, 1, 2, 3, 4
 NUM_COUNTS = 5
-
-END_NONE = wp.constant(0)
-END_RESPAWN = wp.constant(1)
-END_REGENERATE = wp.constant(2)
+# how an episode ended (counts column ENDED)
+END_NONE, END_RESPAWN, END_REGENERATE = 0, 1, 2
+GATES_OBSERVATION_SIZE = 8
+"""Observation size in gates mode: speed, heading error, lateral offset, next gate's posts
+(4 numbers) and the distance to the next gate."""
 
 _WINDOW = wp.constant(3)
 """Centerline segments searched on each side of the previous nearest one when casting rays."""
@@ -62,6 +73,63 @@ _MAX_PASSES = wp.constant(4)
 _HIT = wp.constant(1.0e-3)
 _PI = wp.constant(3.14159265358979)
 _TWO_PI = wp.constant(6.28318530717959)
+
+
+@wp.struct
+class Car:
+    """The cars' state: ``pose``, ``track`` and ``counts`` (see the module docstring)."""
+
+    pose: wp.array2d(dtype=wp.float32)
+    track: wp.array2d(dtype=wp.float32)
+    counts: wp.array2d(dtype=wp.int32)
+
+
+@wp.struct
+class Rules:
+    """The env's integer settings and post radius."""
+
+    laps: int
+    max_steps: int
+    crash_regenerates: int
+    gates: int
+    collision: wp.float32
+
+
+Outputs = array_struct(
+    "Outputs",
+    {
+        "observation": wp.array2d(dtype=wp.float32),
+        "checkpoint_distance": wp.float32,
+        "checkpoints_passed": wp.int32,
+        "laps": wp.int32,
+        "out_of_bounds": wp.bool,
+        "valid": wp.bool,
+    },
+    __name__,
+)
+"""One set of observation buffers (``"next"`` or ``"root"``), by observation key."""
+
+Ends = array_struct(
+    "Ends",
+    {
+        "steps": wp.int32,
+        "request_regenerate": wp.int32,
+        "request_respawn": wp.int32,
+        "reward": wp.float32,
+        "terminated": wp.bool,
+        "truncated": wp.bool,
+        "done": wp.bool,
+        "regenerate_mask": wp.int32,
+        "respawn_mask": wp.int32,
+    },
+    __name__,
+)
+"""What ends the episodes, and what a step writes about it.
+
+``steps`` is the step counter; ``request_regenerate`` and ``request_respawn`` are the env's inputs
+(read, never cleared); the step writes the reward, the three done flags and the auto-reset masks
+``regenerate_mask`` and ``respawn_mask``.
+"""
 
 
 @wp.func
@@ -184,21 +252,6 @@ def drive(
     pose[i, SPEED] = v
 
 
-# Warp reads each kernel's inputs from its signature, so kernels sharing inputs repeat them.
-@wp.kernel
-def drive_cars(
-    pose: wp.array2d(dtype=wp.float32),
-    action: wp.array2d(dtype=wp.float32),
-    valid: wp.array(dtype=wp.int32),
-    params: CarParams,
-):
-    """Move every car on a valid course (:func:`drive`); cars on invalid courses stay."""
-    i = wp.tid()
-    if valid[i] == 0:
-        return
-    drive(pose, action, i, params)
-
-
 @wp.func
 def passes_gate(
     posts: wp.array3d(dtype=wp.vec2f), i: int, gate: int, a: wp.vec2f, b: wp.vec2f
@@ -223,14 +276,6 @@ def passes_gate(
 
 
 @wp.func
-def skip_progress(track: wp.array2d(dtype=wp.float32), counts: wp.array2d(dtype=wp.int32), i: int):
-    """Zero env ``i``'s last-step progress, passes and out-of-bounds flag (invalid course)."""
-    track[i, DELTA] = 0.0
-    counts[i, STEP_PASSES] = 0
-    counts[i, OUT] = 0
-
-
-@wp.func
 def arc_change(
     track: wp.array2d(dtype=wp.float32), i: int, s: wp.float32, lap_length: wp.float32
 ) -> wp.float32:
@@ -245,40 +290,21 @@ def arc_change(
 
 @wp.func
 def write_progress(
-    track: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-    i: int,
-    s: wp.float32,
-    delta: wp.float32,
-    passed: int,
-    passes: int,
-    out: int,
-    seg: int,
+    car: Car, i: int, s: wp.float32, delta: wp.float32, passed: int, passes: int, out: int, seg: int
 ):
     """Store env ``i``'s arc position, travel and its change, and the step's counts."""
-    track[i, ARC] = s
-    track[i, TRAVEL] = track[i, TRAVEL] + delta
-    track[i, DELTA] = delta
-    counts[i, PASSED] = passed
-    counts[i, STEP_PASSES] = passes
-    counts[i, OUT] = out
-    counts[i, SEGMENT] = seg
+    car.track[i, ARC] = s
+    car.track[i, TRAVEL] = car.track[i, TRAVEL] + delta
+    car.track[i, DELTA] = delta
+    car.counts[i, PASSED] = passed
+    car.counts[i, STEP_PASSES] = passes
+    car.counts[i, OUT] = out
+    car.counts[i, SEGMENT] = seg
 
 
-@wp.kernel
-def drive_through_gates(
-    pose: wp.array2d(dtype=wp.float32),
-    action: wp.array2d(dtype=wp.float32),
-    valid: wp.array(dtype=wp.int32),
-    params: CarParams,
-    checkpoints: wp.array2d(dtype=wp.vec2f),
-    posts: wp.array3d(dtype=wp.vec2f),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    collision: wp.float32,
-    track: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-):
-    """Gates mode: move the car, count the next gate if it went through it, detect post hits.
+@wp.func
+def gates_progress(car: Car, course: Courses, i: int, a: wp.vec2f, collision: wp.float32):
+    """Gates mode: count the next gate if the move from ``a`` went through it, detect post hits.
 
     Only the next gate in order counts (gate ``passed + 1`` modulo the gate count; gate 0, the
     start, is the last of a lap); going through any other gate counts nothing. A post is hit
@@ -286,39 +312,22 @@ def drive_through_gates(
     the gates' centerline (:func:`gate_frame`) gives its arc position; the travel grows by its
     change, wrapped across the start as in track mode.
     """
-    i = wp.tid()
-    if valid[i] == 0:
-        skip_progress(track, counts, i)
-        return
-    count = wp.max(checkpoint_count[i], 1)
-    a = wp.vec2f(pose[i, X], pose[i, Y])
-    drive(pose, action, i, params)
-    b = wp.vec2f(pose[i, X], pose[i, Y])
-    passed = counts[i, PASSED]
-    passes = wp.int32(0)
-    if passes_gate(posts, i, (passed + 1) % count, a, b):
-        passes = 1
-    s, _lateral, seg = gate_frame(checkpoints, i, count, b)
+    count = wp.max(course.checkpoint_count[i], 1)
+    b = wp.vec2f(car.pose[i, X], car.pose[i, Y])
+    passed = car.counts[i, PASSED]
+    passes = wp.where(passes_gate(course.posts, i, (passed + 1) % count, a, b), 1, 0)
+    s, _lateral, seg = gate_frame(course.checkpoints, i, count, b)
     lap_length = wp.float32(0.0)
     for k in range(count):
-        lap_length = lap_length + wp.length(checkpoints[i, (k + 1) % count] - checkpoints[i, k])
-    out = wp.where(hits_post(posts, i, count, a, b, collision), 1, 0)
-    delta = arc_change(track, i, s, lap_length)
-    write_progress(track, counts, i, s, delta, passed + passes, passes, out, seg)
+        gap = course.checkpoints[i, (k + 1) % count] - course.checkpoints[i, k]
+        lap_length = lap_length + wp.length(gap)
+    out = wp.where(hits_post(course.posts, i, count, a, b, collision), 1, 0)
+    delta = arc_change(car.track, i, s, lap_length)
+    write_progress(car, i, s, delta, passed + passes, passes, out, seg)
 
 
-@wp.kernel
-def track_progress(
-    pose: wp.array2d(dtype=wp.float32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    width: wp.array(dtype=wp.float32),
-    spacing: wp.array(dtype=wp.float32),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    valid: wp.array(dtype=wp.int32),
-    track: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-):
+@wp.func
+def track_progress(car: Car, course: Courses, i: int):
     """Project the car on the centerline; count checkpoints passed and out-of-bounds contact.
 
     The projection searches the segments near the previous one first, so a car on the track
@@ -329,240 +338,92 @@ def track_progress(
     next checkpoint is passed when the travel reaches its :func:`checkpoint_arc`. Driving back
     never un-passes a checkpoint.
     """
-    i = wp.tid()
-    if valid[i] == 0:
-        skip_progress(track, counts, i)
-        return
+    centerline = course.centerline
     num_points = centerline.shape[1]
-    p = wp.vec2f(pose[i, X], pose[i, Y])
-    seg, d, t = nearest_segment(centerline, i, p, counts[i, SEGMENT], _WINDOW)
-    if d > 0.5 * width[i]:
+    half_width = 0.5 * course.params.width[i]
+    p = wp.vec2f(car.pose[i, X], car.pose[i, Y])
+    seg, d, t = nearest_segment(centerline, i, p, car.counts[i, SEGMENT], _WINDOW)
+    if d > half_width:
         seg, d, t = nearest_segment(centerline, i, p, 0, num_points)
-    lap_length = arc_length[i, num_points]
-    s = arc_position(arc_length, i, seg, t)
-    delta = arc_change(track, i, s, lap_length)
-    travel = track[i, TRAVEL] + delta
-    passed = counts[i, PASSED]
-    count = wp.max(checkpoint_count[i], 1)  # a valid course has >= 2; never divide by 0
+    lap_length = course.arc_length[i, num_points]
+    s = arc_position(course.arc_length, i, seg, t)
+    delta = arc_change(car.track, i, s, lap_length)
+    travel = car.track[i, TRAVEL] + delta
+    passed = car.counts[i, PASSED]
+    count = wp.max(course.checkpoint_count[i], 1)  # a valid course has >= 2; never divide by 0
+    spacing = course.params.checkpoint_spacing[i]
     passes = wp.int32(0)
     for _ in range(_MAX_PASSES):
-        if travel >= checkpoint_arc(passed, count, spacing[i], lap_length):
+        if travel >= checkpoint_arc(passed, count, spacing, lap_length):
             passed = passed + 1
             passes = passes + 1
-    out = wp.where(d > 0.5 * width[i], 1, 0)
-    write_progress(track, counts, i, s, delta, passed, passes, out, seg)
+    out = wp.where(d > half_width, 1, 0)
+    write_progress(car, i, s, delta, passed, passes, out, seg)
 
 
-@wp.kernel
-def end_episodes(
-    track: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    valid: wp.array(dtype=wp.int32),
-    steps: wp.array(dtype=wp.int32),
+@wp.func
+def move(
+    action: wp.array2d(dtype=wp.float32),
     params: CarParams,
-    laps: int,
-    max_steps: int,
-    crash_regenerates: int,
-    autoreset: int,
-    request_regenerate: wp.array(dtype=wp.int32),
-    request_respawn: wp.array(dtype=wp.int32),
-    reward: wp.array(dtype=wp.float32),
-    terminated: wp.array(dtype=wp.bool),
-    truncated: wp.array(dtype=wp.bool),
-    done: wp.array(dtype=wp.bool),
-    regenerate_mask: wp.array(dtype=wp.int32),
-    respawn_mask: wp.array(dtype=wp.int32),
+    rules: Rules,
+    car: Car,
+    course: Courses,
+    i: int,
 ):
-    """Reward, done flags and the auto-reset masks of every env (each entry written every step).
+    """Drive car ``i`` and update its progress, on the track or through the gates.
+
+    A car on an invalid course stays; its last-step progress, passes and out flag are zeroed.
+    """
+    if course.valid[i] == 0:
+        car.track[i, DELTA] = 0.0
+        car.counts[i, STEP_PASSES] = 0
+        car.counts[i, OUT] = 0
+    else:
+        a = wp.vec2f(car.pose[i, X], car.pose[i, Y])
+        drive(car.pose, action, i, params)
+        if rules.gates != 0:
+            gates_progress(car, course, i, a, rules.collision)
+        else:
+            track_progress(car, course, i)
+
+
+@wp.func
+def end_episode(
+    params: CarParams, rules: Rules, autoreset: int, car: Car, course: Courses, ends: Ends, i: int
+):
+    """Reward, done flags and the auto-reset masks of env ``i`` (each entry written every step).
 
     Reward: checkpoints passed + ``progress_coef * travel change`` - ``crash_penalty`` if out of
     bounds, selected to 0 on an invalid course. Terminated: laps reached, out of bounds or an
     invalid course; truncated: the step limit or a request (a nonzero entry of
-    ``request_regenerate`` or ``request_respawn``, read, never cleared). A finished, invalid or
-    time-limited episode (and a crash if ``crash_regenerates``, and a regeneration request) ends
-    with a new course; a crash or a respawn request alone with a respawn.
+    ``request_regenerate`` or ``request_respawn``). A finished, invalid or time-limited episode
+    (and a crash if ``crash_regenerates``, and a regeneration request) ends with a new course; a
+    crash or a respawn request alone with a respawn.
     """
-    i = wp.tid()
-    ok = valid[i] != 0
+    counts = car.counts
+    ok = course.valid[i] != 0
     out = counts[i, OUT] != 0
-    finished = counts[i, PASSED] >= laps * checkpoint_count[i]
-    r = wp.float32(counts[i, STEP_PASSES]) + params.progress_coef * track[i, DELTA]
+    finished = counts[i, PASSED] >= rules.laps * course.checkpoint_count[i]
+    r = wp.float32(counts[i, STEP_PASSES]) + params.progress_coef * car.track[i, DELTA]
     if out:
         r = r - params.crash_penalty
-    reward[i] = wp.where(ok, r, 0.0)
+    ends.reward[i] = wp.where(ok, r, 0.0)
     term = (not ok) or finished or out
-    time_up = count_step(steps, i, max_steps)
-    asked_regen = request_regenerate[i] != 0
-    trunc = time_up or asked_regen or request_respawn[i] != 0
-    terminated[i] = term
-    truncated[i] = trunc
-    done[i] = term or trunc
-    regen = (not ok) or finished or time_up or asked_regen or (out and crash_regenerates != 0)
+    time_up = count_step(ends.steps, i, rules.max_steps)
+    asked_regen = ends.request_regenerate[i] != 0
+    trunc = time_up or asked_regen or ends.request_respawn[i] != 0
+    ends.terminated[i] = term
+    ends.truncated[i] = trunc
+    ends.done[i] = term or trunc
+    crash_regen = out and rules.crash_regenerates != 0
+    regen = (not ok) or finished or time_up or asked_regen or crash_regen
     ended = END_NONE
     if term or trunc:
         ended = wp.where(regen, END_REGENERATE, END_RESPAWN)
     counts[i, ENDED] = ended
     go = autoreset != 0 and ended != END_NONE
-    regenerate_mask[i] = wp.where(go and regen, 1, 0)
-    respawn_mask[i] = wp.where(go and not regen, 1, 0)
-
-
-@wp.kernel
-def plan_reset(
-    mask: wp.array(dtype=wp.int32),
-    counts: wp.array2d(dtype=wp.int32),
-    valid: wp.array(dtype=wp.int32),
-    regenerate_mask: wp.array(dtype=wp.int32),
-    respawn_mask: wp.array(dtype=wp.int32),
-):
-    """Split a reset mask: envs whose episode asked for a new course (or invalid) regenerate."""
-    i = wp.tid()
-    regen = mask[i] != 0 and (counts[i, ENDED] == END_REGENERATE or valid[i] == 0)
-    regenerate_mask[i] = wp.where(regen, 1, 0)
-    respawn_mask[i] = wp.where(mask[i] != 0 and not regen, 1, 0)
-
-
-@wp.kernel
-def respawn_cars(
-    first: wp.array(dtype=wp.int32),
-    second: wp.array(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    steps: wp.array(dtype=wp.int32),
-    episode: wp.array(dtype=wp.int32),
-    pose: wp.array2d(dtype=wp.float32),
-    track: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-):
-    """Start a new episode for envs set in either mask: at rest on the start line, facing along.
-
-    The car sits at centerline point 0 facing point 1; progress, counts and the step counter are
-    zeroed and the episode counter advances. Other envs are untouched.
-    """
-    i = wp.tid()
-    if first[i] == 0 and second[i] == 0:
-        return
-    steps[i] = 0
-    episode[i] = episode[i] + 1
-    a = centerline[i, 0]
-    b = centerline[i, 1]
-    pose[i, X] = a[0]
-    pose[i, Y] = a[1]
-    pose[i, HEADING] = wp.atan2(b[1] - a[1], b[0] - a[0])
-    pose[i, SPEED] = 0.0
-    for k in range(3):
-        track[i, k] = 0.0
-    for k in range(NUM_COUNTS):
-        counts[i, k] = 0
-
-
-@wp.kernel
-def carry_observation(
-    first: wp.array(dtype=wp.int32),
-    second: wp.array(dtype=wp.int32),
-    observation: wp.array2d(dtype=wp.float32),
-    distance: wp.array(dtype=wp.float32),
-    passes: wp.array(dtype=wp.int32),
-    laps: wp.array(dtype=wp.int32),
-    out_of_bounds: wp.array(dtype=wp.bool),
-    valid: wp.array(dtype=wp.bool),
-    root_observation: wp.array2d(dtype=wp.float32),
-    root_distance: wp.array(dtype=wp.float32),
-    root_passes: wp.array(dtype=wp.int32),
-    root_laps: wp.array(dtype=wp.int32),
-    root_out_of_bounds: wp.array(dtype=wp.bool),
-    root_valid: wp.array(dtype=wp.bool),
-):
-    """Copy the step's observation into the root buffers of the envs set in neither mask."""
-    i = wp.tid()
-    if first[i] != 0 or second[i] != 0:
-        return
-    for k in range(observation.shape[1]):
-        root_observation[i, k] = observation[i, k]
-    root_distance[i] = distance[i]
-    root_passes[i] = passes[i]
-    root_laps[i] = laps[i]
-    root_out_of_bounds[i] = out_of_bounds[i]
-    root_valid[i] = valid[i]
-
-
-@wp.func
-def write_outcome(
-    counts: wp.array2d(dtype=wp.int32),
-    i: int,
-    ok: wp.bool,
-    gap: wp.float32,
-    count: int,
-    distance: wp.array(dtype=wp.float32),
-    passes: wp.array(dtype=wp.int32),
-    laps: wp.array(dtype=wp.int32),
-    out_of_bounds: wp.array(dtype=wp.bool),
-    valid_out: wp.array(dtype=wp.bool),
-):
-    """Env ``i``'s distance to the next target, passes, laps and flags; zeros if not ``ok``."""
-    distance[i] = wp.where(ok, gap, 0.0)
-    passes[i] = wp.where(ok, counts[i, STEP_PASSES], 0)
-    laps[i] = wp.where(ok, counts[i, PASSED] // count, 0)
-    out_of_bounds[i] = ok and counts[i, OUT] != 0
-    valid_out[i] = ok
-
-
-@wp.kernel
-def observe(
-    first: wp.array(dtype=wp.int32),
-    second: wp.array(dtype=wp.int32),
-    masked_only: int,
-    pose: wp.array2d(dtype=wp.float32),
-    track: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    checkpoints: wp.array2d(dtype=wp.vec2f),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    width: wp.array(dtype=wp.float32),
-    valid: wp.array(dtype=wp.int32),
-    params: CarParams,
-    observation: wp.array2d(dtype=wp.float32),
-    distance: wp.array(dtype=wp.float32),
-    passes: wp.array(dtype=wp.int32),
-    laps: wp.array(dtype=wp.int32),
-    out_of_bounds: wp.array(dtype=wp.bool),
-    valid_out: wp.array(dtype=wp.bool),
-):
-    """Write every env's observation, selected to finite zeros on an invalid course.
-
-    ``observation`` holds the range readings (rays spread evenly over ``[-spread, spread]``
-    around the heading), the speed, the heading error against the segment under the car and the
-    distance to the next checkpoint. With ``masked_only``, only envs set in either mask.
-    """
-    i = wp.tid()
-    if masked_only != 0 and first[i] == 0 and second[i] == 0:
-        return
-    ok = valid[i] != 0
-    num_points = centerline.shape[1]
-    num_rays = observation.shape[1] - 3
-    p = wp.vec2f(pose[i, X], pose[i, Y])
-    heading = pose[i, HEADING]
-    seg = counts[i, SEGMENT]
-    half_width = 0.5 * width[i]
-    for r in range(num_rays):
-        angle = heading
-        if num_rays > 1:
-            frac = wp.float32(r) / wp.float32(num_rays - 1)
-            angle = heading + params.ray_spread * (2.0 * frac - 1.0)
-        direction = wp.vec2f(wp.cos(angle), wp.sin(angle))
-        reading = wp.float32(0.0)
-        if ok:
-            reading = cast_ray(centerline, i, p, direction, seg, half_width, params.max_range)
-        observation[i, r] = reading
-    tangent = centerline[i, (seg + 1) % num_points] - centerline[i, seg]
-    error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
-    count = wp.max(checkpoint_count[i], 1)
-    target = checkpoints[i, (counts[i, PASSED] + 1) % count]
-    gap = wp.length(target - p)
-    observation[i, num_rays] = wp.where(ok, pose[i, SPEED], 0.0)
-    observation[i, num_rays + 1] = wp.where(ok, error, 0.0)
-    observation[i, num_rays + 2] = wp.where(ok, gap, 0.0)
-    write_outcome(counts, i, ok, gap, count, distance, passes, laps, out_of_bounds, valid_out)
+    ends.regenerate_mask[i] = wp.where(go and regen, 1, 0)
+    ends.respawn_mask[i] = wp.where(go and not regen, 1, 0)
 
 
 @wp.func
@@ -574,51 +435,153 @@ def car_frame(p: wp.vec2f, heading: wp.float32, point: wp.vec2f) -> wp.vec2f:
     return wp.vec2f(c * gap[0] + sn * gap[1], -sn * gap[0] + c * gap[1])
 
 
+@wp.func
+def observe_track(
+    params: CarParams, car: Car, course: Courses, i: int, ok: wp.bool, gap: wp.float32, out: Outputs
+):
+    """Track mode's observation row: range readings, speed, heading error, then ``gap``.
+
+    The rays spread evenly over ``[-spread, spread]`` around the heading; the heading error is
+    against the segment under the car.
+    """
+    centerline = course.centerline
+    num_points = centerline.shape[1]
+    num_rays = out.observation.shape[1] - 3
+    p = wp.vec2f(car.pose[i, X], car.pose[i, Y])
+    heading = car.pose[i, HEADING]
+    seg = car.counts[i, SEGMENT]
+    half_width = 0.5 * course.params.width[i]
+    for r in range(num_rays):
+        angle = heading
+        if num_rays > 1:
+            frac = wp.float32(r) / wp.float32(num_rays - 1)
+            angle = heading + params.ray_spread * (2.0 * frac - 1.0)
+        direction = wp.vec2f(wp.cos(angle), wp.sin(angle))
+        reading = wp.float32(0.0)
+        if ok:
+            reading = cast_ray(centerline, i, p, direction, seg, half_width, params.max_range)
+        out.observation[i, r] = reading
+    tangent = centerline[i, (seg + 1) % num_points] - centerline[i, seg]
+    error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
+    out.observation[i, num_rays] = wp.where(ok, car.pose[i, SPEED], 0.0)
+    out.observation[i, num_rays + 1] = wp.where(ok, error, 0.0)
+    out.observation[i, num_rays + 2] = wp.where(ok, gap, 0.0)
+
+
+@wp.func
+def observe_gates(car: Car, course: Courses, i: int, ok: wp.bool, gap: wp.float32, out: Outputs):
+    """Gates mode's observation row: speed, heading error, lateral offset, posts, then ``gap``.
+
+    The heading error and the signed lateral offset are against the gates' centerline segment
+    nearest to the car; the next gate's left and right posts are in the car's frame (``x``
+    ahead, ``y`` left).
+    """
+    count = wp.max(course.checkpoint_count[i], 1)
+    p = wp.vec2f(car.pose[i, X], car.pose[i, Y])
+    heading = car.pose[i, HEADING]
+    _s, lateral, seg = gate_frame(course.checkpoints, i, count, p)
+    tangent = course.checkpoints[i, (seg + 1) % count] - course.checkpoints[i, seg]
+    error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
+    gate = (car.counts[i, PASSED] + 1) % count
+    left = car_frame(p, heading, course.posts[i, gate, 0])
+    right = car_frame(p, heading, course.posts[i, gate, 1])
+    values = wp.vector(
+        car.pose[i, SPEED], error, lateral, left[0], left[1], right[0], right[1], gap
+    )
+    for k in range(GATES_OBSERVATION_SIZE):
+        out.observation[i, k] = wp.where(ok, values[k], 0.0)
+
+
+@wp.func
+def observe(params: CarParams, rules: Rules, car: Car, course: Courses, i: int, out: Outputs):
+    """Write env ``i``'s observation, selected to finite zeros on an invalid course.
+
+    The distance to the next checkpoint (gate) ends a track observation and a gates one alike,
+    and is the ``checkpoint_distance`` output.
+    """
+    ok = course.valid[i] != 0
+    count = wp.max(course.checkpoint_count[i], 1)
+    target = course.checkpoints[i, (car.counts[i, PASSED] + 1) % count]
+    gap = wp.length(target - wp.vec2f(car.pose[i, X], car.pose[i, Y]))
+    if rules.gates != 0:
+        observe_gates(car, course, i, ok, gap, out)
+    else:
+        observe_track(params, car, course, i, ok, gap, out)
+    out.checkpoint_distance[i] = wp.where(ok, gap, 0.0)
+    out.checkpoints_passed[i] = wp.where(ok, car.counts[i, STEP_PASSES], 0)
+    out.laps[i] = wp.where(ok, car.counts[i, PASSED] // count, 0)
+    out.out_of_bounds[i] = ok and car.counts[i, OUT] != 0
+    out.valid[i] = ok
+
+
 @wp.kernel
-def observe_gates(
+def step(
+    params: CarParams,
+    rules: Rules,
+    car: Car,
+    course: Courses,
+    ends: Ends,
+    action: wp.array2d(dtype=wp.float32),
+    autoreset: int,
+    out: Outputs,
+):
+    """One step of every env: :func:`move`, :func:`end_episode`, :func:`observe` into ``out``."""
+    i = wp.tid()
+    move(action, params, rules, car, course, i)
+    end_episode(params, rules, autoreset, car, course, ends, i)
+    observe(params, rules, car, course, i, out)
+
+
+@wp.kernel
+def plan_reset(car: Car, course: Courses, ends: Ends, mask: wp.array(dtype=wp.int32)):
+    """Split a reset mask: envs whose episode asked for a new course (or invalid) regenerate."""
+    i = wp.tid()
+    regen = mask[i] != 0 and (car.counts[i, ENDED] == END_REGENERATE or course.valid[i] == 0)
+    ends.regenerate_mask[i] = wp.where(regen, 1, 0)
+    ends.respawn_mask[i] = wp.where(mask[i] != 0 and not regen, 1, 0)
+
+
+@wp.kernel
+def respawn_and_observe(
+    params: CarParams,
+    rules: Rules,
+    car: Car,
+    course: Courses,
+    ends: Ends,
     first: wp.array(dtype=wp.int32),
     second: wp.array(dtype=wp.int32),
-    masked_only: int,
-    pose: wp.array2d(dtype=wp.float32),
-    counts: wp.array2d(dtype=wp.int32),
-    checkpoints: wp.array2d(dtype=wp.vec2f),
-    posts: wp.array3d(dtype=wp.vec2f),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    valid: wp.array(dtype=wp.int32),
-    observation: wp.array2d(dtype=wp.float32),
-    distance: wp.array(dtype=wp.float32),
-    passes: wp.array(dtype=wp.int32),
-    laps: wp.array(dtype=wp.int32),
-    out_of_bounds: wp.array(dtype=wp.bool),
-    valid_out: wp.array(dtype=wp.bool),
+    carry: int,
+    episode: wp.array(dtype=wp.int32),
+    step_out: Outputs,
+    root: Outputs,
 ):
-    """Gates mode: write every env's observation, selected to finite zeros on an invalid course.
+    """Respawn the envs set in either mask, then write every env's root observation.
 
-    ``observation`` holds the speed, the heading error against the gates' centerline segment
-    nearest to the car, the car's signed lateral offset from it, the next gate's left and right
-    posts in the car's frame (``x`` ahead, ``y`` left) and the distance to the next gate's
-    center. With ``masked_only``, only envs set in either mask.
+    A respawned car sits at rest at centerline point 0 facing point 1; its progress, counts and
+    step counter are zeroed and its episode counter advances. With ``carry`` (right after a
+    step wrote ``step_out``), the other envs' root observation is a copy of their step one.
     """
     i = wp.tid()
-    if masked_only != 0 and first[i] == 0 and second[i] == 0:
+    if first[i] != 0 or second[i] != 0:
+        ends.steps[i] = 0
+        episode[i] = episode[i] + 1
+        a = course.centerline[i, 0]
+        b = course.centerline[i, 1]
+        car.pose[i, X] = a[0]
+        car.pose[i, Y] = a[1]
+        car.pose[i, HEADING] = wp.atan2(b[1] - a[1], b[0] - a[0])
+        car.pose[i, SPEED] = 0.0
+        for k in range(3):
+            car.track[i, k] = 0.0
+        for k in range(NUM_COUNTS):
+            car.counts[i, k] = 0
+    elif carry != 0:
+        for k in range(step_out.observation.shape[1]):
+            root.observation[i, k] = step_out.observation[i, k]
+        root.checkpoint_distance[i] = step_out.checkpoint_distance[i]
+        root.checkpoints_passed[i] = step_out.checkpoints_passed[i]
+        root.laps[i] = step_out.laps[i]
+        root.out_of_bounds[i] = step_out.out_of_bounds[i]
+        root.valid[i] = step_out.valid[i]
         return
-    ok = valid[i] != 0
-    count = wp.max(checkpoint_count[i], 1)
-    p = wp.vec2f(pose[i, X], pose[i, Y])
-    heading = pose[i, HEADING]
-    _s, lateral, seg = gate_frame(checkpoints, i, count, p)
-    tangent = checkpoints[i, (seg + 1) % count] - checkpoints[i, seg]
-    error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
-    gate = (counts[i, PASSED] + 1) % count
-    left = car_frame(p, heading, posts[i, gate, 0])
-    right = car_frame(p, heading, posts[i, gate, 1])
-    gap = wp.length(checkpoints[i, gate] - p)
-    observation[i, 0] = wp.where(ok, pose[i, SPEED], 0.0)
-    observation[i, 1] = wp.where(ok, error, 0.0)
-    observation[i, 2] = wp.where(ok, lateral, 0.0)
-    observation[i, 3] = wp.where(ok, left[0], 0.0)
-    observation[i, 4] = wp.where(ok, left[1], 0.0)
-    observation[i, 5] = wp.where(ok, right[0], 0.0)
-    observation[i, 6] = wp.where(ok, right[1], 0.0)
-    observation[i, 7] = wp.where(ok, gap, 0.0)
-    write_outcome(counts, i, ok, gap, count, distance, passes, laps, out_of_bounds, valid_out)
+    observe(params, rules, car, course, i, root)

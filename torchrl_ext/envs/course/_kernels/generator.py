@@ -1,8 +1,9 @@
-"""Warp kernels of the course generator, one job each.
+"""Warp kernels of the course generator.
 
-Every per-env kernel takes the regeneration ``mask`` first and returns at once for an env whose
-mask entry is 0, so a masked regeneration leaves the other envs' arrays bitwise untouched and can be
-recorded into a graph whatever the mask holds at replay time.
+A masked regeneration is one :func:`rebuild` launch: one thread per env returns at once where the
+mask is 0, so the other envs' arrays stay bitwise untouched and the launch can be recorded into a
+graph whatever the mask holds at replay time. Each stage of a rebuild (draws, centerline, arc
+length, checkpoints, gates, validity) is a ``wp.func``; the arrays arrive as one :class:`Courses`.
 
 Randomness is counter based: the uniform number ``j`` of a course is a 64-bit hash of the course's
 effective seed and ``j`` (:func:`uniform`), so a course depends only on ``(seed, epoch)`` and its
@@ -10,6 +11,8 @@ parameters, never on the env index, the batch size or the launch order.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import warp as wp
 
@@ -26,6 +29,10 @@ DEFECT_TOO_MANY_CHECKPOINTS = wp.constant(8)
 DEFECT_BAD_PARAMS = wp.constant(16)
 DEFECT_CROSSING_GATES = wp.constant(32)
 
+EPOCH_KEEP = wp.constant(0)
+EPOCH_ADVANCE = wp.constant(1)
+EPOCH_RESTART = wp.constant(2)
+
 _MIX_1 = wp.constant(wp.uint64(0xBF58476D1CE4E5B9))
 _MIX_2 = wp.constant(wp.uint64(0x94D049BB133111EB))
 _GOLDEN = wp.constant(wp.uint64(0x9E3779B97F4A7C15))
@@ -33,6 +40,48 @@ _TWO_PI = wp.constant(6.283185307179586)
 _INV_2_POW_24 = wp.constant(5.9604644775390625e-08)
 _MAX_HARMONICS = wp.constant(MAX_HARMONICS)
 _MIN_CHECKPOINTS = wp.constant(MIN_CHECKPOINTS)
+
+
+def array_struct(name: str, fields: dict[str, Any], module: str = __name__) -> Any:
+    """A ``@wp.struct`` named ``name`` with one field per entry of ``fields``, read by name.
+
+    A Warp scalar type stands for an ``[N]`` array of it; an array type or a struct is kept.
+    """
+    types = {key: wp.array(dtype=t) if isinstance(t, type) else t for key, t in fields.items()}
+    return wp.struct(type(name, (), {"__annotations__": types, "__module__": module}))
+
+
+Params = array_struct(
+    "Params",
+    {
+        "scale": wp.float32,
+        "roughness": wp.float32,
+        "harmonics": wp.int32,
+        "width": wp.float32,
+        "checkpoint_spacing": wp.float32,
+        "gate_width": wp.float32,
+    },
+)
+"""Per-env course parameters, one ``[N]`` array per ``CourseParams`` field."""
+
+Courses = array_struct(
+    "Courses",
+    {
+        "seed": wp.int64,
+        "epoch": wp.int64,
+        "generation": wp.int64,
+        "valid": wp.int32,
+        "defects": wp.int32,
+        "centerline": wp.array2d(dtype=wp.vec2f),
+        "arc_length": wp.array2d(dtype=wp.float32),
+        "checkpoints": wp.array2d(dtype=wp.vec2f),
+        "checkpoint_count": wp.int32,
+        "params": Params,
+        "coefficients": wp.array2d(dtype=wp.float32),
+        "posts": wp.array3d(dtype=wp.vec2f),
+    },
+)
+"""Every per-env array of the generator but the next-course parameters (see its docstring)."""
 
 
 @wp.func
@@ -59,7 +108,6 @@ def uniform(key: wp.uint64, j: wp.int32) -> wp.float32:
     return wp.float32(h >> wp.uint64(40)) * _INV_2_POW_24
 
 
-# Warp reads each kernel's inputs from its signature, so kernels sharing inputs repeat them.
 @wp.kernel
 def clear_flag(flag: wp.array(dtype=wp.int32)):
     """Set ``flag[0] = 0``."""
@@ -74,60 +122,34 @@ def any_masked(mask: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32)):
         flag[0] = 1
 
 
-@wp.kernel
-def step_epoch(mask: wp.array(dtype=wp.int32), advance: wp.int32, epoch: wp.array(dtype=wp.int64)):
-    """Add one to the epoch of the masked envs with ``advance``, else set it to 0."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    epoch[env] = wp.where(advance != 0, epoch[env] + wp.int64(1), wp.int64(0))
+@wp.func
+def commit_params(next_params: Params, c: Courses, env: int, epoch_change: int):
+    """Step the epoch (keep, advance or restart at 0), commit the next-course parameters.
+
+    ``generation`` becomes the new epoch.
+    """
+    epoch = c.epoch[env]
+    if epoch_change == EPOCH_ADVANCE:
+        epoch = epoch + wp.int64(1)
+    if epoch_change == EPOCH_RESTART:
+        epoch = wp.int64(0)
+    c.epoch[env] = epoch
+    c.generation[env] = epoch
+    p = c.params
+    p.scale[env] = next_params.scale[env]
+    p.roughness[env] = next_params.roughness[env]
+    p.harmonics[env] = next_params.harmonics[env]
+    p.width[env] = next_params.width[env]
+    p.checkpoint_spacing[env] = next_params.checkpoint_spacing[env]
+    p.gate_width[env] = next_params.gate_width[env]
 
 
-@wp.kernel
-def commit_params(
-    mask: wp.array(dtype=wp.int32),
-    epoch: wp.array(dtype=wp.int64),
-    param_scale: wp.array(dtype=wp.float32),
-    param_roughness: wp.array(dtype=wp.float32),
-    param_harmonics: wp.array(dtype=wp.int32),
-    param_width: wp.array(dtype=wp.float32),
-    param_spacing: wp.array(dtype=wp.float32),
-    param_gate_width: wp.array(dtype=wp.float32),
-    generation: wp.array(dtype=wp.int64),
-    scale: wp.array(dtype=wp.float32),
-    roughness: wp.array(dtype=wp.float32),
-    harmonics: wp.array(dtype=wp.int32),
-    width: wp.array(dtype=wp.float32),
-    spacing: wp.array(dtype=wp.float32),
-    gate_width: wp.array(dtype=wp.float32),
-):
-    """Copy the next-course parameters into the course of the masked envs; generation = epoch."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    generation[env] = epoch[env]
-    scale[env] = param_scale[env]
-    roughness[env] = param_roughness[env]
-    harmonics[env] = param_harmonics[env]
-    width[env] = param_width[env]
-    spacing[env] = param_spacing[env]
-    gate_width[env] = param_gate_width[env]
-
-
-@wp.kernel
-def draw_coefficients(
-    mask: wp.array(dtype=wp.int32),
-    seed: wp.array(dtype=wp.int64),
-    epoch: wp.array(dtype=wp.int64),
-    coefficients: wp.array2d(dtype=wp.float32),
-):
-    """Draw the uniform numbers ``coefficients[env, j]`` of the masked envs' courses."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    key = effective_seed(seed[env], epoch[env])
-    for j in range(coefficients.shape[1]):
-        coefficients[env, j] = uniform(key, j)
+@wp.func
+def draw_coefficients(c: Courses, env: int):
+    """Draw the uniform numbers ``coefficients[env, j]`` of env ``env``'s course."""
+    key = effective_seed(c.seed[env], c.epoch[env])
+    for j in range(c.coefficients.shape[1]):
+        c.coefficients[env, j] = uniform(key, j)
 
 
 @wp.func
@@ -156,48 +178,33 @@ def centerline_point(
     return wp.vec2f(radius * wp.cos(theta), radius * wp.sin(theta))
 
 
-@wp.kernel
-def build_centerline(
-    mask: wp.array(dtype=wp.int32),
-    coefficients: wp.array2d(dtype=wp.float32),
-    scale: wp.array(dtype=wp.float32),
-    roughness: wp.array(dtype=wp.float32),
-    harmonics: wp.array(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-):
-    """Centerline point ``i`` of the masked envs at angle ``2 pi i / P`` (:func:`centerline_point`).
-
-    One thread per env: an unmasked env costs one mask read, whatever ``P``.
-    """
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    num_points = centerline.shape[1]
+@wp.func
+def build_centerline(c: Courses, env: int):
+    """Centerline point ``i`` at angle ``2 pi i / P`` (:func:`centerline_point`)."""
+    p = c.params
+    num_points = c.centerline.shape[1]
     step = _TWO_PI / wp.float32(num_points)
     for i in range(num_points):
         theta = wp.float32(i) * step
-        centerline[env, i] = centerline_point(
-            coefficients, env, theta, scale[env], roughness[env], harmonics[env]
+        c.centerline[env, i] = centerline_point(
+            c.coefficients, env, theta, p.scale[env], p.roughness[env], p.harmonics[env]
         )
 
 
-@wp.kernel
-def measure_arc_length(
-    mask: wp.array(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-):
-    """``arc_length[env, i]``: length of the closed polyline from point 0 to point ``i``, i <= P."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    num_points = centerline.shape[1]
+@wp.func
+def measure_arc_length(c: Courses, env: int) -> wp.float32:
+    """``arc_length[env, i]``: length of the closed polyline from point 0 to point ``i``, i <= P.
+
+    Returns the lap length ``arc_length[env, P]``.
+    """
+    num_points = c.centerline.shape[1]
     total = wp.float32(0.0)
-    arc_length[env, 0] = total
+    c.arc_length[env, 0] = total
     for i in range(num_points):
-        step = centerline[env, (i + 1) % num_points] - centerline[env, i]
+        step = c.centerline[env, (i + 1) % num_points] - c.centerline[env, i]
         total = total + wp.length(step)
-        arc_length[env, i + 1] = total
+        c.arc_length[env, i + 1] = total
+    return total
 
 
 @wp.func
@@ -209,23 +216,6 @@ def needed_checkpoints(length: wp.float32, spacing: wp.float32, cap: wp.int32) -
     if not (ratio <= wp.float32(cap)):
         return cap + 1
     return wp.int32(wp.ceil(ratio))
-
-
-@wp.kernel
-def count_checkpoints(
-    mask: wp.array(dtype=wp.int32),
-    arc_length: wp.array2d(dtype=wp.float32),
-    spacing: wp.array(dtype=wp.float32),
-    max_checkpoints: wp.int32,
-    checkpoint_count: wp.array(dtype=wp.int32),
-):
-    """Number of checkpoints ``j * spacing < length``, at most ``max_checkpoints``."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    length = arc_length[env, arc_length.shape[1] - 1]
-    needed = needed_checkpoints(length, spacing[env], max_checkpoints)
-    checkpoint_count[env] = wp.min(needed, max_checkpoints)
 
 
 @wp.func
@@ -245,124 +235,53 @@ def find_segment(
 
 
 @wp.func
-def segment_at(
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    env: wp.int32,
-    s: wp.float32,
-):
-    """Ends ``(a, b)`` of the centerline segment containing arc length ``s``, and its index."""
-    i = find_segment(arc_length, env, s)
-    return centerline[env, i], centerline[env, (i + 1) % centerline.shape[1]], i
+def point_and_tangent(c: Courses, env: int, s: wp.float32):
+    """Point and unit direction (0 if degenerate) of the centerline at arc length ``s``.
 
-
-@wp.func
-def point_at(
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    env: wp.int32,
-    s: wp.float32,
-) -> wp.vec2f:
-    """The centerline point at arc length ``s`` (linear along the segment containing it)."""
-    a, b, i = segment_at(centerline, arc_length, env, s)
-    start = arc_length[env, i]
-    seg = arc_length[env, i + 1] - start
+    The point is linear along the segment containing ``s``.
+    """
+    i = find_segment(c.arc_length, env, s)
+    a = c.centerline[env, i]
+    b = c.centerline[env, (i + 1) % c.centerline.shape[1]]
+    start = c.arc_length[env, i]
+    seg = c.arc_length[env, i + 1] - start
     t = wp.float32(0.0)
     if seg > 0.0:
         t = wp.clamp((s - start) / seg, 0.0, 1.0)
-    return a + t * (b - a)
-
-
-@wp.func
-def checkpoint_step(
-    arc_length: wp.array2d(dtype=wp.float32),
-    env: wp.int32,
-    spacing: wp.float32,
-    count: wp.int32,
-    even: wp.int32,
-) -> wp.float32:
-    """Arc length between checkpoints: ``spacing``, or with ``even`` the lap over ``count``.
-
-    Gates are spaced evenly so that the last one never sits just before gate 0.
-    """
-    if even != 0 and count > 0:
-        return arc_length[env, arc_length.shape[1] - 1] / wp.float32(count)
-    return spacing
-
-
-@wp.kernel
-def place_checkpoints(
-    mask: wp.array(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    spacing: wp.array(dtype=wp.float32),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    even: wp.int32,
-    checkpoints: wp.array2d(dtype=wp.vec2f),
-):
-    """Checkpoint ``j`` at arc length ``j * step`` (:func:`checkpoint_step`); unused slots zero."""
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    count = wp.min(checkpoint_count[env], checkpoints.shape[1])
-    step = checkpoint_step(arc_length, env, spacing[env], count, even)
-    for j in range(checkpoints.shape[1]):
-        if j < count:
-            checkpoints[env, j] = point_at(centerline, arc_length, env, wp.float32(j) * step)
-        else:
-            checkpoints[env, j] = wp.vec2f(0.0, 0.0)
-
-
-@wp.func
-def tangent_at(
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    env: wp.int32,
-    s: wp.float32,
-) -> wp.vec2f:
-    """Unit direction of the centerline segment containing arc length ``s`` (0 if degenerate)."""
-    a, b, _i = segment_at(centerline, arc_length, env, s)
     edge = b - a
     size = wp.length(edge)
+    tangent = wp.vec2f(0.0, 0.0)
     if size > 0.0:
-        return edge / size
-    return wp.vec2f(0.0, 0.0)
+        tangent = edge / size
+    return a + t * edge, tangent
 
 
-@wp.kernel
-def place_gates(
-    mask: wp.array(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    spacing: wp.array(dtype=wp.float32),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    gate_width: wp.array(dtype=wp.float32),
-    even: wp.int32,
-    posts: wp.array3d(dtype=wp.vec2f),
-):
-    """The two posts of each gate; unused slots zero.
+@wp.func
+def place_gates(c: Courses, env: int, lap: wp.float32, even: int):
+    """Checkpoint ``j`` and the two posts of gate ``j`` for ``j < count``; unused slots zero.
 
-    Gate ``j`` stands at checkpoint ``j``: its left (right) post is the checkpoint plus (minus)
-    ``gate_width / 2`` times the left normal of the centerline segment the checkpoint lies on.
+    Checkpoint ``j`` sits at arc length ``j * checkpoint_spacing``, or with ``even`` at
+    ``j * lap / checkpoint_count`` (so that the last gate never sits just before gate 0). Gate
+    ``j``'s left (right) post is checkpoint ``j`` plus (minus) ``gate_width / 2`` times the left
+    normal of the centerline segment the checkpoint lies on.
     """
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    count = wp.min(checkpoint_count[env], posts.shape[1])
-    step = checkpoint_step(arc_length, env, spacing[env], count, even)
-    half = 0.5 * gate_width[env]
-    for j in range(posts.shape[1]):
-        left = wp.vec2f(0.0, 0.0)
-        right = wp.vec2f(0.0, 0.0)
+    count = c.checkpoint_count[env]
+    step = c.params.checkpoint_spacing[env]
+    if even != 0 and count > 0:
+        step = lap / wp.float32(count)
+    half = 0.5 * c.params.gate_width[env]
+    for j in range(c.checkpoints.shape[1]):
+        center = wp.vec2f(0.0, 0.0)
+        left = center
+        right = center
         if j < count:
-            s = wp.float32(j) * step
-            center = point_at(centerline, arc_length, env, s)
-            t = tangent_at(centerline, arc_length, env, s)
-            normal = wp.vec2f(-t[1], t[0])
+            center, tangent = point_and_tangent(c, env, wp.float32(j) * step)
+            normal = wp.vec2f(-tangent[1], tangent[0])
             left = center + half * normal
             right = center - half * normal
-        posts[env, j, 0] = left
-        posts[env, j, 1] = right
+        c.checkpoints[env, j] = center
+        c.posts[env, j, 0] = left
+        c.posts[env, j, 1] = right
 
 
 @wp.func
@@ -454,15 +373,10 @@ def gates_cross(posts: wp.array3d(dtype=wp.vec2f), env: wp.int32, count: wp.int3
 
 
 @wp.func
-def params_defect(
-    scale: wp.float32,
-    roughness: wp.float32,
-    harmonics: wp.int32,
-    width: wp.float32,
-    spacing: wp.float32,
-    gate_width: wp.float32,
-) -> wp.int32:
+def params_defect(p: Params, env: int) -> wp.int32:
     """``DEFECT_BAD_PARAMS`` for non-finite or out-of-range parameters, else 0."""
+    scale, roughness, width = p.scale[env], p.roughness[env], p.width[env]
+    spacing, gate_width, harmonics = p.checkpoint_spacing[env], p.gate_width[env], p.harmonics[env]
     ok = scale > 0.0 and wp.isfinite(scale) and roughness >= 0.0 and wp.isfinite(roughness)
     ok = ok and width > 0.0 and wp.isfinite(width) and spacing > 0.0 and wp.isfinite(spacing)
     ok = ok and gate_width > 0.0 and wp.isfinite(gate_width)
@@ -472,52 +386,54 @@ def params_defect(
     return DEFECT_BAD_PARAMS
 
 
-@wp.kernel
-def check_validity(
-    mask: wp.array(dtype=wp.int32),
-    centerline: wp.array2d(dtype=wp.vec2f),
-    arc_length: wp.array2d(dtype=wp.float32),
-    scale: wp.array(dtype=wp.float32),
-    roughness: wp.array(dtype=wp.float32),
-    harmonics: wp.array(dtype=wp.int32),
-    width: wp.array(dtype=wp.float32),
-    spacing: wp.array(dtype=wp.float32),
-    gate_width: wp.array(dtype=wp.float32),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    posts: wp.array3d(dtype=wp.vec2f),
-    max_checkpoints: wp.int32,
-    gates: wp.int32,
-    defects: wp.array(dtype=wp.int32),
-    valid: wp.array(dtype=wp.int32),
-):
-    """Write the defect bits of the masked envs' courses and ``valid = (defects == 0)``.
+@wp.func
+def check_validity(c: Courses, env: int, needed: int, max_checkpoints: int, gates: int):
+    """Write env ``env``'s defect bits and ``valid = (defects == 0)``.
 
     A track (``gates == 0``) is checked for tight turns against its width, a gates course for
-    crossing bars; both for a self-crossing centerline, the checkpoint count and the parameters.
+    crossing bars; both for a self-crossing centerline, the ``needed`` checkpoint count and the
+    parameters.
     """
-    env = wp.tid()
-    if mask[env] == 0:
-        return
-    bits = params_defect(
-        scale[env], roughness[env], harmonics[env], width[env], spacing[env], gate_width[env]
-    )
-    if not is_simple(centerline, env):
+    bits = params_defect(c.params, env)
+    if not is_simple(c.centerline, env):
         bits = bits | DEFECT_SELF_INTERSECTING
     if gates == 0:
-        if has_tight_turn(centerline, env, width[env]):
+        if has_tight_turn(c.centerline, env, c.params.width[env]):
             bits = bits | DEFECT_TIGHT_TURN
-    else:
-        count = wp.min(checkpoint_count[env], posts.shape[1])
-        if gates_cross(posts, env, count):
-            bits = bits | DEFECT_CROSSING_GATES
-    length = arc_length[env, arc_length.shape[1] - 1]
-    needed = needed_checkpoints(length, spacing[env], max_checkpoints)
+    elif gates_cross(c.posts, env, c.checkpoint_count[env]):
+        bits = bits | DEFECT_CROSSING_GATES
     if needed < _MIN_CHECKPOINTS:
         bits = bits | DEFECT_TOO_FEW_CHECKPOINTS
     if needed > max_checkpoints:
         bits = bits | DEFECT_TOO_MANY_CHECKPOINTS
-    defects[env] = bits
-    valid[env] = wp.where(bits == 0, 1, 0)
+    c.defects[env] = bits
+    c.valid[env] = wp.where(bits == 0, 1, 0)
+
+
+@wp.kernel
+def rebuild(
+    mask: wp.array(dtype=wp.int32),
+    epoch_change: int,
+    next_params: Params,
+    c: Courses,
+    max_checkpoints: int,
+    gates: int,
+):
+    """Rebuild the masked envs' courses, from the epoch to the validity, one thread per env.
+
+    At most ``max_checkpoints`` checkpoints; ``gates`` spaces them evenly and checks the gates.
+    """
+    env = wp.tid()
+    if mask[env] == 0:
+        return
+    commit_params(next_params, c, env, epoch_change)
+    draw_coefficients(c, env)
+    build_centerline(c, env)
+    lap = measure_arc_length(c, env)
+    needed = needed_checkpoints(lap, c.params.checkpoint_spacing[env], max_checkpoints)
+    c.checkpoint_count[env] = wp.min(needed, max_checkpoints)
+    place_gates(c, env, lap, gates)
+    check_validity(c, env, needed, max_checkpoints, gates)
 
 
 # ---------------------------------------------------------------- contacts with gates
@@ -600,21 +516,19 @@ def hits_post(
 
 @wp.kernel
 def locate_on_gates(
-    checkpoints: wp.array2d(dtype=wp.vec2f),
-    checkpoint_count: wp.array(dtype=wp.int32),
-    positions: wp.array(dtype=wp.vec2f),
-    frame: wp.array(dtype=wp.vec2f),
+    c: Courses, positions: wp.array(dtype=wp.vec2f), frame: wp.array(dtype=wp.vec2f)
 ):
     """``frame[env] = (progress, lateral)`` of ``positions[env]`` (:func:`gate_frame`)."""
     env = wp.tid()
-    progress, lateral, _seg = gate_frame(checkpoints, env, checkpoint_count[env], positions[env])
+    progress, lateral, _seg = gate_frame(
+        c.checkpoints, env, c.checkpoint_count[env], positions[env]
+    )
     frame[env] = wp.vec2f(progress, lateral)
 
 
 @wp.kernel
 def touch_posts(
-    posts: wp.array3d(dtype=wp.vec2f),
-    checkpoint_count: wp.array(dtype=wp.int32),
+    c: Courses,
     positions: wp.array(dtype=wp.vec2f),
     collision: wp.float32,
     hit: wp.array(dtype=wp.int32),
@@ -622,4 +536,4 @@ def touch_posts(
     """``hit[env] = 1`` if ``positions[env]`` is closer than ``collision`` to a post, else 0."""
     env = wp.tid()
     p = positions[env]
-    hit[env] = wp.where(hits_post(posts, env, checkpoint_count[env], p, p, collision), 1, 0)
+    hit[env] = wp.where(hits_post(c.posts, env, c.checkpoint_count[env], p, p, collision), 1, 0)
