@@ -13,25 +13,23 @@ from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
 class VectorStateEnv(WarpEnv):
     """Base of the envs whose state is an ``[N, D]`` array and whose step is one kernel.
 
-    A subclass sets :attr:`state_size`, :attr:`reset_kernel` and :attr:`steps_kernel` (and
-    optionally :attr:`step_kernel`, the same kernel without its loop, for ``T = 1``), and
-    returns its named constants from :meth:`_param_values` for the struct :attr:`param_structs`.
-    The kernels take ``(state, mask | actions, params, episodes, ...)`` in the order
-    below; :meth:`_kernel_options` adds the env's own scalars after the fixed ones.
+    A subclass sets :attr:`state_size`, and :attr:`reset_kernel` and :attr:`steps_kernel` from
+    ``_kernels.vector_state.make_kernels``, and returns its named constants from
+    :meth:`_param_values` for the struct :attr:`param_structs`; :meth:`_obs_mode` picks among
+    its observations.
     """
 
     state_size: int
     param_structs: dict
     reset_kernel: Any
     steps_kernel: Any
-    step_kernel: Any = None
 
     def _param_values(self) -> dict[str, float]:
         raise NotImplementedError
 
-    def _kernel_options(self) -> list:
-        """Scalars the env's kernels take after the fixed inputs (none by default)."""
-        return []
+    def _obs_mode(self) -> int:
+        """The ``obs_mode`` the env's ``observe`` function reads (0 by default)."""
+        return 0
 
     def _allocate_state(self) -> None:
         shape = (self.num_envs, self.state_size)
@@ -53,15 +51,14 @@ class VectorStateEnv(WarpEnv):
         return [self._wp_state, first, self._wp_params, self.buffers["episodes"]]
 
     def _reset_launches(self) -> list[Launch]:
-        inputs = [*self._inputs(self.buffers["mask"]), *self._kernel_options()]
+        inputs = [*self._inputs(self.buffers["mask"]), self._obs_mode()]
         return [(self.reset_kernel, [*inputs, self._slots["root"]["observation"]])]
 
     def _steps_launches(
         self, actions: wp.array, out: dict, reset_last: bool, root_from: int
     ) -> list[Launch]:
-        limits = [self.step_limit, int(reset_last), root_from, *self._kernel_options()]
+        limits = [self.step_limit, int(reset_last), root_from, self._obs_mode()]
         observations = [out["root"]["observation"], out["next"]["observation"]]
         flags = [out["terminated"], out["truncated"], out["done"]]
         inputs = [*self._inputs(actions), *limits, *observations, out["reward"], *flags]
-        one = actions.shape[1] == 1 and self.step_kernel is not None
-        return [(self.step_kernel if one else self.steps_kernel, inputs)]
+        return [(self.steps_kernel, inputs)]

@@ -94,7 +94,6 @@ class CartPoleEnv(VectorStateEnv):
     param_structs = _k.PARAMS
     reset_kernel = _k.cartpole_reset
     steps_kernel = _k.cartpole_steps
-    step_kernel = _k.cartpole_step
 
     def __init__(
         self,
@@ -128,8 +127,8 @@ class CartPoleEnv(VectorStateEnv):
     def _param_values(self) -> dict[str, float]:
         return _cartpole_params()
 
-    def _kernel_options(self) -> list:
-        return [int(self.observe_velocity)]
+    def _obs_mode(self) -> int:
+        return int(self.observe_velocity)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""

@@ -1,0 +1,121 @@
+"""The reset and stepping kernels of every env whose state is one ``[N, D]`` float array.
+
+An env's kernel module writes its physics once, as ``wp.func``s on the state of one env held as a
+``wp.vector``, and :func:`make_kernels` closes the two kernels over them:
+
+* ``begin(state, p, episodes, i)``: begin env ``i``'s next episode (``next_episode_key``) and
+  return its first state (``state`` gives the dtype);
+* ``dynamics(s, action, p)``: one step from ``s`` under ``action``; returns ``(new state,
+  reward, terminated)`` (the reward is cast to the reward dtype);
+* ``observe(obs, i, t, s, obs_mode)``: write the observation of ``s`` into ``obs[i, t]``;
+  ``obs_mode`` is the env's own choice of observation (the cart-pole's: with velocities or not).
+
+Constants arrive by value as one ``@wp.struct`` of the state dtype (``p``), so the compiler
+keeps them in registers. The step and the fused step run the ``T``-step kernel with ``T = 1``
+on ``[N, 1]`` views of the step buffers: a second, loop-free kernel for ``T = 1`` changed no
+workload of ``benchmarks/envs_report.py`` by more than the machine's noise (see
+docs/benchmarks/envs.rst).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from torchrl_ext.envs._kernels.common import Episodes, count_step
+
+
+def make_kernels(
+    size: int, begin: Any, dynamics: Any, observe: Any, module: str
+) -> tuple[Any, Any]:
+    """The masked reset kernel and the ``T``-step kernel of an env with the given physics.
+
+    Args:
+        size (int): ``D``, the length of one env's state.
+        begin (wp.func): the first state of a new episode (see the module docstring).
+        dynamics (wp.func): one step.
+        observe (wp.func): the observation of a state.
+        module (str): the module the kernels belong to (pass ``__name__``).
+
+    Returns:
+        ``(reset, steps)``: ``reset(state, mask, params, episodes, obs_mode, obs_root)`` begins a
+        new episode in the envs whose ``mask`` entry is nonzero and observes every env into slot
+        0; ``steps(state, actions, params, episodes, max_steps, reset_last, root_from, obs_mode,
+        obs_root, obs_next, reward, terminated, truncated, done)`` runs ``T = actions.shape[1]``
+        steps: step ``t`` applies ``actions[i, t]`` and writes slot ``t`` of the ``next``
+        outputs; a done env begins a new episode before the next step, and after the last one
+        only if ``reset_last``; state ``t`` (the one step ``t`` starts from; state ``T`` is the
+        final one) is observed into ``obs_root`` slot ``t - root_from`` if that slot exists.
+    """
+
+    @wp.func
+    def load(state: wp.array2d(dtype=Any), i: int):
+        s = wp.vector(length=size, dtype=state.dtype)
+        for c in range(size):
+            s[c] = state[i, c]
+        return s
+
+    @wp.func
+    def store(state: wp.array2d(dtype=Any), i: int, s: Any):
+        for c in range(size):
+            state[i, c] = s[c]
+
+    @wp.func
+    def observe_slot(obs: wp.array3d(dtype=Any), i: int, t: int, s: Any, obs_mode: int):
+        if t >= 0 and t < obs.shape[1]:
+            observe(obs, i, t, s, obs_mode)
+
+    def reset(
+        state: wp.array2d(dtype=Any),
+        mask: wp.array(dtype=wp.int32),
+        params: Any,
+        episodes: Episodes,
+        obs_mode: int,
+        obs_root: wp.array3d(dtype=Any),
+    ):
+        i = wp.tid()
+        s = load(state, i)
+        if mask[i] != 0:
+            s = begin(state, params, episodes, i)
+            store(state, i, s)
+        observe_slot(obs_root, i, 0, s, obs_mode)
+
+    def steps(
+        state: wp.array2d(dtype=Any),
+        actions: wp.array2d(dtype=Any),
+        params: Any,
+        episodes: Episodes,
+        max_steps: int,
+        reset_last: int,
+        root_from: int,
+        obs_mode: int,
+        obs_root: wp.array3d(dtype=Any),
+        obs_next: wp.array3d(dtype=Any),
+        reward: wp.array2d(dtype=Any),
+        terminated: wp.array2d(dtype=wp.bool),
+        truncated: wp.array2d(dtype=wp.bool),
+        done: wp.array2d(dtype=wp.bool),
+    ):
+        i = wp.tid()
+        horizon = actions.shape[1]
+        s = load(state, i)
+        observe_slot(obs_root, i, -root_from, s, obs_mode)
+        for t in range(horizon):
+            s, r, term = dynamics(s, actions[i, t], params)
+            trunc = count_step(episodes.steps, i, max_steps)
+            observe_slot(obs_next, i, t, s, obs_mode)
+            reward[i, t] = reward.dtype(r)
+            terminated[i, t] = term
+            truncated[i, t] = trunc
+            done[i, t] = term or trunc
+            if (term or trunc) and (t + 1 < horizon or reset_last != 0):
+                s = begin(state, params, episodes, i)
+            observe_slot(obs_root, i, t + 1 - root_from, s, obs_mode)
+        store(state, i, s)
+
+    stem = module.rsplit(".", 1)[-1]
+    return (
+        wp.kernel(reset, name=f"{stem}_reset", module=module),
+        wp.kernel(steps, name=f"{stem}_steps", module=module),
+    )
