@@ -23,6 +23,7 @@ class VectorStateEnv(WarpEnv):
     param_structs: dict
     reset_kernel: Any
     steps_kernel: Any
+    _saved_arrays = ("state",)
 
     def _param_values(self) -> dict[str, float]:
         raise NotImplementedError
@@ -42,11 +43,6 @@ class VectorStateEnv(WarpEnv):
         """The ``[num_envs, state_size]`` physical state (columns: see the class), a live view."""
         return self._state
 
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["state"] = self._state
-        return state
-
     def _inputs(self, first: wp.array) -> list:
         return [self._wp_state, first, self._wp_params, self.buffers["episodes"]]
 
@@ -59,6 +55,5 @@ class VectorStateEnv(WarpEnv):
     ) -> list[Launch]:
         limits = [self.step_limit, int(reset_last), root_from, self._obs_mode()]
         observations = [out["root"]["observation"], out["next"]["observation"]]
-        flags = [out["terminated"], out["truncated"], out["done"]]
-        inputs = [*self._inputs(actions), *limits, *observations, out["reward"], *flags]
+        inputs = [*self._inputs(actions), *limits, *observations, out["reward"], out["flags"]]
         return [(self.steps_kernel, inputs)]

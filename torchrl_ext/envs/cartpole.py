@@ -77,8 +77,6 @@ class CartPoleEnv(VectorStateEnv):
 
     Examples:
         >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl.envs.utils import check_env_specs
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = CartPoleEnv(8, seed=1, observe_velocity=False)

@@ -58,8 +58,6 @@ class PendulumEnv(NanActionChecks, VectorStateEnv):
 
     Examples:
         >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import PendulumEnv
         >>> env = PendulumEnv(3, seed=0, max_steps=5)
         >>> data = env.rollout(12, break_when_any_done=False)

@@ -32,10 +32,12 @@ from torchrl_ext._checks import check_bool, check_int
 from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import (
     Episodes,
+    Flags,
     begin_episode,
     count_step,
     next_episode_key,
     param_structs,
+    set_flags,
     stream_key,
     uniform_range,
 )
@@ -43,16 +45,18 @@ from torchrl_ext.envs._memory import empty_output
 
 # Helpers re-exported for writing new envs' kernels: per-env counter-based random streams
 # (``stream_key``, ``uniform_range``), episode bookkeeping (``Episodes``, ``begin_episode``,
-# ``next_episode_key``, ``count_step``) and named constants passed by value (``param_structs``,
-# ``pack_params``).
+# ``next_episode_key``, ``count_step``), the done flags as one argument (``Flags``,
+# ``set_flags``) and named constants passed by value (``param_structs``, ``pack_params``).
 __all__ = [
     "Episodes",
+    "Flags",
     "WarpEnv",
     "begin_episode",
     "count_step",
     "next_episode_key",
     "pack_params",
     "param_structs",
+    "set_flags",
     "stream_key",
     "uniform_range",
 ]
@@ -182,6 +186,14 @@ def _warp_views(tensors: dict, view: Callable[[torch.Tensor], wp.array] = _to_wa
     }
 
 
+def _with_flags(views: dict) -> dict:
+    """``views`` plus ``"flags"``: its ``[N, T]`` done flags as one :class:`Flags` struct."""
+    flags = views["flags"] = Flags()
+    for key in _DONE_KEYS:
+        setattr(flags, key, views[key])
+    return views
+
+
 def _key_name(key: Any) -> str:
     """A TensorDict key as one str: nested keys joined with dots."""
     return key if isinstance(key, str) else ".".join(key)
@@ -266,8 +278,6 @@ class WarpEnv(EnvBase):
 
     Examples:
         >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING  # no module-load messages
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = CartPoleEnv(4, seed=0)
         >>> td = env.reset()
@@ -278,6 +288,9 @@ class WarpEnv(EnvBase):
         >>> td["next", "done"].shape, bool(root["done"].any())
         (torch.Size([4, 1]), False)
     """
+
+    #: Names of the subclass's state tensors ``self._<name>``, saved by :meth:`state_dict`.
+    _saved_arrays: tuple[str, ...] = ()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> WarpEnv:
         """Create the env, remembering the constructor call (pickle and deepcopy repeat it)."""
@@ -379,7 +392,8 @@ class WarpEnv(EnvBase):
         ``T`` steps into fresh outputs. ``actions`` is env-major ``[N, T, *action_shape]``
         (possibly strided: index it ``[i, t]``); ``out`` holds Warp views of the ``"root"`` and
         ``"next"`` observation dicts, ``"reward"`` and the three done flags, env-major
-        ``[N, S, ...]`` (a trailing singleton dim dropped). Done envs start a new episode before
+        ``[N, S, ...]`` (a trailing singleton dim dropped), and the flags as one ``Flags`` struct,
+        ``"flags"``. Done envs start a new episode before
         the next step, and after the last one only with ``reset_last``. State ``t`` (the one
         step ``t`` starts from, ``0 <= t <= T``) is observed into ``out["root"]`` slot
         ``t - root_from`` when that slot exists. Subclasses without such a kernel return ``None``
@@ -467,8 +481,6 @@ class WarpEnv(EnvBase):
 
         Examples:
             >>> import torch
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs import PendulumEnv
             >>> env = PendulumEnv(2, seed=0)
             >>> env.sync_free = True  # the CUDA step path: no host read in the step
@@ -558,7 +570,7 @@ class WarpEnv(EnvBase):
         episodes.seed, episodes.steps = self._wp["seed"], self._wp["steps"]
         episodes.episode = self._wp["episode"]
         # the step buffers as one time slot, [N, 1, ...]: the layout of _steps_launches
-        self._slots = _warp_views(self._t, _time_slot)
+        self._slots = _with_flags(_warp_views(self._t, _time_slot))
 
     # ------------------------------------------------------------------ seeding
     def _set_seed(self, seed: int | None) -> None:
@@ -584,13 +596,15 @@ class WarpEnv(EnvBase):
         The base's: step and episode counters, the done flags, the last reward and the ``next``
         and ``root`` observations (what :meth:`buffers` hands out). Not the action and reset mask,
         rewritten before every launch that reads them, nor the seed (see :meth:`state_dict`).
-        Subclasses add their own state to this dict and return it.
+        Then the subclass's arrays named in :attr:`_saved_arrays` (``self._<name>`` under
+        ``<name>``); a subclass with other state adds it to this dict and returns it.
         """
         t = self._t
         state = {name: t[name] for name in ("steps", "episode", *_DONE_KEYS, "reward")}
         for which in ("next", "root"):
             for key, val in t[which].items():
                 state[f"{which}.{_key_name(key)}"] = val
+        state.update((name, getattr(self, f"_{name}")) for name in self._saved_arrays)
         return state
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
@@ -635,8 +649,6 @@ class WarpEnv(EnvBase):
         Examples:
             >>> import pickle
             >>> import torch
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs import CartPoleEnv
             >>> actions = torch.randint(0, 2, (40, 4), generator=torch.Generator().manual_seed(0))
             >>> def run(env, root):
@@ -1197,7 +1209,7 @@ class WarpEnv(EnvBase):
         self.reset(tensordict)
         actions = self._random_actions(steps)
         out = self._rollout_outputs(steps)
-        views = _warp_views(out, _env_time)
+        views = _with_flags(_warp_views(out, _env_time))
         self._launch_now(self._steps_launches(_env_time(actions), views, False, 0))
         return self._rollout_td(actions, out, steps)
 
