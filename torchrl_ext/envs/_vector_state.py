@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import warp as wp
 
+from torchrl_ext.envs._kernels.vector_state import VectorKernels
 from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
 
 
 class VectorStateEnv(WarpEnv):
     """Base of the envs whose state is an ``[N, D]`` array and whose step is one kernel.
 
-    A subclass sets :attr:`state_size`, and :attr:`reset_kernel` and :attr:`steps_kernel` from
-    ``_kernels.vector_state.make_kernels``, and returns its named constants from
-    :meth:`_param_values` for the struct :attr:`param_structs`; :meth:`_obs_mode` picks among
-    its observations.
+    A subclass sets :attr:`kernels` (from ``_kernels.vector_state.make_kernels``), returns its
+    named constants from :meth:`_param_values` and picks among its observations with
+    :meth:`_obs_mode`.
     """
 
-    state_size: int
-    param_structs: dict
-    reset_kernel: Any
-    steps_kernel: Any
+    kernels: VectorKernels
     _saved_arrays = ("state",)
 
     def _param_values(self) -> dict[str, float]:
@@ -33,14 +28,14 @@ class VectorStateEnv(WarpEnv):
         return 0
 
     def _allocate_state(self) -> None:
-        shape = (self.num_envs, self.state_size)
+        shape = (self.num_envs, self.kernels.size)
         self._state = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
-        self._wp_params = pack_params(self.param_structs, self._param_values(), self.dtype)
+        self._wp_params = pack_params(self.kernels.params, self._param_values(), self.dtype)
 
     @property
     def state(self) -> torch.Tensor:
-        """The ``[num_envs, state_size]`` physical state (columns: see the class), a live view."""
+        """The ``[num_envs, D]`` physical state (columns: see the class), a live view."""
         return self._state
 
     def _inputs(self, first: wp.array) -> list:
@@ -48,7 +43,7 @@ class VectorStateEnv(WarpEnv):
 
     def _reset_launches(self) -> list[Launch]:
         inputs = [*self._inputs(self.buffers["mask"]), self._obs_mode()]
-        return [(self.reset_kernel, [*inputs, self._slots["root"]["observation"]])]
+        return [(self.kernels.reset, [*inputs, self._slots["root"]["observation"]])]
 
     def _steps_launches(
         self, actions: wp.array, out: dict, reset_last: bool, root_from: int
@@ -56,4 +51,4 @@ class VectorStateEnv(WarpEnv):
         limits = [self.step_limit, int(reset_last), root_from, self._obs_mode()]
         observations = [out["root"]["observation"], out["next"]["observation"]]
         inputs = [*self._inputs(actions), *limits, *observations, out["reward"], out["flags"]]
-        return [(self.steps_kernel, inputs)]
+        return [(self.kernels.steps, inputs)]

@@ -76,7 +76,6 @@ class CartPoleEnv(VectorStateEnv):
         capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
 
     Examples:
-        >>> import torch
         >>> from torchrl.envs.utils import check_env_specs
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = CartPoleEnv(8, seed=1, observe_velocity=False)
@@ -88,10 +87,7 @@ class CartPoleEnv(VectorStateEnv):
         (True, False)
     """
 
-    state_size = 4
-    param_structs = _k.PARAMS
-    reset_kernel = _k.cartpole_reset
-    steps_kernel = _k.cartpole_steps
+    kernels = _k.KERNELS
 
     def __init__(
         self,

@@ -12,10 +12,7 @@ from typing import Any
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import (
-    Episodes,
-    next_episode_key,
     param_structs,
-    uniform_range,
 )
 from torchrl_ext.envs._kernels.vector_state import make_kernels
 
@@ -64,17 +61,10 @@ def _dynamics(s: Any, action: wp.int64, p: Any):
 
 
 @wp.func
-def _begin(state: wp.array2d(dtype=Any), p: Any, episodes: Episodes, i: int):
-    """Begin env ``i``'s next episode: a state uniform in ``[low, high)^4``."""
-    key = next_episode_key(episodes, i)
-    low = wp.float64(p.reset_low)
-    high = wp.float64(p.reset_high)
-    return wp.vector(
-        state.dtype(uniform_range(key, 0, low, high)),
-        state.dtype(uniform_range(key, 1, low, high)),
-        state.dtype(uniform_range(key, 2, low, high)),
-        state.dtype(uniform_range(key, 3, low, high)),
-    )
+def _reset_box(p: Any):
+    """``[low, high)^4``."""
+    low, high = wp.float64(p.reset_low), wp.float64(p.reset_high)
+    return wp.vector(low, low, low, low), wp.vector(high, high, high, high)
 
 
 @wp.func
@@ -88,4 +78,4 @@ def _observe(obs: wp.array3d(dtype=Any), i: int, t: int, s: Any, full: int):
         obs[i, t, 1] = s[2]
 
 
-cartpole_reset, cartpole_steps = make_kernels(4, _begin, _dynamics, _observe, __name__)
+KERNELS = make_kernels(4, PARAMS, _reset_box, _dynamics, _observe, __name__)

@@ -13,10 +13,7 @@ from typing import Any
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import (
-    Episodes,
-    next_episode_key,
     param_structs,
-    uniform_range,
 )
 from torchrl_ext.envs._kernels.vector_state import make_kernels
 
@@ -62,15 +59,10 @@ def _dynamics(s: Any, action: Any, p: Any):
 
 
 @wp.func
-def _begin(state: wp.array2d(dtype=Any), p: Any, episodes: Episodes, i: int):
-    """Begin env ``i``'s next episode: angle uniform in ``[-pi, pi)``, speed in ``[-1, 1)``."""
-    key = next_episode_key(episodes, i)
-    th_high = wp.float64(p.reset_theta)
-    thdot_high = wp.float64(p.reset_theta_dot)
-    return wp.vector(
-        state.dtype(uniform_range(key, 0, -th_high, th_high)),
-        state.dtype(uniform_range(key, 1, -thdot_high, thdot_high)),
-    )
+def _reset_box(p: Any):
+    """Angle in ``[-pi, pi)``, speed in ``[-1, 1)``."""
+    th, thdot = wp.float64(p.reset_theta), wp.float64(p.reset_theta_dot)
+    return wp.vector(-th, -thdot), wp.vector(th, thdot)
 
 
 @wp.func
@@ -81,4 +73,4 @@ def _observe(obs: wp.array3d(dtype=Any), i: int, t: int, s: Any, obs_mode: int):
     obs[i, t, 2] = s[1]
 
 
-pendulum_reset, pendulum_steps = make_kernels(2, _begin, _dynamics, _observe, __name__)
+KERNELS = make_kernels(2, PARAMS, _reset_box, _dynamics, _observe, __name__)

@@ -3,8 +3,9 @@
 An env's kernel module writes its physics once, as ``wp.func``s on the state of one env held as a
 ``wp.vector``, and :func:`make_kernels` closes the two kernels over them:
 
-* ``begin(state, p, episodes, i)``: begin env ``i``'s next episode (``next_episode_key``) and
-  return its first state (``state`` gives the dtype);
+* ``reset_box(p)``: the float64 vectors ``(low, high)``; a new episode starts from a state drawn
+  uniformly in ``[low, high)`` from its ``(seed, env, episode)`` stream, component ``c`` by the
+  stream's draw ``c``;
 * ``dynamics(s, action, p)``: one step from ``s`` under ``action``; returns ``(new state,
   reward, terminated)`` (the reward is cast to the reward dtype);
 * ``observe(obs, i, t, s, obs_mode)``: write the observation of ``s`` into ``obs[i, t]``;
@@ -20,30 +21,47 @@ TorchRL moves beyond the noise (docs/benchmarks/envs.rst).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import Episodes, Flags, count_step, set_flags
+from torchrl_ext.envs._kernels.common import (
+    Episodes,
+    Flags,
+    count_step,
+    next_episode_key,
+    set_flags,
+    uniform_range,
+)
+
+
+class VectorKernels(NamedTuple):
+    """An env's state size, constants structs (``param_structs``) and its two kernels."""
+
+    size: int
+    params: dict
+    reset: Any
+    steps: Any
 
 
 def make_kernels(
-    size: int, begin: Any, dynamics: Any, observe: Any, module: str
-) -> tuple[Any, Any]:
+    size: int, params: dict, reset_box: Any, dynamics: Any, observe: Any, module: str
+) -> VectorKernels:
     """The masked reset kernel and the ``T``-step kernel of an env with the given physics.
 
     Args:
         size (int): ``D``, the length of one env's state.
-        begin (wp.func): the first state of a new episode (see the module docstring).
+        params (dict): the env's constants structs, from ``param_structs``.
+        reset_box (wp.func): the box new episodes start in (see the module docstring).
         dynamics (wp.func): one step.
         observe (wp.func): the observation of a state.
         module (str): the module the kernels belong to (pass ``__name__``).
 
     Returns:
-        ``(reset, steps)``: ``reset(state, mask, params, episodes, obs_mode, obs_root)`` begins a
-        new episode in the envs whose ``mask`` entry is nonzero and observes every env into slot
-        0; ``steps(state, actions, params, episodes, max_steps, reset_last, root_from, obs_mode,
-        obs_root, obs_next, reward, flags)`` runs ``T = actions.shape[1]``
+        The kernels, with ``size`` and ``params``. ``reset(state, mask, params, episodes, obs_mode,
+        obs_root)`` begins a new episode in the envs whose ``mask`` entry is nonzero and observes
+        every env into slot 0. ``steps(state, actions, params, episodes, max_steps, reset_last,
+        root_from, obs_mode, obs_root, obs_next, reward, flags)`` runs ``T = actions.shape[1]``
         steps: step ``t`` applies ``actions[i, t]`` and writes slot ``t`` of the ``next``
         outputs; a done env begins a new episode before the next step, and after the last one
         only if ``reset_last``; state ``t`` (the one step ``t`` starts from; state ``T`` is the
@@ -55,6 +73,15 @@ def make_kernels(
         s = wp.vector(length=size, dtype=state.dtype)
         for c in range(size):
             s[c] = state[i, c]
+        return s
+
+    @wp.func
+    def begin(state: wp.array2d(dtype=Any), p: Any, episodes: Episodes, i: int):
+        key = next_episode_key(episodes, i)
+        low, high = reset_box(p)
+        s = wp.vector(length=size, dtype=state.dtype)
+        for c in range(size):
+            s[c] = state.dtype(uniform_range(key, c, low[c], high[c]))
         return s
 
     @wp.func
@@ -112,7 +139,9 @@ def make_kernels(
         store(state, i, s)
 
     stem = module.rsplit(".", 1)[-1]
-    return (
+    return VectorKernels(
+        size,
+        params,
         wp.kernel(reset, name=f"{stem}_reset", module=module),
         wp.kernel(steps, name=f"{stem}_steps", module=module),
     )
