@@ -16,9 +16,9 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from torchrl_ext._checks import check_choice, check_int
+from torchrl_ext._checks import check_choice, check_int, check_tensor
 from torchrl_ext.envs._kernels import signalling as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, live_view
 
 __all__ = ["SignallingEnv"]
 
@@ -177,15 +177,8 @@ class SignallingEnv(WarpEnv):
         game.target, game.token = wp.from_torch(self._target), wp.from_torch(self._token)
         game.episodes, game.delay = self.buffers["episodes"], self.delay
 
-    @property
-    def target(self) -> torch.Tensor:
-        """The ``[num_envs]`` int32 targets of the current episodes (a live view)."""
-        return self._target
-
-    @property
-    def token(self) -> torch.Tensor:
-        """The ``[num_envs]`` int32 tokens sent this episode, ``-1`` before step 0 (a live view)."""
-        return self._token
+    target = live_view("_target", "The ``[num_envs]`` int32 targets of the current episodes.")
+    token = live_view("_token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         super()._check_state_values(state)
@@ -233,17 +226,7 @@ class SignallingEnv(WarpEnv):
 
     def _checked_action(self, key: tuple, action: Any) -> torch.Tensor:
         name = ".".join(key)
-        n = self.num_envs
-        if not isinstance(action, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {name}={action!r}.")
-        if action.dtype != torch.int64:
-            raise TypeError(f"{name} must have dtype torch.int64, got {name}.dtype={action.dtype}.")
-        if tuple(action.shape) != (n,):
-            raise ValueError(
-                f"{name} must have shape ({n},), got {name}.shape={tuple(action.shape)}."
-            )
-        if action.device != self.device:
-            raise ValueError(f"{name} must be on {self.device}, got {name}.device={action.device}.")
+        check_tensor(name, action, torch.int64, [(self.num_envs,)], self.device)
         low, high = (int(x) for x in torch.aminmax(action))
         if low < 0 or high >= self.vocab:
             bad = low if low < 0 else high

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,7 +29,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Bounded, Categorical, Composite
 from torchrl.envs import EnvBase
 
-from torchrl_ext._checks import check_bool, check_int
+from torchrl_ext._checks import check_bool, check_int, check_tensor
 from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import (
     Episodes,
@@ -216,6 +217,11 @@ def _check_state_keys(given: set, expected: set) -> None:
             f"state_dict must have exactly the keys of state_dict(); missing={missing}, "
             f"unexpected={extra}. Load a state saved by an env built with the same arguments."
         )
+
+
+def live_view(attribute: str, doc: str) -> property:
+    """A read-only property returning ``self.<attribute>``, a tensor the env updates in place."""
+    return property(operator.attrgetter(attribute), doc=f"{doc} A live view.")
 
 
 def _rebuild(cls: type, args: tuple, kwargs: dict, state: dict) -> WarpEnv:
@@ -876,20 +882,8 @@ class WarpEnv(EnvBase):
     # ------------------------------------------------------------------ validation
     def _load_action(self, action: Any) -> None:
         """Validate ``action`` against the action spec, then copy it into the action buffer."""
-        spec = self._t["action"]  # allocated from the action spec: its shape, dtype and device
-        if not isinstance(action, torch.Tensor):
-            raise TypeError(f"action must be a torch.Tensor, got action={action!r}.")
-        if action.shape != spec.shape:
-            raise ValueError(
-                f"action must have shape {tuple(spec.shape)}, "
-                f"got action.shape={tuple(action.shape)}."
-            )
-        if action.dtype != spec.dtype:
-            raise TypeError(
-                f"action must have dtype {spec.dtype}, got action.dtype={action.dtype}."
-            )
-        if action.device != self.device:
-            raise ValueError(f"action must be on {self.device}, got action.device={action.device}.")
+        buffer = self._t["action"]  # allocated from the action spec
+        check_tensor("action", action, buffer.dtype, [buffer.shape], self.device)
         if self._sync_free:
             fault = self._action_fault(action)
             if fault is not None:
@@ -906,16 +900,7 @@ class WarpEnv(EnvBase):
         if mask is None:
             return None
         n = self.num_envs
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"_reset must be a torch.Tensor, got _reset={mask!r}.")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"_reset must have dtype torch.bool, got _reset.dtype={mask.dtype}.")
-        if tuple(mask.shape) not in ((n,), (n, 1)):
-            raise ValueError(
-                f"_reset must have shape ({n}, 1) or ({n},), got _reset.shape={tuple(mask.shape)}."
-            )
-        if mask.device != self.device:
-            raise ValueError(f"_reset must be on {self.device}, got _reset.device={mask.device}.")
+        check_tensor("_reset", mask, torch.bool, [(n, 1), (n,)], self.device)
         return mask.reshape(n)
 
     # ------------------------------------------------------------------ outputs
