@@ -29,7 +29,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Bounded, Categorical, Composite
 from torchrl.envs import EnvBase
 
-from torchrl_ext._checks import check_bool, check_int, check_tensor
+from torchrl_ext._checks import check_bool, check_int, check_optional_int, check_tensor
 from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import (
     Episodes,
@@ -143,12 +143,6 @@ def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, value, _zero_scalar(value.dtype))
 
 
-def _check_max_steps(max_steps: Any) -> int:
-    if max_steps is None:
-        return _NO_LIMIT
-    return check_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
-
-
 def _check_device(device: Any) -> torch.device:
     try:
         device = torch.device(device)
@@ -163,10 +157,6 @@ def _check_device(device: Any) -> torch.device:
     elif device.type != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got device={str(device)!r}.")
     return device
-
-
-def _check_seed(seed: Any) -> int:
-    return check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
 
 
 def _env_time(tensor: torch.Tensor) -> wp.array:
@@ -321,9 +311,8 @@ class WarpEnv(EnvBase):
         if dtype not in _FLOAT_DTYPES:
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
         capture = check_bool("capture", capture)
-        limit = _check_max_steps(max_steps)
-        if seed is not None:
-            seed = _check_seed(seed)
+        limit = check_optional_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
+        seed = check_optional_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
         wp.init()
         if wp.device_from_torch(device).is_capturing:
             raise RuntimeError(
@@ -333,7 +322,7 @@ class WarpEnv(EnvBase):
         super().__init__(device=device, batch_size=torch.Size([num_envs]))
         self.num_envs = num_envs
         self.max_steps = max_steps
-        self._limit = limit
+        self._limit = _NO_LIMIT if limit is None else limit
         self._dtype = dtype
         self._capture = capture
         self._wp_device = wp.device_from_torch(device)
@@ -548,9 +537,6 @@ class WarpEnv(EnvBase):
             {key: flag.clone() for key in _DONE_KEYS}, shape=(self.num_envs,), device=self.device
         )
 
-    def _zeros_like_spec(self, spec: Any) -> torch.Tensor:
-        return torch.zeros(spec.shape, dtype=spec.dtype, device=self.device)
-
     def _allocate_buffers(self) -> None:
         """Allocate the output, action, mask, counter and seed buffers (torch + Warp views)."""
         n, dev = self.num_envs, self.device
@@ -558,10 +544,10 @@ class WarpEnv(EnvBase):
         self._obs_keys = obs_keys
         self._produced_keys = frozenset(obs_keys) | frozenset(_DONE_KEYS)
         self._t = {
-            "next": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
-            "root": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
-            "reward": self._zeros_like_spec(self.reward_spec),
-            "action": self._zeros_like_spec(self.action_spec),
+            "next": {k: self.observation_spec[k].zero() for k in obs_keys},
+            "root": {k: self.observation_spec[k].zero() for k in obs_keys},
+            "reward": self.reward_spec.zero(),
+            "action": self.action_spec.zero(),
             "mask": torch.zeros(n, dtype=torch.int32, device=dev),
             "steps": torch.zeros(n, dtype=torch.int32, device=dev),
             "episode": torch.zeros(n, dtype=torch.int32, device=dev),
@@ -582,7 +568,7 @@ class WarpEnv(EnvBase):
     def _set_seed(self, seed: int | None) -> None:
         if seed is None:
             seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
-        seed = _check_seed(seed)
+        seed = check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
         words = np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
         self._wp["seed"].assign(words)
         if self.device.type == "cuda":
@@ -826,11 +812,7 @@ class WarpEnv(EnvBase):
         """Launch ``recipes`` once, on torch's current stream."""
         with self._on_torch_stream():
             for recipe in recipes:
-                if isinstance(recipe, tuple):
-                    kernel, inputs = recipe
-                    wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
-                else:
-                    recipe.launch()
+                self._record(recipe).launch()
 
     def _forget_launches(self) -> None:
         """Drop recorded launches and graphs; call after replacing an array a recipe names.
@@ -1070,8 +1052,7 @@ class WarpEnv(EnvBase):
         True for a plain, unnamed ``TensorDict`` when TorchRL's step-MDP excludes top-level keys
         only and takes from ``"next"`` exactly the keys this env produces (observations and done
         flags, all top-level): the root is then the input's other entries plus those keys.
-        Building it directly costs 263 us per captured fused step of 1,024 CartPole envs against
-        322 us through ``_step_mdp`` (see docs/benchmarks/envs.rst); the result equals TorchRL's
+        Building it directly is faster (docs/benchmarks/envs.rst); the result equals TorchRL's
         public ``step_mdp`` (``test/envs/test_torchrl_contract.py``).
         """
         mdp = self._step_mdp
