@@ -13,10 +13,9 @@ An env's kernel module writes its physics once, as ``wp.func``s on the state of 
 
 Constants arrive by value as one ``@wp.struct`` of the state dtype (``p``), so the compiler
 keeps them in registers. The step and the fused step run the ``T``-step kernel with ``T = 1``
-on ``[N, 1]`` views of the step buffers. A loop-free copy of it for ``T = 1`` replays the
-captured fused step of 1,024 cart-poles about 20 % faster on the CPU (20 us instead of 25 us);
-that is below the 25 % a second compiled path must save here, and no workload that goes through
-TorchRL moves beyond the noise (docs/benchmarks/envs.rst).
+on ``[N, 1]`` views of the step buffers: a loop-free copy of it for ``T = 1`` launches the fused
+step of 1,024 cart-poles in 22-23 us on the CPU against 26 us, a 14 % saving, below the 25 % a
+second compiled path must save here (docs/benchmarks/envs.rst).
 """
 
 from __future__ import annotations
@@ -35,6 +34,25 @@ from torchrl_ext.envs._kernels.common import (
 )
 
 
+@wp.func
+def _pack2(a: Any, b: Any, c: Any, d: Any):
+    return wp.vector(a, b)
+
+
+@wp.func
+def _pack3(a: Any, b: Any, c: Any, d: Any):
+    return wp.vector(a, b, c)
+
+
+@wp.func
+def _pack4(a: Any, b: Any, c: Any, d: Any):
+    return wp.vector(a, b, c, d)
+
+
+#: The state of ``size`` components from the four scalars the ``T``-step loop carries.
+_PACKS = {2: _pack2, 3: _pack3, 4: _pack4}
+
+
 class VectorKernels(NamedTuple):
     """An env's state size, constants structs (``param_structs``) and its two kernels."""
 
@@ -50,7 +68,7 @@ def make_kernels(
     """The masked reset kernel and the ``T``-step kernel of an env with the given physics.
 
     Args:
-        size (int): ``D``, the length of one env's state.
+        size (int): ``D``, the length of one env's state: 2, 3 or 4.
         params (dict): the env's constants structs, from ``param_structs``.
         reset_box (wp.func): the box new episodes start in (see the module docstring).
         dynamics (wp.func): one step.
@@ -66,7 +84,20 @@ def make_kernels(
         outputs; a done env begins a new episode before the next step, and after the last one
         only if ``reset_last``; state ``t`` (the one step ``t`` starts from; state ``T`` is the
         final one) is observed into ``obs_root`` slot ``t - root_from`` if that slot exists.
+
+    Raises:
+        ValueError: for another ``size``.
     """
+    if size not in _PACKS:
+        raise ValueError(f"size must be 2, 3 or 4, got size={size!r}.")
+
+    # the T-step loop carries the state as four scalars, padded: a loop-carried wp.vector costs
+    # a third more time per step on the CPU
+    @wp.func
+    def unpack(s: Any):
+        return s[0], s[1], s[wp.static(min(2, size - 1))], s[wp.static(size - 1)]
+
+    pack = _PACKS[size]
 
     @wp.func
     def load(state: wp.array2d(dtype=Any), i: int):
@@ -125,18 +156,19 @@ def make_kernels(
     ):
         i = wp.tid()
         horizon = actions.shape[1]
-        s = load(state, i)
-        observe_slot(obs_root, i, -root_from, s, obs_mode)
+        a, b, c, d = unpack(load(state, i))
+        observe_slot(obs_root, i, -root_from, pack(a, b, c, d), obs_mode)
         for t in range(horizon):
-            s, r, term = dynamics(s, actions[i, t], params)
+            s, r, term = dynamics(pack(a, b, c, d), actions[i, t], params)
             trunc = count_step(episodes.steps, i, max_steps)
             observe_slot(obs_next, i, t, s, obs_mode)
             reward[i, t] = reward.dtype(r)
             set_flags(flags, i, t, term, trunc)
+            a, b, c, d = unpack(s)
             if (term or trunc) and (t + 1 < horizon or reset_last != 0):
-                s = begin(state, params, episodes, i)
-            observe_slot(obs_root, i, t + 1 - root_from, s, obs_mode)
-        store(state, i, s)
+                a, b, c, d = unpack(begin(state, params, episodes, i))
+            observe_slot(obs_root, i, t + 1 - root_from, pack(a, b, c, d), obs_mode)
+        store(state, i, pack(a, b, c, d))
 
     stem = module.rsplit(".", 1)[-1]
     return VectorKernels(
