@@ -40,17 +40,12 @@ def _pack2(a: Any, b: Any, c: Any, d: Any):
 
 
 @wp.func
-def _pack3(a: Any, b: Any, c: Any, d: Any):
-    return wp.vector(a, b, c)
-
-
-@wp.func
 def _pack4(a: Any, b: Any, c: Any, d: Any):
     return wp.vector(a, b, c, d)
 
 
 #: The state of ``size`` components from the four scalars the ``T``-step loop carries.
-_PACKS = {2: _pack2, 3: _pack3, 4: _pack4}
+_PACKS = {2: _pack2, 4: _pack4}
 
 
 class VectorKernels(NamedTuple):
@@ -68,7 +63,7 @@ def make_kernels(
     """The masked reset kernel and the ``T``-step kernel of an env with the given physics.
 
     Args:
-        size (int): ``D``, the length of one env's state: 2, 3 or 4.
+        size (int): ``D``, the length of one env's state: 2 or 4.
         params (dict): the env's constants structs, from ``param_structs``.
         reset_box (wp.func): the box new episodes start in (see the module docstring).
         dynamics (wp.func): one step.
@@ -89,13 +84,13 @@ def make_kernels(
         ValueError: for another ``size``.
     """
     if size not in _PACKS:
-        raise ValueError(f"size must be 2, 3 or 4, got size={size!r}.")
+        raise ValueError(f"size must be 2 or 4, got size={size!r}.")
 
     # the T-step loop carries the state as four scalars, padded: a loop-carried wp.vector costs
     # a third more time per step on the CPU
     @wp.func
     def unpack(s: Any):
-        return s[0], s[1], s[wp.static(min(2, size - 1))], s[wp.static(size - 1)]
+        return s[0], s[1], s[wp.static(size - 2)], s[wp.static(size - 1)]
 
     pack = _PACKS[size]
 
