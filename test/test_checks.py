@@ -15,6 +15,7 @@ from torchrl_ext._checks import (
     check_int,
     check_key,
     check_optional_int,
+    check_tensor,
 )
 
 
@@ -91,3 +92,18 @@ def test_check_key():
     for bad in ("", (), ("next", ""), ("next", 1)):
         with pytest.raises(ValueError, match="k must be a non-empty key"):
             check_key("k", bad)
+
+
+def test_check_tensor():
+    cpu = torch.device("cpu")
+    x = torch.zeros(3, 1, dtype=torch.bool)
+    assert check_tensor("m", x, torch.bool, [(3, 1), (3,)], cpu) is x
+    cases = [
+        ([0, 1], TypeError, r"m must be a torch.Tensor, got m=\[0, 1\]\."),
+        (x.long(), TypeError, r"m must have dtype torch.bool, got m.dtype=torch.int64\."),
+        (x.view(3), ValueError, r"m must have shape \(3, 1\), got m.shape=\(3,\)\."),
+        (x.to("meta"), ValueError, r"m must be on cpu, got m.device=meta\."),
+    ]
+    for value, err, match in cases:
+        with pytest.raises(err, match=match):
+            check_tensor("m", value, torch.bool, [(3, 1)], cpu)

@@ -25,6 +25,7 @@ __all__ = [
     "check_int",
     "check_key",
     "check_optional_int",
+    "check_tensor",
 ]
 
 
@@ -193,3 +194,46 @@ def check_key(name: str, key: Any, optional: bool = False) -> NestedKey | None:
     raise ValueError(
         f"{name} must be a non-empty key of non-empty str parts, got {_describe(name, key)}."
     )
+
+
+def check_tensor(
+    name: str,
+    value: Any,
+    dtype: torch.dtype,
+    shapes: Iterable[tuple[int, ...]],
+    device: torch.device,
+) -> torch.Tensor:
+    """Returns ``value`` if it is a tensor of ``dtype``, one of ``shapes``, on ``device``.
+
+    Args:
+        name (str): the argument's name, for the message.
+        value: what the caller passed.
+        dtype (torch.dtype): the dtype it must have.
+        shapes (iterable of tuple of int): the shapes it may have.
+        device (torch.device): the device it must be on.
+
+    Raises:
+        TypeError: if ``value`` is not a tensor or has another dtype.
+        ValueError: if it has another shape or lies on another device.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.zeros(3, dtype=torch.int64)
+        >>> check_tensor("action", x, torch.int64, [(3,)], torch.device("cpu")).shape
+        torch.Size([3])
+        >>> check_tensor("action", x, torch.int64, [(3, 1), (4,)], torch.device("cpu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: action must have shape (3, 1) or (4,), got action.shape=(3,).
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {_describe(name, value)}.")
+    if value.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {name}.dtype={value.dtype}.")
+    shapes = [tuple(shape) for shape in shapes]
+    if tuple(value.shape) not in shapes:
+        wanted = " or ".join(str(shape) for shape in shapes)
+        raise ValueError(f"{name} must have shape {wanted}, got {name}.shape={tuple(value.shape)}.")
+    if value.device != device:
+        raise ValueError(f"{name} must be on {device}, got {name}.device={value.device}.")
+    return value

@@ -1000,6 +1000,13 @@ class TestNamedParams:
             for scalar in (wp.float32, wp.float64):
                 assert list(kernels.PARAMS[scalar].vars) == list(values)
 
+    def test_vector_kernels_refuse_other_state_sizes(self):
+        from torchrl_ext.envs._kernels import cartpole as k
+        from torchrl_ext.envs._kernels.vector_state import make_kernels
+
+        with pytest.raises(ValueError, match="size=3"):
+            make_kernels(3, k.PARAMS, k._reset_box, k._dynamics, k._observe, __name__)
+
     def test_cartpole_constants_match_gymnasium_by_name(self):
         env = CartPoleEnv(2, seed=0, dtype=torch.float64)
         p = env._wp_params

@@ -2,66 +2,50 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import warp as wp
 
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, pack_params
+from torchrl_ext.envs._kernels.vector_state import VectorKernels
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, live_view, pack_params
 
 
 class VectorStateEnv(WarpEnv):
     """Base of the envs whose state is an ``[N, D]`` array and whose step is one kernel.
 
-    A subclass sets :attr:`state_size`, :attr:`reset_kernel` and :attr:`steps_kernel` (and
-    optionally :attr:`step_kernel`, the same kernel without its loop, for ``T = 1``), and
-    returns its named constants from :meth:`_param_values` for the struct :attr:`param_structs`.
-    The kernels take ``(state, mask | actions, params, episodes, ...)`` in the order
-    below; :meth:`_kernel_options` adds the env's own scalars after the fixed ones.
+    A subclass sets :attr:`kernels` (from ``_kernels.vector_state.make_kernels``), returns its
+    named constants from :meth:`_param_values` and picks among its observations with
+    :meth:`_obs_mode`.
     """
 
-    state_size: int
-    param_structs: dict
-    reset_kernel: Any
-    steps_kernel: Any
-    step_kernel: Any = None
+    kernels: VectorKernels
+    _saved_arrays = ("state",)
 
     def _param_values(self) -> dict[str, float]:
         raise NotImplementedError
 
-    def _kernel_options(self) -> list:
-        """Scalars the env's kernels take after the fixed inputs (none by default)."""
-        return []
+    def _obs_mode(self) -> int:
+        """The ``obs_mode`` the env's ``observe`` function reads (0 by default)."""
+        return 0
 
     def _allocate_state(self) -> None:
-        shape = (self.num_envs, self.state_size)
+        shape = (self.num_envs, self.kernels.size)
         self._state = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
-        self._wp_params = pack_params(self.param_structs, self._param_values(), self.dtype)
+        self._wp_params = pack_params(self.kernels.params, self._param_values(), self.dtype)
 
-    @property
-    def state(self) -> torch.Tensor:
-        """The ``[num_envs, state_size]`` physical state (columns: see the class), a live view."""
-        return self._state
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["state"] = self._state
-        return state
+    state = live_view("_state", "The ``[num_envs, D]`` physical state (columns: see the class).")
 
     def _inputs(self, first: wp.array) -> list:
         return [self._wp_state, first, self._wp_params, self.buffers["episodes"]]
 
     def _reset_launches(self) -> list[Launch]:
-        inputs = [*self._inputs(self.buffers["mask"]), *self._kernel_options()]
-        return [(self.reset_kernel, [*inputs, self._slots["root"]["observation"]])]
+        inputs = [*self._inputs(self.buffers["mask"]), self._obs_mode()]
+        return [(self.kernels.reset, [*inputs, self._slots["root"]["observation"]])]
 
     def _steps_launches(
         self, actions: wp.array, out: dict, reset_last: bool, root_from: int
     ) -> list[Launch]:
-        limits = [self.step_limit, int(reset_last), root_from, *self._kernel_options()]
+        limits = [self.step_limit, int(reset_last), root_from, self._obs_mode()]
         observations = [out["root"]["observation"], out["next"]["observation"]]
-        flags = [out["terminated"], out["truncated"], out["done"]]
-        inputs = [*self._inputs(actions), *limits, *observations, out["reward"], *flags]
-        one = actions.shape[1] == 1 and self.step_kernel is not None
-        return [(self.step_kernel if one else self.steps_kernel, inputs)]
+        inputs = [*self._inputs(actions), *limits, *observations, out["reward"], out["flags"]]
+        return [(self.kernels.steps, inputs)]

@@ -76,9 +76,6 @@ class CartPoleEnv(VectorStateEnv):
         capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
 
     Examples:
-        >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl.envs.utils import check_env_specs
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = CartPoleEnv(8, seed=1, observe_velocity=False)
@@ -90,11 +87,7 @@ class CartPoleEnv(VectorStateEnv):
         (True, False)
     """
 
-    state_size = 4
-    param_structs = _k.PARAMS
-    reset_kernel = _k.cartpole_reset
-    steps_kernel = _k.cartpole_steps
-    step_kernel = _k.cartpole_step
+    kernels = _k.KERNELS
 
     def __init__(
         self,
@@ -128,8 +121,8 @@ class CartPoleEnv(VectorStateEnv):
     def _param_values(self) -> dict[str, float]:
         return _cartpole_params()
 
-    def _kernel_options(self) -> list:
-        return [int(self.observe_velocity)]
+    def _obs_mode(self) -> int:
+        return int(self.observe_velocity)
 
     def _random_actions(self, steps: int) -> torch.Tensor:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""

@@ -57,9 +57,6 @@ class PendulumEnv(NanActionChecks, VectorStateEnv):
         capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
 
     Examples:
-        >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import PendulumEnv
         >>> env = PendulumEnv(3, seed=0, max_steps=5)
         >>> data = env.rollout(12, break_when_any_done=False)
@@ -71,10 +68,7 @@ class PendulumEnv(NanActionChecks, VectorStateEnv):
         True
     """
 
-    state_size = 2
-    param_structs = _k.PARAMS
-    reset_kernel = _k.pendulum_reset
-    steps_kernel = _k.pendulum_steps
+    kernels = _k.KERNELS
 
     def __init__(
         self,

@@ -57,8 +57,6 @@ def render_frames(env: Any, size: int = 160) -> torch.Tensor:
         size (int, optional): height and width in pixels, ``>= 16``. Defaults to 160.
 
     Examples:
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = CartPoleEnv(3, seed=0)
         >>> _ = env.reset()
@@ -88,8 +86,6 @@ def render_frame(env: Any, index: int = 0, size: int = 160) -> torch.Tensor:
         size (int, optional): height and width in pixels, ``>= 16``. Defaults to 160.
 
     Examples:
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import CourseEnv
         >>> env = CourseEnv(2, seed=0)
         >>> _ = env.reset()
@@ -204,8 +200,6 @@ class RenderPixels(Transform):
         out_key (str, optional): where the pictures go. Defaults to ``"pixels"``.
 
     Examples:
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl.envs import TransformedEnv
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = TransformedEnv(CartPoleEnv(2, seed=0), RenderPixels(size=32))

@@ -16,9 +16,9 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from torchrl_ext._checks import check_choice, check_int
+from torchrl_ext._checks import check_choice, check_int, check_tensor
 from torchrl_ext.envs._kernels import signalling as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, live_view
 
 __all__ = ["SignallingEnv"]
 
@@ -78,8 +78,6 @@ class SignallingEnv(WarpEnv):
 
     Examples:
         >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl.envs.utils import check_env_specs
         >>> from torchrl_ext.envs import SignallingEnv
         >>> env = SignallingEnv(4, seed=0, vocab=3, delay=1)
@@ -101,6 +99,8 @@ class SignallingEnv(WarpEnv):
         >>> td["next", "listener", "reward"].flatten().tolist(), bool(td["next", "done"].all())
         ([1.0, 1.0, 1.0, 1.0], True)
     """
+
+    _saved_arrays = ("target", "token")
 
     def __init__(
         self,
@@ -173,24 +173,12 @@ class SignallingEnv(WarpEnv):
         n, dev = self.num_envs, self.device
         self._target = torch.zeros(n, dtype=torch.int32, device=dev)
         self._token = torch.full((n,), -1, dtype=torch.int32, device=dev)
-        self._wp_target = wp.from_torch(self._target)
-        self._wp_token = wp.from_torch(self._token)
+        game = self._game = _k.Game()
+        game.target, game.token = wp.from_torch(self._target), wp.from_torch(self._token)
+        game.episodes, game.delay = self.buffers["episodes"], self.delay
 
-    @property
-    def target(self) -> torch.Tensor:
-        """The ``[num_envs]`` int32 targets of the current episodes (a live view)."""
-        return self._target
-
-    @property
-    def token(self) -> torch.Tensor:
-        """The ``[num_envs]`` int32 tokens sent this episode, ``-1`` before step 0 (a live view)."""
-        return self._token
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        state = super()._state_tensors()
-        state["target"] = self._target
-        state["token"] = self._token
-        return state
+    target = live_view("_target", "The ``[num_envs]`` int32 targets of the current episodes.")
+    token = live_view("_token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         super()._check_state_values(state)
@@ -207,16 +195,14 @@ class SignallingEnv(WarpEnv):
         return [obs[("speaker", "observation")], obs[("listener", "observation")]]
 
     def _reset_launches(self) -> list[Launch]:
-        b = self.buffers
-        inputs = [self._wp_target, self._wp_token, b["mask"], b["episodes"], self.delay]
-        return [(_k.signalling_reset, [*inputs, *self._observations("root")])]
+        inputs = [self._game, self.buffers["mask"], *self._observations("root")]
+        return [(_k.signalling_reset, inputs)]
 
     def _step_launches(self, autoreset: bool) -> list[Launch]:
-        b = self.buffers
-        inputs = [self._wp_target, self._wp_token, b["action"], b["episodes"], self.delay]
-        outputs = [*self._observations("next"), *self._observations("root"), b["reward"]]
-        flags = [b["terminated"], b["truncated"], b["done"]]
-        return [(_k.signalling_step, [*inputs, int(autoreset), *outputs, *flags])]
+        slots = self._slots
+        inputs = [self._game, self.buffers["action"], int(autoreset)]
+        observations = [*self._observations("next"), *self._observations("root")]
+        return [(_k.signalling_step, [*inputs, *observations, slots["reward"], slots["flags"]])]
 
     # ------------------------------------------------------------------ group actions and rewards
     # WarpEnv reads one action leaf into one buffer and hands out one reward: the methods below
@@ -240,17 +226,7 @@ class SignallingEnv(WarpEnv):
 
     def _checked_action(self, key: tuple, action: Any) -> torch.Tensor:
         name = ".".join(key)
-        n = self.num_envs
-        if not isinstance(action, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {name}={action!r}.")
-        if action.dtype != torch.int64:
-            raise TypeError(f"{name} must have dtype torch.int64, got {name}.dtype={action.dtype}.")
-        if tuple(action.shape) != (n,):
-            raise ValueError(
-                f"{name} must have shape ({n},), got {name}.shape={tuple(action.shape)}."
-            )
-        if action.device != self.device:
-            raise ValueError(f"{name} must be on {self.device}, got {name}.device={action.device}.")
+        check_tensor(name, action, torch.int64, [(self.num_envs,)], self.device)
         low, high = (int(x) for x in torch.aminmax(action))
         if low < 0 or high >= self.vocab:
             bad = low if low < 0 else high

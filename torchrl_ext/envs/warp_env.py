@@ -18,6 +18,7 @@ import collections
 import contextlib
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,14 +29,16 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import Bounded, Categorical, Composite
 from torchrl.envs import EnvBase
 
-from torchrl_ext._checks import check_bool, check_int
+from torchrl_ext._checks import check_bool, check_int, check_optional_int, check_tensor
 from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import (
     Episodes,
+    Flags,
     begin_episode,
     count_step,
     next_episode_key,
     param_structs,
+    set_flags,
     stream_key,
     uniform_range,
 )
@@ -43,16 +46,18 @@ from torchrl_ext.envs._memory import empty_output
 
 # Helpers re-exported for writing new envs' kernels: per-env counter-based random streams
 # (``stream_key``, ``uniform_range``), episode bookkeeping (``Episodes``, ``begin_episode``,
-# ``next_episode_key``, ``count_step``) and named constants passed by value (``param_structs``,
-# ``pack_params``).
+# ``next_episode_key``, ``count_step``), the done flags as one argument (``Flags``,
+# ``set_flags``) and named constants passed by value (``param_structs``, ``pack_params``).
 __all__ = [
     "Episodes",
+    "Flags",
     "WarpEnv",
     "begin_episode",
     "count_step",
     "next_episode_key",
     "pack_params",
     "param_structs",
+    "set_flags",
     "stream_key",
     "uniform_range",
 ]
@@ -138,12 +143,6 @@ def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, value, _zero_scalar(value.dtype))
 
 
-def _check_max_steps(max_steps: Any) -> int:
-    if max_steps is None:
-        return _NO_LIMIT
-    return check_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
-
-
 def _check_device(device: Any) -> torch.device:
     try:
         device = torch.device(device)
@@ -158,10 +157,6 @@ def _check_device(device: Any) -> torch.device:
     elif device.type != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got device={str(device)!r}.")
     return device
-
-
-def _check_seed(seed: Any) -> int:
-    return check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
 
 
 def _env_time(tensor: torch.Tensor) -> wp.array:
@@ -180,6 +175,14 @@ def _warp_views(tensors: dict, view: Callable[[torch.Tensor], wp.array] = _to_wa
         key: {k: view(v) for k, v in val.items()} if isinstance(val, dict) else view(val)
         for key, val in tensors.items()
     }
+
+
+def _with_flags(views: dict) -> dict:
+    """``views`` plus ``"flags"``: its ``[N, T]`` done flags as one :class:`Flags` struct."""
+    flags = views["flags"] = Flags()
+    for key in _DONE_KEYS:
+        setattr(flags, key, views[key])
+    return views
 
 
 def _key_name(key: Any) -> str:
@@ -204,6 +207,11 @@ def _check_state_keys(given: set, expected: set) -> None:
             f"state_dict must have exactly the keys of state_dict(); missing={missing}, "
             f"unexpected={extra}. Load a state saved by an env built with the same arguments."
         )
+
+
+def live_view(attribute: str, doc: str) -> property:
+    """A read-only property returning ``self.<attribute>``, a tensor the env updates in place."""
+    return property(operator.attrgetter(attribute), doc=f"{doc} A live view.")
 
 
 def _rebuild(cls: type, args: tuple, kwargs: dict, state: dict) -> WarpEnv:
@@ -266,8 +274,6 @@ class WarpEnv(EnvBase):
 
     Examples:
         >>> import torch
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING  # no module-load messages
         >>> from torchrl_ext.envs import CartPoleEnv
         >>> env = CartPoleEnv(4, seed=0)
         >>> td = env.reset()
@@ -278,6 +284,9 @@ class WarpEnv(EnvBase):
         >>> td["next", "done"].shape, bool(root["done"].any())
         (torch.Size([4, 1]), False)
     """
+
+    #: Names of the subclass's state tensors ``self._<name>``, saved by :meth:`state_dict`.
+    _saved_arrays: tuple[str, ...] = ()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> WarpEnv:
         """Create the env, remembering the constructor call (pickle and deepcopy repeat it)."""
@@ -302,9 +311,8 @@ class WarpEnv(EnvBase):
         if dtype not in _FLOAT_DTYPES:
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
         capture = check_bool("capture", capture)
-        limit = _check_max_steps(max_steps)
-        if seed is not None:
-            seed = _check_seed(seed)
+        limit = check_optional_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
+        seed = check_optional_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
         wp.init()
         if wp.device_from_torch(device).is_capturing:
             raise RuntimeError(
@@ -314,7 +322,7 @@ class WarpEnv(EnvBase):
         super().__init__(device=device, batch_size=torch.Size([num_envs]))
         self.num_envs = num_envs
         self.max_steps = max_steps
-        self._limit = limit
+        self._limit = _NO_LIMIT if limit is None else limit
         self._dtype = dtype
         self._capture = capture
         self._wp_device = wp.device_from_torch(device)
@@ -379,7 +387,8 @@ class WarpEnv(EnvBase):
         ``T`` steps into fresh outputs. ``actions`` is env-major ``[N, T, *action_shape]``
         (possibly strided: index it ``[i, t]``); ``out`` holds Warp views of the ``"root"`` and
         ``"next"`` observation dicts, ``"reward"`` and the three done flags, env-major
-        ``[N, S, ...]`` (a trailing singleton dim dropped). Done envs start a new episode before
+        ``[N, S, ...]`` (a trailing singleton dim dropped), and the flags as one ``Flags`` struct,
+        ``"flags"``. Done envs start a new episode before
         the next step, and after the last one only with ``reset_last``. State ``t`` (the one
         step ``t`` starts from, ``0 <= t <= T``) is observed into ``out["root"]`` slot
         ``t - root_from`` when that slot exists. Subclasses without such a kernel return ``None``
@@ -467,8 +476,6 @@ class WarpEnv(EnvBase):
 
         Examples:
             >>> import torch
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs import PendulumEnv
             >>> env = PendulumEnv(2, seed=0)
             >>> env.sync_free = True  # the CUDA step path: no host read in the step
@@ -530,9 +537,6 @@ class WarpEnv(EnvBase):
             {key: flag.clone() for key in _DONE_KEYS}, shape=(self.num_envs,), device=self.device
         )
 
-    def _zeros_like_spec(self, spec: Any) -> torch.Tensor:
-        return torch.zeros(spec.shape, dtype=spec.dtype, device=self.device)
-
     def _allocate_buffers(self) -> None:
         """Allocate the output, action, mask, counter and seed buffers (torch + Warp views)."""
         n, dev = self.num_envs, self.device
@@ -540,10 +544,10 @@ class WarpEnv(EnvBase):
         self._obs_keys = obs_keys
         self._produced_keys = frozenset(obs_keys) | frozenset(_DONE_KEYS)
         self._t = {
-            "next": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
-            "root": {k: self._zeros_like_spec(self.observation_spec[k]) for k in obs_keys},
-            "reward": self._zeros_like_spec(self.reward_spec),
-            "action": self._zeros_like_spec(self.action_spec),
+            "next": {k: self.observation_spec[k].zero() for k in obs_keys},
+            "root": {k: self.observation_spec[k].zero() for k in obs_keys},
+            "reward": self.reward_spec.zero(),
+            "action": self.action_spec.zero(),
             "mask": torch.zeros(n, dtype=torch.int32, device=dev),
             "steps": torch.zeros(n, dtype=torch.int32, device=dev),
             "episode": torch.zeros(n, dtype=torch.int32, device=dev),
@@ -558,13 +562,13 @@ class WarpEnv(EnvBase):
         episodes.seed, episodes.steps = self._wp["seed"], self._wp["steps"]
         episodes.episode = self._wp["episode"]
         # the step buffers as one time slot, [N, 1, ...]: the layout of _steps_launches
-        self._slots = _warp_views(self._t, _time_slot)
+        self._slots = _with_flags(_warp_views(self._t, _time_slot))
 
     # ------------------------------------------------------------------ seeding
     def _set_seed(self, seed: int | None) -> None:
         if seed is None:
             seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
-        seed = _check_seed(seed)
+        seed = check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
         words = np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
         self._wp["seed"].assign(words)
         if self.device.type == "cuda":
@@ -584,13 +588,15 @@ class WarpEnv(EnvBase):
         The base's: step and episode counters, the done flags, the last reward and the ``next``
         and ``root`` observations (what :meth:`buffers` hands out). Not the action and reset mask,
         rewritten before every launch that reads them, nor the seed (see :meth:`state_dict`).
-        Subclasses add their own state to this dict and return it.
+        Then the subclass's arrays named in :attr:`_saved_arrays` (``self._<name>`` under
+        ``<name>``); a subclass with other state adds it to this dict and returns it.
         """
         t = self._t
         state = {name: t[name] for name in ("steps", "episode", *_DONE_KEYS, "reward")}
         for which in ("next", "root"):
             for key, val in t[which].items():
                 state[f"{which}.{_key_name(key)}"] = val
+        state.update((name, getattr(self, f"_{name}")) for name in self._saved_arrays)
         return state
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
@@ -635,8 +641,6 @@ class WarpEnv(EnvBase):
         Examples:
             >>> import pickle
             >>> import torch
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs import CartPoleEnv
             >>> actions = torch.randint(0, 2, (40, 4), generator=torch.Generator().manual_seed(0))
             >>> def run(env, root):
@@ -808,11 +812,7 @@ class WarpEnv(EnvBase):
         """Launch ``recipes`` once, on torch's current stream."""
         with self._on_torch_stream():
             for recipe in recipes:
-                if isinstance(recipe, tuple):
-                    kernel, inputs = recipe
-                    wp.launch(kernel, dim=self.num_envs, inputs=inputs, device=self._wp_device)
-                else:
-                    recipe.launch()
+                self._record(recipe).launch()
 
     def _forget_launches(self) -> None:
         """Drop recorded launches and graphs; call after replacing an array a recipe names.
@@ -864,20 +864,8 @@ class WarpEnv(EnvBase):
     # ------------------------------------------------------------------ validation
     def _load_action(self, action: Any) -> None:
         """Validate ``action`` against the action spec, then copy it into the action buffer."""
-        spec = self._t["action"]  # allocated from the action spec: its shape, dtype and device
-        if not isinstance(action, torch.Tensor):
-            raise TypeError(f"action must be a torch.Tensor, got action={action!r}.")
-        if action.shape != spec.shape:
-            raise ValueError(
-                f"action must have shape {tuple(spec.shape)}, "
-                f"got action.shape={tuple(action.shape)}."
-            )
-        if action.dtype != spec.dtype:
-            raise TypeError(
-                f"action must have dtype {spec.dtype}, got action.dtype={action.dtype}."
-            )
-        if action.device != self.device:
-            raise ValueError(f"action must be on {self.device}, got action.device={action.device}.")
+        buffer = self._t["action"]  # allocated from the action spec
+        check_tensor("action", action, buffer.dtype, [buffer.shape], self.device)
         if self._sync_free:
             fault = self._action_fault(action)
             if fault is not None:
@@ -894,16 +882,7 @@ class WarpEnv(EnvBase):
         if mask is None:
             return None
         n = self.num_envs
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"_reset must be a torch.Tensor, got _reset={mask!r}.")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"_reset must have dtype torch.bool, got _reset.dtype={mask.dtype}.")
-        if tuple(mask.shape) not in ((n,), (n, 1)):
-            raise ValueError(
-                f"_reset must have shape ({n}, 1) or ({n},), got _reset.shape={tuple(mask.shape)}."
-            )
-        if mask.device != self.device:
-            raise ValueError(f"_reset must be on {self.device}, got _reset.device={mask.device}.")
+        check_tensor("_reset", mask, torch.bool, [(n, 1), (n,)], self.device)
         return mask.reshape(n)
 
     # ------------------------------------------------------------------ outputs
@@ -1073,8 +1052,7 @@ class WarpEnv(EnvBase):
         True for a plain, unnamed ``TensorDict`` when TorchRL's step-MDP excludes top-level keys
         only and takes from ``"next"`` exactly the keys this env produces (observations and done
         flags, all top-level): the root is then the input's other entries plus those keys.
-        Building it directly costs 263 us per captured fused step of 1,024 CartPole envs against
-        322 us through ``_step_mdp`` (see docs/benchmarks/envs.rst); the result equals TorchRL's
+        Building it directly is faster (docs/benchmarks/envs.rst); the result equals TorchRL's
         public ``step_mdp`` (``test/envs/test_torchrl_contract.py``).
         """
         mdp = self._step_mdp
@@ -1197,7 +1175,7 @@ class WarpEnv(EnvBase):
         self.reset(tensordict)
         actions = self._random_actions(steps)
         out = self._rollout_outputs(steps)
-        views = _warp_views(out, _env_time)
+        views = _with_flags(_warp_views(out, _env_time))
         self._launch_now(self._steps_launches(_env_time(actions), views, False, 0))
         return self._rollout_td(actions, out, steps)
 

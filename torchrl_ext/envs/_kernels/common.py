@@ -70,6 +70,23 @@ class Episodes:
     episode: wp.array(dtype=wp.int32)
 
 
+@wp.struct
+class Flags:
+    """The ``[N, T]`` done flags a stepping kernel writes, passed to it as one argument."""
+
+    terminated: wp.array2d(dtype=wp.bool)
+    truncated: wp.array2d(dtype=wp.bool)
+    done: wp.array2d(dtype=wp.bool)
+
+
+@wp.func
+def set_flags(flags: Flags, i: int, t: int, terminated: bool, truncated: bool):
+    """Write step ``t`` of env ``i``: ``terminated``, ``truncated`` and their ``or``, ``done``."""
+    flags.terminated[i, t] = terminated
+    flags.truncated[i, t] = truncated
+    flags.done[i, t] = terminated or truncated
+
+
 @wp.func
 def count_step(steps: wp.array(dtype=wp.int32), i: int, max_steps: int) -> bool:
     """Advance env ``i``'s step counter; return whether the time limit truncates it."""
