@@ -374,7 +374,9 @@ class CourseEnv(NanActionChecks, WarpEnv):
             request_respawn=w["inputs.reset_mask"],
             regenerate_mask=w["regen_mask"],
             respawn_mask=w["respawn_mask"],
-            **{name: b[name] for name in ("steps", "reward", "terminated", "truncated", "done")},
+            steps=b["steps"],
+            reward=b["reward"],
+            flags=self._slots["flags"],
         )
         return [self._car_params, rules, car, self._generator.arrays, ends]
 
