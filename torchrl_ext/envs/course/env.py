@@ -22,7 +22,14 @@ from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
 from torchrl_ext.envs.course._kernels import env as _k
 from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator, CourseParams
-from torchrl_ext.envs.warp_env import Launch, NanActionChecks, WarpEnv, _require, pack_params
+from torchrl_ext.envs.warp_env import (
+    Launch,
+    NanActionChecks,
+    WarpEnv,
+    _require,
+    live_view,
+    pack_params,
+)
 
 __all__ = ["CarConfig", "CourseEnv"]
 
@@ -30,7 +37,6 @@ _CRASH_MODES = ("respawn", "regenerate")
 _OUTPUT_KEYS = tuple(_k.Outputs.vars)
 """The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
-_STATE = ("pose", "track", "counts", "regen_mask", "respawn_mask")
 _MASKS = ("zero_mask", "all_mask")
 
 
@@ -160,8 +166,6 @@ class CourseEnv(NanActionChecks, WarpEnv):
         collision (float, optional): post radius in gates mode, > 0. Defaults to 0.3.
 
     Examples:
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING
         >>> from torchrl_ext.envs import CourseEnv
         >>> env = CourseEnv(4, seed=0, max_steps=20)
         >>> td = env.reset()
@@ -185,6 +189,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
         >>> td["next", "truncated"].flatten().tolist()
         [False, True]
     """
+
+    _saved_arrays = ("pose", "track", "counts", "regen_mask", "respawn_mask")
 
     def __init__(
         self,
@@ -268,7 +274,10 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self._zero_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._all_mask = torch.ones(n, dtype=torch.int32, device=dev)
         self._inputs = {name: torch.zeros(n, dtype=torch.int32, device=dev) for name in _INPUTS}
-        self._w = {name: wp.from_torch(getattr(self, f"_{name}")) for name in _STATE + _MASKS}
+        self._w = {
+            name: wp.from_torch(getattr(self, f"_{name}"))
+            for name in (*self._saved_arrays, *_MASKS)
+        }
         self._w.update({f"inputs.{k}": wp.from_torch(v) for k, v in self._inputs.items()})
         self._car_params = pack_params(_k.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
         # load the generator's mask-reduction kernels before any capture records them
@@ -282,15 +291,14 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self._t["episode"].zero_()
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
-        """The base's state, the car's pose, progress, counters and masks, and every course array.
+        """The base's state, the :attr:`inputs` and every course array.
 
-        The regeneration and respawn masks are saved too: a step writes them and the auto-reset
-        of the same step reads them, and they are cheap. So are the :attr:`inputs`, which every
-        step reads and the env never rewrites.
+        The base's includes the :attr:`_saved_arrays`: the car's pose, progress and counters, and
+        the regeneration and respawn masks, saved because a step writes them and the auto-reset
+        of the same step reads them (they are cheap). The :attr:`inputs` are saved because every
+        step reads them and the env never rewrites them.
         """
         state = super()._state_tensors()
-        for name in _STATE:
-            state[name] = getattr(self, f"_{name}")
         for name, tensor in self._inputs.items():
             state[f"inputs.{name}"] = tensor
         for name, view in self._generator.views.items():
@@ -336,24 +344,18 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """Per-env course validity (int32 ``[num_envs]``, 1 if usable; live view)."""
         return self._generator.views["valid"]
 
-    @property
-    def pose(self) -> torch.Tensor:
-        """Per-env car pose ``(x, y, heading, speed)`` (float32 ``[num_envs, 4]``, live view)."""
-        return self._pose
-
-    @property
-    def progress(self) -> torch.Tensor:
-        """Per-env ``(arc position, travel, last change)`` (float32 ``[num_envs, 3]``, live)."""
-        return self._track
-
-    @property
-    def counters(self) -> torch.Tensor:
-        """Per-env progress counters (int32 ``[num_envs, 5]``, live view).
-
-        Columns: checkpoints passed this episode, passed in the last step, out of bounds, nearest
-        centerline segment, how the last episode ended (0 not ended, 1 respawn, 2 regenerate).
-        """
-        return self._counts
+    pose = live_view(
+        "_pose", "Per-env car pose ``(x, y, heading, speed)``, float32 ``[num_envs, 4]``."
+    )
+    progress = live_view(
+        "_track", "Per-env ``(arc position, travel, last change)``, float32 ``[num_envs, 3]``."
+    )
+    counters = live_view(
+        "_counts",
+        "Per-env progress counters, int32 ``[num_envs, 5]``. The columns are checkpoints passed "
+        "this episode, passed in the last step, out of bounds, nearest centerline segment, and "
+        "how the last episode ended (0 not ended, 1 respawn, 2 regenerate).",
+    )
 
     # ------------------------------------------------------------------ kernel recipes
     def _shared_inputs(self) -> list:
@@ -374,7 +376,9 @@ class CourseEnv(NanActionChecks, WarpEnv):
             request_respawn=w["inputs.reset_mask"],
             regenerate_mask=w["regen_mask"],
             respawn_mask=w["respawn_mask"],
-            **{name: b[name] for name in ("steps", "reward", "terminated", "truncated", "done")},
+            steps=b["steps"],
+            reward=b["reward"],
+            flags=self._slots["flags"],
         )
         return [self._car_params, rules, car, self._generator.arrays, ends]
 

@@ -224,8 +224,6 @@ class CourseGenerator:
         RuntimeError: when constructed while a graph capture is active on ``device``.
 
     Examples:
-        >>> import warp as wp
-        >>> wp.config.log_level = wp.LOG_WARNING  # keep Warp's start-up log out of the doctest
         >>> from torchrl_ext.envs.course import CourseGenerator
         >>> gen = CourseGenerator(4, seed=3)
         >>> views = gen.views
@@ -338,8 +336,6 @@ class CourseGenerator:
             Name to cloned tensor (on the generator's device).
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> course = CourseGenerator(2, seed=5).course(1)
             >>> print(tuple(course["centerline"].shape), int(course["seed"]))
@@ -371,8 +367,6 @@ class CourseGenerator:
                 shape is not one value per selected env, naming it.
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(3, seed=0)
             >>> gen.set_params([2], width=3.0)
@@ -458,8 +452,6 @@ class CourseGenerator:
 
         Examples:
             >>> import torch
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2)
             >>> print(gen.check_mask(torch.zeros(2, dtype=torch.int32)).shape)
@@ -532,8 +524,6 @@ class CourseGenerator:
             ValueError: for a bad mask shape, device or layout.
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(3, seed=1)
             >>> before = gen.views["centerline"].clone()
@@ -576,8 +566,6 @@ class CourseGenerator:
             ValueError: for a mask of the wrong shape, device or layout.
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, seed=4)
             >>> gen.regenerate()
@@ -608,8 +596,6 @@ class CourseGenerator:
             ValueError: for a wrong shape or a negative epoch, naming it.
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, seed=0)
             >>> import torch
@@ -659,8 +645,6 @@ class CourseGenerator:
             ValueError: for positions of the wrong shape or device.
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator, CourseParams
             >>> gen = CourseGenerator(1, params=CourseParams(roughness=0.0), mode="gates")
             >>> start = gen.views["checkpoints"][:, 0]
@@ -694,8 +678,6 @@ class CourseGenerator:
             ValueError: for positions of the wrong shape or device, or a bad collision radius.
 
         Examples:
-            >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(2, mode="gates")
             >>> left_post = gen.views["posts"][:, 1, 0].clone()
@@ -738,7 +720,6 @@ class CourseGenerator:
         Examples:
             >>> import torch
             >>> import warp as wp
-            >>> wp.config.log_level = wp.LOG_WARNING
             >>> from torchrl_ext.envs.course import CourseGenerator
             >>> gen = CourseGenerator(3, seed=1)
             >>> mask = torch.zeros(3, dtype=torch.int32)

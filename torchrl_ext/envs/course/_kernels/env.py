@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import count_step, param_structs
+from torchrl_ext.envs._kernels.common import Flags, count_step, param_structs, set_flags
 from torchrl_ext.envs.course._kernels.generator import (
     Courses,
     array_struct,
@@ -76,15 +76,6 @@ _TWO_PI = wp.constant(6.28318530717959)
 
 
 @wp.struct
-class Car:
-    """The cars' state: ``pose``, ``track`` and ``counts`` (see the module docstring)."""
-
-    pose: wp.array2d(dtype=wp.float32)
-    track: wp.array2d(dtype=wp.float32)
-    counts: wp.array2d(dtype=wp.int32)
-
-
-@wp.struct
 class Rules:
     """The env's integer settings and post radius."""
 
@@ -94,6 +85,17 @@ class Rules:
     gates: int
     collision: wp.float32
 
+
+Car = array_struct(
+    "Car",
+    {
+        "pose": wp.array2d(dtype=wp.float32),
+        "track": wp.array2d(dtype=wp.float32),
+        "counts": wp.array2d(dtype=wp.int32),
+    },
+    __name__,
+)
+"""The cars' state: ``pose``, ``track`` and ``counts`` (see the module docstring)."""
 
 Outputs = array_struct(
     "Outputs",
@@ -116,9 +118,7 @@ Ends = array_struct(
         "request_regenerate": wp.int32,
         "request_respawn": wp.int32,
         "reward": wp.float32,
-        "terminated": wp.bool,
-        "truncated": wp.bool,
-        "done": wp.bool,
+        "flags": Flags,
         "regenerate_mask": wp.int32,
         "respawn_mask": wp.int32,
     },
@@ -127,8 +127,8 @@ Ends = array_struct(
 """What ends the episodes, and what a step writes about it.
 
 ``steps`` is the step counter; ``request_regenerate`` and ``request_respawn`` are the env's inputs
-(read, never cleared); the step writes the reward, the three done flags and the auto-reset masks
-``regenerate_mask`` and ``respawn_mask``.
+(read, never cleared); the step writes the reward, the three done flags (``flags``, the env's
+``[N, 1]`` time slot) and the auto-reset masks ``regenerate_mask`` and ``respawn_mask``.
 """
 
 
@@ -412,9 +412,7 @@ def end_episode(
     time_up = count_step(ends.steps, i, rules.max_steps)
     asked_regen = ends.request_regenerate[i] != 0
     trunc = time_up or asked_regen or ends.request_respawn[i] != 0
-    ends.terminated[i] = term
-    ends.truncated[i] = trunc
-    ends.done[i] = term or trunc
+    set_flags(ends.flags, i, 0, term, trunc)
     crash_regen = out and rules.crash_regenerates != 0
     regen = (not ok) or finished or time_up or asked_regen or crash_regen
     ended = END_NONE
