@@ -27,13 +27,15 @@ builders are imported, not copied), laid out as in Ape-X and R2D2:
    so the learner never waits for an actor to finish its batch.
 
 Actors and learner run concurrently: the collector is iterated in a background thread. The
-learner keeps the single-process replay ratio as a floor, waiting for frames when it is more
-than ``frames_per_update`` frames per update ahead of the actors; the actors run free.
+learner makes at most one update per ``frames_per_update`` collected frames (the
+single-process example's ratio) and waits for frames when it is ahead; the actors never wait.
 
 Every ``--save-every`` frames the run saves the networks, the optimizer, the counters and the
 replay service (``rb.dumps``); ``--resume DIR`` reloads them and starts fresh actors (the
 episodes they were playing are lost). Actors and learner run concurrently, so a distributed
-run is not bitwise reproducible; the envs and the replay sampler are still seeded.
+run is not reproducible bit for bit: the envs are seeded (worker ``i`` with
+``seed + 7919 * i``) and so is the learner's initialization, but the timing decides which
+weights act and what the learner samples.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Layout:
     workers: int = 1
     address: str | None = None
     steps: int = 16
-    weight_period: int = 20
+    weight_period: int = 4
     frames_per_update: int = 64
     stats_period: float = 0.5
 
@@ -219,14 +221,19 @@ def make_collector(cfg: single.Config, layout: Layout, policy: Any, rb: Any) -> 
 # ---------------------------------------------------------------------------- the actors' side
 @dataclasses.dataclass
 class Snapshot:
-    """What the service thread last read: each worker's hook, the replay's writes, the time."""
+    """What the service thread last read: each worker's hook, the replay's writes, the time.
+
+    Examples:
+        >>> Snapshot([EpisodeReturns(window=4)], inserted=0, time=0.0).hooks[0].count
+        0
+    """
 
     hooks: list[EpisodeReturns]
     inserted: int
     time: float
 
 
-class Actors:
+class _Actors:
     """The collector iterated in one background thread; weights and counters in another.
 
     The collecting thread only iterates the collector (the workers write into the replay
@@ -363,7 +370,16 @@ class Rates:
 
 
 class Returns:
-    """The latest ``window`` episode returns over all workers, merged from their hooks."""
+    """The latest ``window`` episode returns over all workers, merged from their hooks.
+
+    Examples:
+        >>> a, b = EpisodeReturns(window=2), EpisodeReturns(window=2)
+        >>> a.count, a.recent, b.count, b.recent = 3, [2.0, 3.0], 1, [10.0]
+        >>> returns = Returns(window=3)
+        >>> returns.update([a, b])  # a's first episode fell out of its hook's window
+        >>> list(returns.recent), returns.full, returns.mean
+        ([2.0, 3.0, 10.0], True, 5.0)
+    """
 
     def __init__(self, window: int, recent: list[float] = (), seen: list[int] | None = None):
         self.recent: deque[float] = deque(recent, maxlen=window)
@@ -390,7 +406,7 @@ class Returns:
         return sum(self.recent) / len(self.recent) if self.recent else math.nan
 
 
-class Learner:
+class _Learner:
     """The example's loss, optimizer and target copies over the replay service.
 
     :meth:`update` trains on one sample while the next is on its way (a single thread does
@@ -461,13 +477,13 @@ def train(cfg: single.Config, layout: Layout, run: _common.RunOptions, *,
 def _train(cfg: single.Config, layout: Layout, run: _common.RunOptions, quick: bool):
     device = _common.device(run.device)
     policy = make_policy(cfg, device)
-    learner = Learner(cfg, policy[0], device)
+    learner = _Learner(cfg, policy[0], device)
     logger = _common.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "updates": 0, "seconds": 0.0, "hit": None, "recent": []}
     if run.resume:
         counters = _restore(run, learner, logger)
     actor_policy = policy if device.type == "cpu" else make_policy(cfg, torch.device("cpu"))
-    actors = Actors(make_collector(cfg, layout, actor_policy, learner.rb), learner.rb, cfg, layout)
+    actors = _Actors(make_collector(cfg, layout, actor_policy, learner.rb), learner.rb, cfg, layout)
     try:
         actors.start(policy, counters["frames"])
         counters = _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters)
@@ -572,7 +588,7 @@ def _counters(frames, updates, seconds, hit, returns: Returns) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------- checkpoints
-def _save(run, cfg, layout, counters, learner: Learner, logger) -> None:
+def _save(run, cfg, layout, counters, learner: _Learner, logger) -> None:
     """The learner's state, and the replay service's (``rb.dumps``) next to it."""
     learner.call("dumps", str(Path(run.out).resolve() / "replay"))
     state = {"config": dataclasses.asdict(cfg), "layout": dataclasses.asdict(layout),
@@ -581,7 +597,7 @@ def _save(run, cfg, layout, counters, learner: Learner, logger) -> None:
     _common.save_checkpoint(run.checkpoint, state)
 
 
-def _restore(run, learner: Learner, logger) -> dict[str, Any]:
+def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
     state = _common.load_checkpoint(run.checkpoint)
     learner.load_state_dict(state)
     logger.load_state_dict(state["logger"])
