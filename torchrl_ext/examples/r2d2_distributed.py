@@ -26,9 +26,11 @@ builders are imported, not copied), laid out as in Ape-X and R2D2:
    exploration rates, go to the workers (``update_policy_weights_``) from a background thread,
    so the learner never waits for an actor to finish its batch.
 
-Actors and learner run concurrently: the collector is iterated in a background thread. The
-learner makes at most one update per ``frames_per_update`` collected frames (the
-single-process example's ratio) and waits for frames when it is ahead; the actors never wait.
+Actors and learner run concurrently: the collector is iterated in a background thread. They
+keep the single-process example's replay ratio, one update per ``frames_per_update`` collected
+frames: the learner waits for frames when it is ahead, and once it has started, the actors wait
+when they are more than two rounds of batches ahead. With the learning rate scheduled over
+frames, that keeps the learning per frame the single-process example's.
 
 Every ``--save-every`` frames the run saves the networks, the optimizer, the counters and the
 replay service (``rb.dumps``); ``--resume DIR`` reloads them and starts fresh actors (the
@@ -82,8 +84,8 @@ class Layout:
         steps (int): steps per env in one actor batch (``num_envs * steps`` frames per write
             round trip).
         weight_period (int): learner updates between two weight pushes to the actors.
-        frames_per_update (int): the learner waits while it is more than this many frames per
-            update ahead of the actors (the single-process example's replay ratio).
+        frames_per_update (int): collected frames per learner update (the single-process
+            example's replay ratio); the side that runs ahead of it waits.
         stats_period (float): seconds between two reads of the actors' counters.
 
     Examples:
@@ -237,8 +239,10 @@ class _Actors:
     """The collector iterated in one background thread; weights and counters in another.
 
     The collecting thread only iterates the collector (the workers write into the replay
-    themselves) and counts ``frames``. The service thread sends the weights handed to
-    :meth:`push` to each worker with its exploration rates and, every
+    themselves) and counts ``frames``; once the learner has reported ``updates``, it stops
+    asking for batches while ``frames`` is more than two rounds of batches beyond the
+    replay ratio (the workers then leave their CPU to the learner). The service thread sends
+    the weights handed to :meth:`push` to each worker with its exploration rates and, every
     ``layout.stats_period`` seconds, reads the workers' :class:`EpisodeReturns` and the
     replay's write count into ``snapshot``. Calls to a worker wait for its current batch, so
     neither thread is the learner's.
@@ -247,6 +251,7 @@ class _Actors:
     def __init__(self, collector: Any, rb: Any, cfg: single.Config, layout: Layout) -> None:
         self.collector, self.rb, self.cfg, self.layout = collector, rb, cfg, layout
         self.frames = 0
+        self.updates = 0  # set by the learner
         self.snapshot: Snapshot | None = None
         self.error: BaseException | None = None
         self._latest: TensorDictBase | None = None
@@ -290,8 +295,14 @@ class _Actors:
             self.error = error
 
     def _collect(self) -> None:
+        lead = 2 * self.layout.workers * self.collector.frames_per_batch
         for _ in self.collector:  # each step: one worker wrote its batch into the replay
             self.frames += self.collector.frames_per_batch
+            while self.updates and not self._stop.is_set():
+                ratio = self.cfg.warmup_frames + self.updates * self.layout.frames_per_update
+                if self.frames < ratio + lead:
+                    break
+                time.sleep(0.002)
             if self._stop.is_set():
                 return
 
@@ -537,6 +548,7 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters) ->
             continue
         sample, out = learner.update(frames)
         updates, loss = updates + 1, float(out["loss"].detach())
+        actors.updates = updates
         if quick:
             single.check_sample(cfg, sample, out)
         if updates % layout.weight_period == 0:
