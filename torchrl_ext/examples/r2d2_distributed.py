@@ -266,7 +266,7 @@ class _Actors:
         """Sends the first weights, then starts both threads, counting from ``frames``."""
         self.frames = frames
         self._send(_weights(policy))
-        self.snapshot = self._read()
+        self.snapshot = self.read()
         for thread in self._threads:
             thread.start()
 
@@ -314,7 +314,7 @@ class _Actors:
             if weights is not None:
                 self._send(weights)
             if time.perf_counter() - self.snapshot.time >= self.layout.stats_period:
-                self.snapshot = self._read()
+                self.snapshot = self.read()
 
     def _send(self, weights: TensorDictBase) -> None:
         eps = lane_epsilons(self.cfg, self.layout.workers, self.frames)
@@ -322,7 +322,8 @@ class _Actors:
             weights["module", "2", "eps"] = eps[i]
             self.collector.update_policy_weights_(weights, worker_ids=i)
 
-    def _read(self) -> Snapshot:
+    def read(self) -> Snapshot:
+        """Reads the workers' hooks and the replay's write count (waits for their batches)."""
         import ray
 
         workers = self.collector.remote_collectors
@@ -522,21 +523,28 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters) ->
     rates, logged, saved = Rates(actors.snapshot, updates), actors.snapshot, frames
     start, loss = time.perf_counter() - counters["seconds"], math.nan
     bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
+
+    def log(snapshot: Snapshot) -> float:
+        """Logs a row for ``snapshot`` (and notes the first crossing of the target)."""
+        nonlocal hit
+        seconds = time.perf_counter() - start
+        returns.update(snapshot.hooks)
+        if hit is None and returns.full and returns.mean >= cfg.target:
+            hit = (frames, seconds)
+        eps = float(lane_epsilons(cfg, layout.workers, frames).mean())
+        row = {"mean_return": returns.mean, "loss": loss, "updates": updates,
+               "lr": learner.optim.param_groups[0]["lr"], "epsilon": eps, "seconds": seconds,
+               **rates.step(snapshot, updates, cfg.batch_size)}  # fmt: skip
+        _common.log_row(logger, row, frames)
+        bar.set_postfix_str(progress_text(row), refresh=False)
+        bar.update(min(frames, cfg.frames) - bar.n)
+        return seconds
+
     while frames < cfg.frames or (quick and updates < QUICK_UPDATES):
         actors.check()
         frames, snapshot = max(frames, actors.frames), actors.snapshot
         if snapshot is not logged:
-            logged, seconds = snapshot, time.perf_counter() - start
-            returns.update(snapshot.hooks)
-            if hit is None and returns.full and returns.mean >= cfg.target:
-                hit = (frames, seconds)
-            eps = float(lane_epsilons(cfg, layout.workers, frames).mean())
-            row = {"mean_return": returns.mean, "loss": loss, "updates": updates,
-                   "lr": learner.optim.param_groups[0]["lr"], "epsilon": eps,
-                   "seconds": seconds, **rates.step(snapshot, updates, cfg.batch_size)}  # fmt: skip
-            _common.log_row(logger, row, frames)
-            bar.set_postfix_str(progress_text(row), refresh=False)
-            bar.update(min(frames, cfg.frames) - bar.n)
+            logged, seconds = snapshot, log(snapshot)
             if _common.due(frames, saved, run.save_every):
                 _save(run, cfg, layout, _counters(frames, updates, seconds, hit, returns),
                       learner, logger)  # fmt: skip
@@ -553,10 +561,9 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters) ->
             single.check_sample(cfg, sample, out)
         if updates % layout.weight_period == 0:
             actors.push(policy)
+    seconds = log(actors.read())  # the last row: the counters as the run ends
     bar.close()
-    seconds = time.perf_counter() - start
     counters = _counters(frames, updates, seconds, hit, returns)
-    _common.log_row(logger, {"updates": updates, "seconds": seconds}, frames)
     _save(run, cfg, layout, counters, learner, logger)
     return counters
 
