@@ -86,6 +86,18 @@ class TestQuick:
         assert (out / "replay").is_dir() and any((out / "replay").iterdir())
 
 
+class TestQuickAggregate:
+    """``python -m torchrl_ext.examples --quick`` runs the distributed quick check too."""
+
+    def test_listed(self, monkeypatch):
+        calls = []
+        monkeypatch.setattr(entry, "run", lambda name, argv: calls.append((name, argv)))
+        seconds = entry.run_quick()
+        assert ("r2d2", ["--distributed", "--quick", "--no-progress"]) in calls
+        assert ("r2d2", ["--quick", "--no-progress"]) in calls
+        assert "r2d2 --distributed" in seconds and len(calls) == len(seconds) == 4
+
+
 class TestResume:
     """``--resume DIR`` reloads the learner, its counters and the replay, and goes on; what it
     prints carries no colour codes when it does not go to a terminal."""

@@ -127,7 +127,8 @@ def make_parser() -> argparse.ArgumentParser:
 DISTRIBUTED_OPTIONS = {
     "--distributed": {
         "action": "store_true",
-        "help": "Ape-X layout on Ray: actor workers, a replay service, this process learns",
+        "help": "Ape-X layout on Ray: actor workers, a replay service, this process learns "
+        "(output: runs/r2d2_distributed)",
     },
     "--workers": {
         "type": int, "default": None, "metavar": "N",
