@@ -24,7 +24,8 @@ ray = pytest.importorskip("ray", reason="needs ray (pip install 'torchrl_ext[ray
 
 from torchrl_ext.examples import r2d2_distributed as dist  # noqa: E402
 
-RATES = ("worker0_frames_per_s", "inserts_per_s", "samples_per_s", "updates_per_s")
+RATES = ("worker0_frames_per_s", "worker1_frames_per_s", "inserts_per_s", "samples_per_s",
+         "updates_per_s")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ class TestQuick:
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         assert state["counters"]["frames"] == result.frames
         assert state["counters"]["updates"] == _common.read_scalars(out)["updates"][-1][1]
-        assert state["layout"]["workers"] == 1
+        assert state["layout"]["workers"] == 2  # the default on a Ray with 2 CPUs
         assert (out / "replay").is_dir() and any((out / "replay").iterdir())
 
 
@@ -150,6 +151,9 @@ class TestArguments:
             entry.main(["r2d2", *option])
         assert exit_info.value.code == 2
         assert "--workers and --address go with --distributed" in capsys.readouterr().err
+
+    def test_default_workers(self):
+        assert [dist.default_workers(c) for c in (0.0, 1.0, 2.0, 64.0)] == [1, 1, 2, 2]
 
     def test_parser_defaults(self):
         args = entry.make_parser().parse_args(["r2d2"])

@@ -132,7 +132,8 @@ DISTRIBUTED_OPTIONS = {
     },
     "--workers": {
         "type": int, "default": None, "metavar": "N",
-        "help": "with --distributed: Ray actor workers, one CPU each (default: 1)",
+        "help": "with --distributed: Ray actor workers, one CPU each (default: 2, or 1 on a "
+        "single CPU)",
     },
     "--address": {
         "default": None, "metavar": "ADDR",

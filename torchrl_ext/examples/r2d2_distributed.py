@@ -630,49 +630,68 @@ def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
 #: ``--quick``: a short run (overrides of the example's ``Config``) with checked samples.
 QUICK = {"frames": 2048, "warmup_frames": 512, "capacity": 4096, "batch_size": 8,
          "eval_episodes": 2}  # fmt: skip
-#: Actor workers without ``--workers``.
-DEFAULT_WORKERS = 1
+#: Actor workers without ``--workers`` (fewer on a cluster with fewer CPUs).
+DEFAULT_WORKERS = 2
 #: ``--quick`` runs at least this many checked updates.
 QUICK_UPDATES = 4
 
 
-def start_ray(address: str | None, workers: int) -> bool:
+def default_workers(cpus: float) -> int:
+    """``DEFAULT_WORKERS``, or as many as the cluster's ``cpus`` allow (at least one).
+
+    Examples:
+        >>> default_workers(16.0), default_workers(1.0)
+        (2, 1)
+    """
+    return max(1, min(DEFAULT_WORKERS, int(cpus)))
+
+
+def start_ray(address: str | None) -> bool:
     """Starts a local Ray (one CPU per core) or joins ``address``; returns whether it did.
 
-    A Ray already running in this process is used as it is. Every worker needs a CPU.
+    A Ray already running in this process is used as it is.
     """
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        common = {"include_dashboard": False, "log_to_driver": False}
-        if address is None:
-            ray.init(num_cpus=os.cpu_count(), **common)
-        else:
-            ray.init(address=address, **common)
+    if ray.is_initialized():
+        return False
+    common = {"include_dashboard": False, "log_to_driver": False}
+    if address is None:
+        ray.init(num_cpus=os.cpu_count(), **common)
+    else:
+        ray.init(address=address, **common)
+    return True
+
+
+def check_cpus(workers: int) -> None:
+    """Stops the run unless the running Ray has a CPU for each of ``workers``."""
+    import ray
+
     cpus = ray.cluster_resources().get("CPU", 0)
     if cpus < workers:
-        if started:
-            ray.shutdown()
         raise SystemExit(
             f"--workers {workers}: the Ray cluster has {cpus:g} CPUs and each worker takes one; "
             "pass fewer workers or join a larger cluster with --address."
         )
-    return started
 
 
 def main(args: argparse.Namespace) -> list[single.Result]:
     """Runs ``python -m torchrl_ext.examples r2d2 --distributed`` (see ``--help``)."""
     _common.setup()
     try:
-        workers = DEFAULT_WORKERS if args.workers is None else args.workers
+        workers = 1 if args.workers is None else args.workers
         address = None if args.address is None else parse_address(args.address)
         layout = Layout(workers=workers, address=address)
     except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
         raise SystemExit(f"r2d2 --distributed: {error}") from None
+    import ray
+
     results = []
-    started = start_ray(layout.address, layout.workers)
+    started = start_ray(layout.address)
     try:
+        if args.workers is None:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            layout = dataclasses.replace(layout, workers=default_workers(cpus))
         for seed, run in _common.runs_of(args, "r2d2_distributed"):
             if run.resume:
                 state = _common.load_checkpoint(run.checkpoint)
@@ -683,13 +702,12 @@ def main(args: argparse.Namespace) -> list[single.Result]:
                 if args.frames is not None:
                     overrides["frames"] = args.frames
                 cfg = single.Config(seed=seed, **overrides)
+            check_cpus(layout.workers)
             result = train(cfg, layout, run, quick=args.quick)
             print(single.summary(result).replace("r2d2", "r2d2 --distributed", 1), flush=True)
             results.append(result)
     finally:
         if started:
-            import ray
-
             ray.shutdown()
     if len(results) > 1:
         print(single.table(results))
