@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -110,6 +111,8 @@ def make_parser() -> argparse.ArgumentParser:
         if name == "ppo":
             p.add_argument("--policy", choices=["lstm", "mlp"], default="lstm",
                            help="recurrent or feed-forward actor and critic")  # fmt: skip
+        if name == "r2d2":
+            _add_distributed(p)
         if name == "results":
             p.add_argument("--mlp-seeds", type=int, nargs="*", default=[0], metavar="N",
                            help="seeds of the feed-forward baseline")  # fmt: skip
@@ -118,6 +121,31 @@ def make_parser() -> argparse.ArgumentParser:
     _add_animate(sub)
     _add_signalling(sub)
     return parser
+
+
+#: ``r2d2`` options of the Ape-X layout on Ray (``r2d2_distributed``).
+DISTRIBUTED_OPTIONS = {
+    "--distributed": {
+        "action": "store_true",
+        "help": "Ape-X layout on Ray: actor workers, a replay service, this process learns "
+        "(output: runs/r2d2_distributed)",
+    },
+    "--workers": {
+        "type": int, "default": None, "metavar": "N",
+        "help": "with --distributed: Ray actor workers, one CPU each (default: 2, or 1 on a "
+        "single CPU)",
+    },
+    "--address": {
+        "default": None, "metavar": "ADDR",
+        "help": "with --distributed: join this Ray cluster (HOST:PORT, ray://HOST:PORT or "
+        "auto) instead of starting a local Ray (default: local)",
+    },
+}  # fmt: skip
+
+
+def _add_distributed(p: argparse.ArgumentParser) -> None:
+    for flag, options in DISTRIBUTED_OPTIONS.items():
+        p.add_argument(flag, **options)
 
 
 SIGNALLING = "recurrent multi-agent PPO on the speaker-listener game (SignallingEnv)"
@@ -153,14 +181,29 @@ def run(name: str, argv: list[str]) -> object:
     return main([name, *argv])
 
 
+#: The pipelines ``--quick`` runs: label, subcommand, extra options.
+QUICK_RUNS = (
+    ("ppo", "ppo", []),
+    ("r2d2", "r2d2", []),
+    ("r2d2 --distributed", "r2d2", ["--distributed"]),
+    ("course", "course", []),
+)
+
+
 def run_quick() -> dict[str, float]:
-    """Runs every training pipeline's ``--quick`` mode; returns seconds per pipeline."""
+    """Runs every training pipeline's ``--quick`` mode; returns seconds per pipeline.
+
+    ``r2d2 --distributed`` is left out, with a line saying so, when Ray is not installed.
+    """
     seconds = {}
-    for name in ("ppo", "r2d2", "course"):
-        print(f"=== {name} --quick", flush=True)
+    for label, name, options in QUICK_RUNS:
+        if options == ["--distributed"] and importlib.util.find_spec("ray") is None:
+            print(f"=== {label} --quick: skipped, needs ray (pip install 'torchrl_ext[ray]')")
+            continue
+        print(f"=== {label} --quick", flush=True)
         start = time.perf_counter()
-        run(name, ["--quick", "--no-progress"])
-        seconds[name] = time.perf_counter() - start
+        run(name, [*options, "--quick", "--no-progress"])
+        seconds[label] = time.perf_counter() - start
     for name, value in seconds.items():
         print(f"quick run ok: {name} ({value:.1f} s)")
     return seconds
@@ -181,6 +224,11 @@ def main(argv: list[str] | None = None) -> object:
     if args.quick_all and args.command != "animate":
         args.quick = True  # `--quick ppo` means `ppo --quick`
     name = "animate" if args.command == "animate" else PIPELINES[args.command][0]
+    if args.command == "r2d2":
+        if not args.distributed and (args.workers is not None or args.address is not None):
+            parser.error("r2d2: --workers and --address go with --distributed")
+        if args.distributed:
+            name = "r2d2_distributed"
     module = importlib.import_module(f"torchrl_ext.examples.{name}")
     return module.main(args)
 
