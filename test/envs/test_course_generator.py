@@ -438,6 +438,8 @@ class TestBadInput:
         [
             (torch.zeros(3, dtype=torch.int32), ValueError, r"mask must have shape \(4,\)"),
             (torch.zeros(4, 1, dtype=torch.int32), ValueError, "mask must have shape"),
+            (torch.tensor(0, dtype=torch.int32), ValueError, r"mask must have shape \(4,\)"),
+            (torch.zeros(0, dtype=torch.int32), ValueError, r"mask must have shape \(4,\)"),
             (torch.zeros(4, dtype=torch.int64), TypeError, "mask must have dtype torch.int32"),
             (torch.zeros(4, dtype=torch.bool), TypeError, "mask must have dtype"),
             (torch.zeros(4, dtype=torch.int32, device="meta"), ValueError, "mask must be on"),

@@ -466,9 +466,7 @@ class CourseGenerator:
             )
         if mask.dtype != wp.int32:
             raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
-        self._check_layout("mask", tuple(mask.shape), str(mask.device), (self.num_envs,))
-        if not mask.is_contiguous:
-            raise ValueError("mask must be contiguous, got a strided mask.")
+        self._check_mask_layout(tuple(mask.shape), str(mask.device), mask.is_contiguous)
         return mask
 
     def _check_torch_mask(self, mask: torch.Tensor) -> wp.array:
@@ -478,7 +476,15 @@ class CourseGenerator:
             raise ValueError(
                 f"mask must be on device {str(self.device)!r}, got mask.device={mask.device}."
             )
-        return self.check_mask(wp.from_torch(mask, dtype=wp.int32))
+        device = str(wp.device_from_torch(mask.device))
+        self._check_mask_layout(tuple(mask.shape), device, mask.is_contiguous())
+        return wp.from_torch(mask, dtype=wp.int32)
+
+    def _check_mask_layout(self, shape: tuple[int, ...], device: str, contiguous: bool) -> None:
+        """Checked before a tensor becomes a Warp array, which some shapes would crash."""
+        self._check_layout("mask", shape, device, (self.num_envs,))
+        if not contiguous:
+            raise ValueError("mask must be contiguous, got a strided mask.")
 
     def _check_layout(
         self, name: str, shape: tuple[int, ...], device: str, expected: tuple[int, ...]
