@@ -255,22 +255,23 @@ for k in (0, 1, NUM_ENVS // 10, NUM_ENVS):
 
 # %%
 # The generator's report (``python benchmarks/course_report.py``, CPU, 1 torch thread, medians,
-# two shared cores) gives, in milliseconds per masked regeneration of k of N envs:
+# a 2-core machine with nothing else running) gives, in milliseconds per masked regeneration
+# of k of N envs:
 #
 # =====  =====  =======  ============  ========  ===============
 # N      k      eager    eager uncond  captured  captured uncond
 # =====  =====  =======  ============  ========  ===============
-# 1024   0      0.107    0.340         0.009     0.036
-# 1024   1      0.311    0.214         0.042     0.035
-# 1024   102    0.957    1.155         0.591     0.539
-# 1024   1024   10.08    9.51          8.31      8.34
-# 16384  0      0.134    0.665         0.024     0.344
-# 16384  1      0.569    0.533         0.345     0.331
-# 16384  1638   21.08    17.41         16.33     16.05
-# 16384  16384  140.4    137.1         135.2     136.7
+# 1024   0      0.037    0.029         0.002     0.002
+# 1024   1      0.056    0.033         0.007     0.006
+# 1024   102    0.452    0.412         0.379     0.377
+# 1024   1024   3.864    3.747         3.624     3.623
+# 16384  0      0.044    0.036         0.008     0.008
+# 16384  1      0.085    0.046         0.022     0.014
+# 16384  1638   6.976    6.814         6.565     6.492
+# 16384  16384  56.75    56.61         56.19     56.21
 # =====  =====  =======  ============  ========  ===============
 #
-# A rebuilt course costs about 8 µs on one core, so a step in which a few envs finish pays
-# microseconds, and the all-zero skip keeps a step in which none does at a few hundredths of a
-# millisecond. A full step of ``CourseEnv`` is dominated by the range readings (sphere tracing,
-# five rays per env); see ``python benchmarks/course_env_report.py`` and the concept page.
+# A rebuilt course costs about 3.5 µs on one core, so a step in which a few envs finish pays
+# microseconds, and a step in which none does pays a few microseconds. A full step of
+# ``CourseEnv`` is dominated by the range readings (sphere tracing, five rays per env); see
+# ``python benchmarks/course_env_report.py`` and the concept page.
