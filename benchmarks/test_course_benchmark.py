@@ -11,7 +11,6 @@ import os
 
 import numpy as np
 import pytest
-import torch
 import warp as wp
 from course_report import MODES, make_regeneration, mask_counts, write_mask
 
@@ -19,14 +18,6 @@ wp.config.log_level = wp.LOG_WARNING
 
 ENVS = [int(n) for n in os.environ.get("TORCHRL_EXT_BENCH_COURSE_ENVS", "256").split(",")]
 CASES = [(n, k) for n in ENVS for k in mask_counts(n)]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(("num_envs", "k"), CASES)

@@ -19,14 +19,6 @@ wp.config.log_level = wp.LOG_WARNING
 ENVS = [int(n) for n in os.environ.get("TORCHRL_EXT_BENCH_COURSE_ENVS", "256").split(",")]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("num_envs", ENVS)
 @pytest.mark.parametrize("mode", MODES)
 def test_course_env_step(benchmark, mode, num_envs):

@@ -35,14 +35,6 @@ GAMMA, LMBDA = 0.99, 0.95
 P_TERMINATED, P_TRUNCATED = 0.01, 0.005
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ------------------------------------------------------------------ data
 def make_flags(n_envs: int, steps: int, gen: torch.Generator):
     terminated = torch.rand(n_envs, steps, 1, generator=gen) < P_TERMINATED

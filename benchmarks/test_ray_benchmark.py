@@ -36,14 +36,6 @@ def ray_local():
     ray.shutdown()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("where", ["local", "served"])
 def test_sample(benchmark, ray_local, where):
     buffer = local_buffer(CAPACITY) if where == "local" else served_buffer(CAPACITY)

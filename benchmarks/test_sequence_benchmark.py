@@ -19,14 +19,6 @@ from _sequence_setup import CHUNK, PATHS, STORAGES, episodes, make_buffer
 CAPACITIES = [int(c) for c in os.environ.get("TORCHRL_EXT_BENCH_CAPACITIES", "10000").split(",")]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("capacity", CAPACITIES)
 @pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("path", PATHS)
