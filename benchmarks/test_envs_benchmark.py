@@ -232,14 +232,6 @@ def workload_steps(name: str, steps: int) -> int:
     return max(1, int(steps * WORKLOADS[name][1]))
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("num_envs", ENVS)
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_cartpole_stepping(benchmark, name, num_envs):

@@ -464,6 +464,13 @@ class TestCourseEnv:
         with pytest.raises(ValueError, match=name):
             CarConfig(**{name: value})
 
+    def test_car_config_stores_plain_floats(self):
+        config = CarConfig(
+            dt=torch.tensor(0.05, dtype=torch.float64), max_speed=np.float32(3), accel=4
+        )
+        assert [type(getattr(config, n)) for n in ("dt", "max_speed", "accel")] == [float] * 3
+        assert config == CarConfig(dt=0.05, max_speed=3.0, accel=4.0)
+
     def test_actions_clipped_and_nan_rejected(self):
         clipped, twin = CourseEnv(2, seed=0), CourseEnv(2, seed=0)
         outs = []

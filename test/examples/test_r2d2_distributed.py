@@ -150,7 +150,7 @@ class TestArguments:
         with pytest.raises(SystemExit) as exit_info:
             entry.main(["r2d2", *option])
         assert exit_info.value.code == 2
-        assert "--workers and --address go with --distributed" in capsys.readouterr().err
+        assert f"r2d2: {' '.join(option)} needs --distributed" in capsys.readouterr().err
 
     def test_default_workers(self):
         assert [dist.default_workers(c) for c in (0.0, 1.0, 2.0, 64.0)] == [1, 1, 2, 2]

@@ -253,8 +253,9 @@ class WarpEnv(EnvBase):
 
     A subclass implements :meth:`_make_specs` (observation, action and reward specs),
     :meth:`_allocate_state`, :meth:`_reset_launches`, either :meth:`_steps_launches` (one kernel
-    for step, fused step and rollout) or :meth:`_step_launches`, adds its state arrays to
-    :meth:`_state_tensors` (what :meth:`state_dict` saves) and optionally implements
+    for step, fused step and rollout) or :meth:`_step_launches`, names its state arrays in
+    ``_saved_arrays`` (or extends :meth:`_state_tensors`: what :meth:`state_dict` saves) and
+    optionally implements
     :meth:`_check_action_values` and :meth:`_check_state_values`.
     The Warp views of the buffers the kernels read and write are in :attr:`buffers` (see
     :meth:`_allocate_buffers`).

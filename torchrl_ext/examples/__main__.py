@@ -225,8 +225,10 @@ def main(argv: list[str] | None = None) -> object:
         args.quick = True  # `--quick ppo` means `ppo --quick`
     name = "animate" if args.command == "animate" else PIPELINES[args.command][0]
     if args.command == "r2d2":
-        if not args.distributed and (args.workers is not None or args.address is not None):
-            parser.error("r2d2: --workers and --address go with --distributed")
+        given = [f"--{k} {v}" for k, v in (("workers", args.workers), ("address", args.address))
+                 if v is not None]  # fmt: skip
+        if given and not args.distributed:
+            parser.error(f"r2d2: {', '.join(given)} needs --distributed")
         if args.distributed:
             name = "r2d2_distributed"
     module = importlib.import_module(f"torchrl_ext.examples.{name}")

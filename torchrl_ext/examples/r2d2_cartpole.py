@@ -232,13 +232,13 @@ def learning_rate(cfg: Config, frames: int) -> float:
     return cfg.lr + fraction * (cfg.lr_end - cfg.lr)
 
 
-def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffer]:
-    """Prioritized windows of ``cfg.window`` records over a time x env storage, and their unit.
+def make_unit(cfg: Config) -> Sequence:
+    """Windows of ``cfg.window`` records whose priorities go back with R2D2's mixture.
 
     The unit writes priorities back (``unit.update_priority(rb, sample)``) with R2D2's mixture
     over the learning records.
     """
-    unit = Sequence(
+    return Sequence(
         cfg.length,
         burn_in=cfg.burn_in,
         bootstrap=cfg.n_step - 1,
@@ -247,6 +247,11 @@ def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffe
         priority_eta=cfg.eta,
         priority_learning_only=True,
     )
+
+
+def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffer]:
+    """Prioritized windows of ``cfg.window`` records over a time x env storage, and their unit."""
+    unit = make_unit(cfg)
     return unit, TensorDictPrioritizedReplayBuffer(
         alpha=cfg.alpha,
         beta=cfg.beta,

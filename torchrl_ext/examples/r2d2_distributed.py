@@ -160,8 +160,7 @@ class EpisodeReturns:
 
     def __call__(self, batch: TensorDictBase) -> None:
         """Counts the frames of ``batch`` and records the returns of the episodes ending there."""
-        done = batch["next", "done"].squeeze(-1)
-        returns = batch["next", "episode_reward"].squeeze(-1)[done].tolist()
+        returns = _common.completed_returns(batch).tolist()
         self.frames += batch.numel()
         self.count += len(returns)
         self.recent.extend(returns)
@@ -342,7 +341,7 @@ def make_replay(cfg: single.Config) -> tuple[Any, Any]:
     """The example's sequence unit and a prioritized replay service with its hyperparameters."""
     from torchrl_ext.distributed import prioritized_ray_buffer
 
-    unit, _ = single.make_buffer(dataclasses.replace(cfg, capacity=1))
+    unit = single.make_unit(cfg)
     rb = prioritized_ray_buffer(
         cfg.capacity, sample_unit=unit, alpha=cfg.alpha, beta=cfg.beta,
         batch_size=cfg.batch_size, remote_config={"num_cpus": 0},
@@ -421,10 +420,10 @@ class Returns:
 class _Learner:
     """The example's loss, optimizer and target copies over the replay service.
 
-    :meth:`update` trains on one sample while the next is on its way (a single thread does
-    the Ray calls in order: sample, then the previous sample's priorities, then the next
-    sample), so the round trip to the service overlaps the update. Every wait on the
-    service is bounded by ``TIMEOUT``.
+    :meth:`update` trains on one sample while the next is on its way (a
+    :class:`~torchrl_ext.distributed.SamplePrefetcher`), and sends the sample's priorities
+    from a background thread without waiting for them; other calls of the service queue
+    behind those. Every wait on the service is bounded by ``TIMEOUT``.
     """
 
     def __init__(self, cfg: single.Config, qnet: nn.Module, device: torch.device) -> None:
@@ -434,25 +433,23 @@ class _Learner:
         self.target_updater = HardUpdate(
             self.loss_fn, value_network_update_interval=cfg.target_period
         )
-        self.params = list(self.loss_fn.value_network_params.values(True, True))
-        self.optim = torch.optim.Adam(self.params, lr=cfg.lr)
+        params = self.loss_fn.value_network_params.values(True, True)
+        self.optim = torch.optim.Adam(list(params), lr=cfg.lr)
         self.unit, self.rb = make_replay(cfg)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="replay")
-        self._pending: concurrent.futures.Future | None = None
+        self._samples: Any = None  # a SamplePrefetcher once the actors have written
 
     def update(self, frames: int) -> tuple[TensorDictBase, TensorDictBase]:
         """One gradient step at the learning rate for ``frames``; returns the sample and loss."""
-        if self._pending is None:
-            self._pending = self._pool.submit(self.rb.sample)
-        sample = self._pending.result(timeout=TIMEOUT).to(self.device)
-        self._pending = self._pool.submit(self.rb.sample)
+        if self._samples is None:
+            from torchrl_ext.distributed import SamplePrefetcher
+
+            self._samples = SamplePrefetcher(self.rb, depth=1, timeout=TIMEOUT)
+        sample = self._samples.sample().to(self.device)
         for group in self.optim.param_groups:
             group["lr"] = single.learning_rate(self.cfg, frames)
         out = self.loss_fn(sample)
-        self.optim.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        self.optim.step()
+        _common.gradient_step(out["loss"], self.optim, self.cfg.max_grad_norm)
         self.target_updater.step()
         self._pool.submit(self.unit.update_priority, self.rb, sample)
         return sample, out

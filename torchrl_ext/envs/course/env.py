@@ -82,7 +82,8 @@ class CarConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             positive = f.name not in ("drag", "ray_spread", "progress_coef", "crash_penalty")
-            check_float(f.name, getattr(self, f.name), 0.0, open_minimum=positive)
+            value = check_float(f.name, getattr(self, f.name), 0.0, open_minimum=positive)
+            object.__setattr__(self, f.name, value)  # a plain float, whatever real was passed
 
 
 class _RegenerateCommand:
