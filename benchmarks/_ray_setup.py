@@ -25,6 +25,8 @@ from torchrl.modules import LSTMModule, QValueModule
 from torchrl_ext import Sequence
 from torchrl_ext.data import FastLazyTensorStorage
 from torchrl_ext.distributed import SamplePrefetcher, pack_tensordict, prioritized_ray_buffer
+from torchrl_ext.distributed.packing import _fill, _layout, packed_nbytes
+from torchrl_ext.distributed.slots import SlotPool, SlotWriter
 
 BURN_IN, LENGTH, BATCH = 8, 16, 64  # windows of 24 steps, 64 per sample
 OBS, HIDDEN = 2, 64
@@ -174,6 +176,7 @@ class _Echo:
 
     def __init__(self, sample: TensorDict) -> None:
         self.sample = sample
+        self.writer = SlotWriter()
 
     def nothing(self) -> None:
         return None
@@ -188,21 +191,30 @@ class _Echo:
     def packed(self):
         return pack_tensordict(self.sample)
 
+    def slot(self, path: str):
+        """The packed sample written into the caller's shared-memory slot; schema returned."""
+        flats, packed = _layout(self.sample)
+        _fill(self.writer.map(path, packed_nbytes(packed)), flats, packed.schema)
+        return packed
+
 
 def transport_floor(sample: TensorDict, rounds: int) -> dict[str, float]:
     """Median seconds of an empty actor call and of returning ``sample`` from an actor: whole,
-    with the recurrent states of each window's first record only, or packed into one array."""
-    echo = _Echo.remote(sample)
+    with the recurrent states of each window's first record only, packed into one array, or
+    packed into a shared-memory slot of this process."""
+    echo, slots = _Echo.remote(sample), SlotPool()
     ray.get(echo.nothing.remote(), timeout=120)
+    args = {"slot": (slots.acquire(),)}
     out = {}
-    for name in ("nothing", "whole", "first_states", "packed"):
+    for name in ("nothing", "whole", "first_states", "packed", "slot"):
         times = []
         for _ in range(rounds):
             start = time.perf_counter()
-            ray.get(getattr(echo, name).remote(), timeout=120)
+            ray.get(getattr(echo, name).remote(*args.get(name, ())), timeout=120)
             times.append(time.perf_counter() - start)
         out[name] = sorted(times)[len(times) // 2]
     ray.kill(echo)
+    slots.close()
     return out
 
 

@@ -7,16 +7,17 @@ Run from the project root::
 Starts a local Ray with 2 CPUs and prints one line per repeat, then medians with [min, max]:
 
 - sample: latency of one sample (64 windows of 24 steps, burn-in 8) from the Ray-served
-  prioritized buffer, through ``rb.sample()`` (packed into one array) and through TorchRL's
-  ``RayReplayBuffer.sample`` (pickled entry by entry), and from the same buffer in this
-  process, taken in turns; the ratios to the local sample.
+  prioritized buffer, through ``rb.sample()`` (packed, through a shared-memory slot) and
+  through TorchRL's ``RayReplayBuffer.sample`` (pickled entry by entry), and from the same
+  buffer in this process, taken in turns; the ratios to the local sample.
 - prefetched: seconds the learner waits in ``SamplePrefetcher.sample()`` (depth 1) between
   learner steps (an LSTM forward and backward pass over the sample), and one such step.
 - update: latency of a priority update of such a sample, through
   ``unit.update_priority`` (anchors and priorities sent) and through
   ``update_tensordict_priority`` (the whole sample sent).
 - transport floor (``--floor``, alone): an empty actor call, and returning an already built
-  sample from an actor (whole, with each window's first recurrent state only, or packed).
+  sample from an actor (whole, with each window's first recurrent state only, packed, or
+  packed into a shared-memory slot of the caller).
 - insert: records per second that 2 remote writers (Ray tasks) insert together.
 - collection: frames per second of 1 and 2 Ray collectors (CartPoleEnv without velocities,
   LSTM Q-policy, same envs and frames per worker), their ratio, the CPU cores the workers got,
@@ -112,7 +113,7 @@ def floor(local, args) -> None:
             f"repeat {repeat}: empty call {got['nothing'] * 1e3:.2f} ms | return a "
             f"built sample ({size / 1e3:.0f} kB) {got['whole'] * 1e3:.2f} ms | with "
             f"first states only {got['first_states'] * 1e3:.2f} ms | packed "
-            f"{got['packed'] * 1e3:.2f} ms | local sample "
+            f"{got['packed'] * 1e3:.2f} ms | into a slot {got['slot'] * 1e3:.2f} ms | local sample "
             f"{sample_latency(local, args.rounds) * 1e3:.2f} ms",
             flush=True,
         )

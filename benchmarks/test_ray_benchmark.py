@@ -46,7 +46,7 @@ def test_sample(benchmark, ray_local, where):
         assert batch.shape == torch.Size([BATCH, BURN_IN + LENGTH])
         if where == "local":
             floor = transport_floor(batch, rounds=2)
-            assert set(floor) == {"nothing", "whole", "first_states", "packed"}
+            assert set(floor) == {"nothing", "whole", "first_states", "packed", "slot"}
         else:
             assert sample_latency(buffer, 2, path="stock") > 0
             wait, step = prefetched_latency(buffer, 2)

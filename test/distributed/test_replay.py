@@ -312,6 +312,31 @@ class TestPackedSamplePath:
         data, info = rb.sample(return_info=True)
         assert data.shape[0] == 32 and "index" in info
 
+    def test_sample_travels_through_one_reused_slot(self, rb):
+        rb.extend(with_states(torch.cat([episodes(0, w) for w in range(6)]), seed=1))
+        for _ in range(3):
+            sample = rb.sample()
+        (slot,) = rb._slots._paths  # one request at a time: one slot, lent again each time
+        assert os.path.getsize(slot) >= sum(v.nbytes for v in sample.values(True, True))
+
+    def test_timed_out_sample_retires_its_slot(self, rb):
+        rb.extend(episodes(0, 3))
+        late = ray.remote(num_cpus=0)(lambda: time.sleep(30)).remote()
+        slot = rb._slots.acquire()
+        with pytest.raises(ray.exceptions.GetTimeoutError):
+            rb._receive(late, slot, timeout=0.05)
+        ray.cancel(late, force=True)
+        assert not os.path.exists(slot) and slot not in rb._slots._paths
+        assert rb.sample().shape[0] == 32  # later samples take fresh slots
+
+    def test_close_deletes_the_slots(self, ray_local):
+        buffer = make_buffer(capacity=256)
+        buffer.extend(episodes(0, 1))
+        buffer.sample()
+        slots = set(buffer._slots._paths)
+        buffer.close()
+        assert slots and not any(os.path.exists(p) for p in slots)
+
     def test_request_sample_needs_a_packing_service(self, ray_local):
         plain = ShareableRayReplayBuffer(
             storage=partial(FastLazyTensorStorage, 8), remote_config={"num_cpus": 0}

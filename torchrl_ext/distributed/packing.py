@@ -9,7 +9,9 @@ instead, and ``ray.get`` in a process on the same node maps it without copying.
 device. :class:`PackedSampleReplayBuffer` is the replay buffer the Ray actor holds: its
 :meth:`~PackedSampleReplayBuffer.sample_packed` samples as ``sample()`` does and returns the
 packed form, which :meth:`ShareableRayReplayBuffer.sample
-<torchrl_ext.distributed.ShareableRayReplayBuffer.sample>` unpacks.
+<torchrl_ext.distributed.ShareableRayReplayBuffer.sample>` unpacks. On the learner's node
+the bytes skip the object store too: the service writes them into a shared-memory slot the
+learner lends it (:mod:`~torchrl_ext.distributed.slots`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tensordict import TensorDict, TensorDictBase, is_leaf_nontensor
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._checks import check_optional_int
+from torchrl_ext.distributed.slots import PREFIX, SHM_DIR, SlotWriter, is_slot_path
 
 _ALIGN = 8  # every entry starts on an 8-byte boundary, so each view keeps its dtype's alignment
 
@@ -30,12 +33,14 @@ class PackedTensorDict(NamedTuple):
     """A TensorDict's tensors as one byte array, with what rebuilding it needs.
 
     Its fields: ``data``, the tensors' bytes one entry after another (a 1-d ``uint8`` NumPy
-    array); ``schema``, one ``(key, dtype, shape, offset)`` per tensor entry; ``batch_size``
-    and ``device``, the TensorDict's; ``rest``, the entries that are not tensors
-    (non-tensor data) as a TensorDict, or ``None``. Build it with :func:`pack_tensordict`.
+    array), or ``None`` in the reply of a service that wrote them into the learner's
+    shared-memory slot (:mod:`~torchrl_ext.distributed.slots`); ``schema``, one
+    ``(key, dtype, shape, offset)`` per tensor entry; ``batch_size`` and ``device``, the
+    TensorDict's; ``rest``, the entries that are not tensors (non-tensor data) as a
+    TensorDict, or ``None``. Build it with :func:`pack_tensordict`.
     """
 
-    data: np.ndarray
+    data: np.ndarray | None
     schema: tuple
     batch_size: torch.Size
     device: str | None
@@ -67,23 +72,42 @@ def pack_tensordict(td: TensorDictBase) -> PackedTensorDict:
     """
     if not isinstance(td, TensorDictBase):
         raise TypeError(f"td must be a TensorDict, got td={type(td).__name__}.")
-    keys, others, tensors, schema, offset = [], [], [], [], 0
+    flats, packed = _layout(td)
+    data = np.zeros(packed_nbytes(packed), dtype=np.uint8)
+    _fill(data, flats, packed.schema)
+    return packed._replace(data=data)
+
+
+def packed_nbytes(packed: PackedTensorDict) -> int:
+    """Bytes that the tensors of ``packed`` take in its flat array, padding included."""
+    if not packed.schema:
+        return 0
+    _, dtype, shape, offset = packed.schema[-1]
+    nbytes = shape.numel() * dtype.itemsize
+    return offset + nbytes + (-nbytes % _ALIGN)
+
+
+def _layout(td: TensorDictBase) -> tuple[list[torch.Tensor], PackedTensorDict]:
+    """Each tensor entry's bytes (flat ``uint8`` CPU views), and the packed form without data."""
+    others, flats, schema, offset = [], [], [], 0
     for key, value in td.items(include_nested=True, leaves_only=True, is_leaf=is_leaf_nontensor):
         if not isinstance(value, torch.Tensor):
             others.append(key)
             continue
         flat = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
         schema.append((key, value.dtype, value.shape, offset))
-        keys.append(key)
-        tensors.append(flat)
-        pad = -flat.numel() % _ALIGN
-        if pad:
-            tensors.append(torch.zeros(pad, dtype=torch.uint8))
-        offset += flat.numel() + pad
-    data = torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.uint8)
+        flats.append(flat)
+        offset += flat.numel() + (-flat.numel() % _ALIGN)
     rest = td.select(*others) if others else None
     device = None if td.device is None else str(td.device)
-    return PackedTensorDict(data.numpy(), tuple(schema), td.batch_size, device, rest)
+    return flats, PackedTensorDict(None, tuple(schema), td.batch_size, device, rest)
+
+
+def _fill(data: np.ndarray, flats: list[torch.Tensor], schema: tuple) -> None:
+    """Copies each entry's bytes to its offset in ``data`` (padding is left as it was)."""
+    out = torch.from_numpy(data)
+    for flat, (_, _, _, offset) in zip(flats, schema, strict=True):
+        out[offset : offset + flat.numel()].copy_(flat)
 
 
 def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
@@ -110,6 +134,8 @@ def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
     """
     if not isinstance(packed, PackedTensorDict):
         raise TypeError(f"packed must be a PackedTensorDict, got packed={type(packed).__name__}.")
+    if packed.data is None:
+        raise ValueError("packed.data is None: the bytes are in a slot; read them in first.")
     entries = {}
     for key, dtype, shape, offset in packed.schema:
         nbytes = shape.numel() * dtype.itemsize
@@ -147,17 +173,38 @@ class PackedSampleReplayBuffer(TensorDictReplayBuffer):
         True
     """
 
-    def sample_packed(self, batch_size: int | None = None) -> PackedTensorDict:
+    def sample_packed(
+        self, batch_size: int | None = None, slot: str | None = None
+    ) -> PackedTensorDict:
         """Samples as ``sample(batch_size)`` does and returns the sample packed.
 
         Args:
             batch_size (int, optional): as for ``sample()``. Defaults to the buffer's.
+            slot (str, optional): a learner's shared-memory slot
+                (:class:`~torchrl_ext.distributed.slots.SlotPool`) to write the bytes into.
+                Defaults to ``None``: the bytes travel in the reply.
 
         Returns:
-            The sample, packed by :func:`pack_tensordict`.
+            The sample, packed by :func:`pack_tensordict`. When the bytes went into
+            ``slot``, ``data`` is ``None``; when this process cannot open ``slot`` (another
+            node), they are in ``data`` as without a slot.
         """
         batch_size = check_optional_int("batch_size", batch_size, minimum=1)
-        return pack_tensordict(self.sample(batch_size))
+        if slot is not None and not is_slot_path(slot):
+            raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={slot!r}.")
+        sample = self.sample(batch_size)
+        if slot is None:
+            return pack_tensordict(sample)
+        flats, packed = _layout(sample)
+        data = _SLOT_WRITER.map(slot, packed_nbytes(packed))
+        if data is None:
+            return pack_tensordict(sample)
+        _fill(data, flats, packed.schema)
+        return packed
+
+
+#: The slots this process's replay service writes into (one service per Ray actor process).
+_SLOT_WRITER = SlotWriter()
 
 
 def _packing_supported(replay_buffer_cls: Any) -> bool:

@@ -13,7 +13,8 @@ Two things stop TorchRL's Ray replay layer from serving an Ape-X / R2D2 layout a
 
 One thing makes it slow for a learner: a sample travels back as a pickled TensorDict, entry by
 entry. The actor of :func:`prioritized_ray_buffer` (a :class:`PackedSampleReplayBuffer`) also
-returns a sample as one flat array, which Ray moves through its shared-memory object store;
+returns a sample as one flat array: written straight into a shared-memory file of the learner
+when both run on one node, else moved by Ray's object store.
 :meth:`ShareableRayReplayBuffer.sample` takes that path and rebuilds the same TensorDict, and
 :class:`SamplePrefetcher` keeps the next samples on their way while the learner trains.
 
@@ -41,8 +42,10 @@ from torchrl_ext.data.storages import FastLazyTensorStorage
 from torchrl_ext.distributed.packing import (
     PackedSampleReplayBuffer,
     _packing_supported,
+    packed_nbytes,
     unpack_tensordict,
 )
+from torchrl_ext.distributed.slots import SlotPool
 
 
 class ShareableRayReplayBuffer(RayReplayBuffer):
@@ -58,7 +61,9 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
     :func:`prioritized_ray_buffer` builds it) and the transport is Ray's, :meth:`sample`
     fetches the sample packed into one flat array and rebuilds it here: the same TensorDict
     as ``RayReplayBuffer.sample`` returns, in less time for samples of many entries (see
-    :doc:`/scaling`).
+    :doc:`/scaling`). On the service's node the array is written into a shared-memory file
+    this buffer owns (:class:`~torchrl_ext.distributed.slots.SlotPool`, deleted by
+    :meth:`close`), so it does not pass through Ray's object store.
 
     Examples:
         >>> import pickle
@@ -92,6 +97,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
     ) -> None:
         super().__init__(*args, replay_buffer_cls=replay_buffer_cls, **kwargs)
         self._packed = _packing_supported(replay_buffer_cls) and self.transport_kind == "ray"
+        self._slots = SlotPool()
 
     def __reduce__(self) -> tuple:
         return (_received, (self.client(),))
@@ -110,9 +116,33 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         """
         if not self._packed or args or kwargs:
             return super().sample(batch_size, *args, **kwargs)
+        return self._receive(*self._request(batch_size))
+
+    def close(self) -> None:
+        """Stops the service (``RayReplayBuffer.close``) and deletes this buffer's slots."""
+        self._slots.close()
+        super().close()
+
+    def _request(self, batch_size: int | None) -> tuple[Any, str | None]:
+        """Asks for a packed sample written into a slot of this buffer; returns both."""
+        batch_size = self._checked(batch_size)  # before a slot is taken
+        slot = self._slots.acquire()
+        return self._rb.sample_packed.remote(batch_size, slot), slot
+
+    def _receive(self, ref: Any, slot: str | None, timeout: float | None = None) -> Any:
+        """The sample of ``_request``; its slot is lent again once the sample is copied out."""
         import ray
 
-        return unpack_tensordict(ray.get(self.request_sample(batch_size)))
+        try:
+            packed = ray.get(ref, timeout=timeout)
+            if packed.data is None:
+                packed = packed._replace(data=self._slots.read(slot, packed_nbytes(packed)))
+            sample = unpack_tensordict(packed)
+        except BaseException:
+            self._slots.retire(slot)  # the service may still write into it
+            raise
+        self._slots.release(slot)
+        return sample
 
     def request_sample(self, batch_size: int | None = None) -> Any:
         """Asks the service for a packed sample without waiting for it.
@@ -122,17 +152,23 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
 
         Returns:
             A Ray ``ObjectRef`` of a :class:`~torchrl_ext.distributed.PackedTensorDict`;
-            ``unpack_tensordict(ray.get(ref))`` is the sample. :class:`SamplePrefetcher`
-            keeps such requests in flight.
+            ``unpack_tensordict(ray.get(ref))`` is the sample. It travels through Ray's
+            object store; :meth:`sample` and :class:`SamplePrefetcher` use this buffer's
+            shared-memory slots instead where the service runs on the same node.
         """
+        batch_size = self._checked(batch_size)
+        return self._rb.sample_packed.remote(batch_size)
+
+    def _checked(self, batch_size: int | None) -> int | None:
+        """``batch_size`` checked, for a service that can pack samples."""
         if not self._packed:
             raise RuntimeError(
-                "request_sample needs a service built with "
+                "a packed sample needs a service built with "
                 "replay_buffer_cls=PackedSampleReplayBuffer and transport='ray' "
                 "(prioritized_ray_buffer builds one)."
             )
         batch_size = check_optional_int("batch_size", batch_size, minimum=1)
-        return self._rb.sample_packed.remote(batch_size)
+        return batch_size
 
 
 def _received(client: Any) -> Any:
@@ -195,7 +231,7 @@ class SamplePrefetcher:
         self.batch_size = check_optional_int("batch_size", batch_size, minimum=1)
         self.timeout = None if timeout is None else check_float("timeout", timeout, 0.0)
         self.buffer = buffer
-        self._pending: deque = deque(buffer.request_sample(self.batch_size) for _ in range(depth))
+        self._pending: deque = deque(buffer._request(self.batch_size) for _ in range(depth))
 
     @property
     def in_flight(self) -> int:
@@ -204,10 +240,8 @@ class SamplePrefetcher:
 
     def sample(self) -> TensorDictBase:
         """The oldest sample in flight; a new one is requested in its place."""
-        import ray
-
-        self._pending.append(self.buffer.request_sample(self.batch_size))
-        return unpack_tensordict(ray.get(self._pending.popleft(), timeout=self.timeout))
+        self._pending.append(self.buffer._request(self.batch_size))
+        return self.buffer._receive(*self._pending.popleft(), timeout=self.timeout)
 
 
 def prioritized_ray_buffer(

@@ -1,0 +1,147 @@
+"""Shared-memory slots: lent to one request at a time, written by the service, read back exact.
+
+``SlotPool`` (the learner's side) and ``SlotWriter`` (the service's side) are checked in one
+process: the bytes a writer puts into a slot are the bytes the pool reads, also after the
+writer grew the file; a slot is lent again only after release; retired and closed slots are
+deleted and the writer then reports them unreachable; paths outside ``/dev/shm`` are refused.
+``PackedSampleReplayBuffer.sample_packed(slot=...)`` is checked against its reply path.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from test_packing import assert_identical
+from torchrl.data import LazyTensorStorage
+
+from torchrl_ext import Sequence
+from torchrl_ext.distributed import PackedSampleReplayBuffer, unpack_tensordict
+from torchrl_ext.distributed.packing import packed_nbytes
+from torchrl_ext.distributed.slots import PREFIX, SHM_DIR, SlotPool, SlotWriter
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm (Linux)")
+
+
+@pytest.fixture
+def pool():
+    pool = SlotPool()
+    yield pool
+    pool.close()
+
+
+class TestSlotPool:
+    def test_a_slot_is_lent_again_only_after_release(self, pool):
+        first, second = pool.acquire(), pool.acquire()
+        assert first != second and os.path.exists(first) and os.path.exists(second)
+        pool.release(first)
+        assert pool.acquire() == first
+        assert pool.acquire() not in (first, second)
+
+    def test_reads_what_the_writer_wrote_also_after_growth(self, pool):
+        slot, writer = pool.acquire(), SlotWriter()
+        small = np.arange(16, dtype=np.uint8)
+        writer.map(slot, 16)[:] = small
+        assert pool.read(slot, 16).tolist() == small.tolist()
+        large = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+        writer.map(slot, large.size)[:] = large
+        assert os.path.getsize(slot) == large.size
+        assert np.array_equal(pool.read(slot, large.size), large)
+        assert pool.read(slot, 0).size == 0
+
+    def test_read_of_a_short_slot_fails(self, pool):
+        slot = pool.acquire()
+        SlotWriter().map(slot, 8)
+        with pytest.raises(RuntimeError, match="holds 8 bytes, expected 64"):
+            pool.read(slot, 64)
+
+    def test_retired_slot_is_deleted_and_unreachable(self, pool):
+        slot, writer = pool.acquire(), SlotWriter()
+        writer.map(slot, 8)
+        pool.retire(slot)
+        assert not os.path.exists(slot)
+        assert writer.map(slot, 8) is None
+        assert pool.acquire() != slot
+
+    def test_close_and_garbage_collection_delete_the_files(self):
+        pool = SlotPool()
+        paths = [pool.acquire(), pool.acquire()]
+        pool.close()
+        assert not any(os.path.exists(p) for p in paths)
+        pool = SlotPool()
+        path = pool.acquire()
+        del pool
+        gc.collect()
+        assert not os.path.exists(path)
+
+    def test_without_a_usable_directory_lends_nothing(self, tmp_path):
+        assert SlotPool(directory=str(tmp_path / "missing")).acquire() is None
+
+
+class TestSlotWriter:
+    @pytest.mark.parametrize(
+        "path", ["/etc/passwd", f"{SHM_DIR}/other", f"{SHM_DIR}/x/{PREFIX}1", 3, None]
+    )
+    def test_refuses_anything_but_a_slot(self, path):
+        with pytest.raises(ValueError, match="slot must be a file /dev/shm/torchrl_ext-sample-"):
+            SlotWriter().map(path, 8)
+
+    def test_keeps_at_most_max_open_maps(self, pool):
+        writer = SlotWriter(max_open=2)
+        slots = [pool.acquire() for _ in range(3)]
+        for i, slot in enumerate(slots):
+            writer.map(slot, 8)[:] = i
+        assert len(writer._maps) == 2 and slots[0] not in writer._maps
+        writer.map(slots[0], 8)[0] = 9  # reopened on demand
+        assert pool.read(slots[0], 8).tolist() == [9] + [0] * 7
+
+
+def filled_buffer() -> PackedSampleReplayBuffer:
+    unit = Sequence(length=4, burn_in=2, layout="batch_time")
+    rb = PackedSampleReplayBuffer(storage=LazyTensorStorage(100), sample_unit=unit, batch_size=6)
+    gen = torch.Generator().manual_seed(3)
+    data = {
+        "observation": torch.randn(100, 3, generator=gen),
+        "action": torch.randint(2, (100,), generator=gen),
+        ("next", "done"): torch.rand(100, 1, generator=gen) < 0.1,
+    }
+    rb.extend(TensorDict(data, [100]))
+    return rb
+
+
+class TestSamplePackedIntoSlot:
+    """The bytes written into a slot rebuild the sample the reply path carries."""
+
+    def test_slot_sample_identical_to_reply_sample(self, pool):
+        rb, slot = filled_buffer(), pool.acquire()
+        for seed in range(3):
+            rb.set_rng(torch.Generator().manual_seed(seed))
+            expected = unpack_tensordict(rb.sample_packed())
+            SlotWriter().map(slot, 1 << 16)[:] = 0xFF  # stale bytes, padding included
+            rb.set_rng(torch.Generator().manual_seed(seed))
+            packed = rb.sample_packed(slot=slot)
+            assert packed.data is None
+            data = pool.read(slot, packed_nbytes(packed))
+            assert_identical(unpack_tensordict(packed._replace(data=data)), expected)
+
+    def test_unreachable_slot_sends_the_bytes_in_the_reply(self):
+        rb = filled_buffer()
+        rb.set_rng(torch.Generator().manual_seed(0))
+        expected = rb.sample_packed()
+        rb.set_rng(torch.Generator().manual_seed(0))
+        got = rb.sample_packed(slot=f"{SHM_DIR}/{PREFIX}not-this-node")
+        assert np.array_equal(got.data, expected.data)
+
+    def test_slot_checked_before_sampling(self):
+        rb = filled_buffer()
+        with pytest.raises(ValueError, match="got slot='/tmp/x'"):
+            rb.sample_packed(slot="/tmp/x")
+
+    def test_unpack_needs_the_bytes(self):
+        packed = filled_buffer().sample_packed()
+        with pytest.raises(ValueError, match=r"packed\.data is None"):
+            unpack_tensordict(packed._replace(data=None))
