@@ -90,6 +90,19 @@ class TestSlotWriter:
         with pytest.raises(ValueError, match="slot must be a file /dev/shm/torchrl_ext-sample-"):
             SlotWriter().map(path, 8)
 
+    def test_full_shared_memory_is_reported_not_written(self, pool, monkeypatch):
+        def full(fd, offset, length):
+            raise OSError(28, "No space left on device")
+
+        slot = pool.acquire()
+        monkeypatch.setattr(os, "posix_fallocate", full)
+        assert SlotWriter().map(slot, 4096) is None
+        rb = filled_buffer()
+        rb.set_rng(torch.Generator().manual_seed(0))
+        expected = rb.sample_packed()
+        rb.set_rng(torch.Generator().manual_seed(0))
+        assert np.array_equal(rb.sample_packed(slot=slot).data, expected.data)
+
     def test_keeps_at_most_max_open_maps(self, pool):
         writer = SlotWriter(max_open=2)
         slots = [pool.acquire() for _ in range(3)]

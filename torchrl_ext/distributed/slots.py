@@ -154,8 +154,8 @@ class SlotWriter:
     def map(self, path: str, nbytes: int) -> np.ndarray | None:
         """A writable view of the first ``nbytes`` of slot ``path``, grown if needed.
 
-        Returns ``None`` when ``path`` is not a slot this process can open (another node's),
-        so the caller sends the sample through Ray instead.
+        Returns ``None`` when ``path`` is not a slot this process can open (another node's)
+        or grow (``/dev/shm`` full), so the caller sends the sample through Ray instead.
         """
         if not is_slot_path(path):
             raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={path!r}.")
@@ -184,7 +184,11 @@ class SlotWriter:
         try:
             size = max(stat.st_size, nbytes, 1)
             if stat.st_size < size:
-                os.ftruncate(fd, size)
+                # Reserve the pages now: on a full /dev/shm this fails here, and the sample
+                # goes back through Ray, instead of a write into the map killing the process.
+                os.posix_fallocate(fd, 0, size)
             return stat.st_ino, mmap.mmap(fd, size)
+        except OSError:
+            return None
         finally:
             os.close(fd)
