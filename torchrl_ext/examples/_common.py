@@ -13,9 +13,10 @@ loss and training loop. Only these pieces are common to them:
   run folder, written atomically; on resume the CSV rows logged after the checkpoint are dropped,
   so a resumed run's log equals an uninterrupted one.
 * :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
-* :class:`BatchConfig`, :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: a
-  ``Config``'s batch size and checks, the running mean return and its first crossing of the
-  target, what a run reached, training under a seeded global generator.
+* :class:`TrainConfig` and :class:`PPOConfig`: the fields, batch size and checks every
+  pipeline's ``Config`` (every PPO pipeline's) shares.
+* :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: the running mean return and its
+  first crossing of the target, what a run reached, training under a seeded global generator.
 * :func:`config_of` and :func:`train_seeds`: from the command line to one result per seed.
 * :func:`ppo_loss`, :func:`ppo_optimizer`, :func:`anneal`, :func:`gae_batches`,
   :func:`ppo_step`: ClipPPOLoss with RecurrentGAE, its optimizer and schedules, the collected
@@ -42,6 +43,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
+from torchrl_ext._checks import check_int
 from torchrl_ext.objectives import RecurrentGAE
 
 LoggerKind = Literal["csv", "tensorboard", "wandb"]
@@ -277,27 +279,56 @@ def save_due(frames: int, previous: int, run: RunOptions, total: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- configs and runs
-class BatchConfig:
-    """Base of a pipeline's ``Config`` dataclass: its batch size and its argument checks.
+@dataclasses.dataclass(kw_only=True)
+class TrainConfig:
+    """What every pipeline's ``Config`` has; the pipeline's dataclass adds its own fields.
 
-    The subclass has ``frames``, ``num_envs`` and ``steps`` fields.
+    Fields are keyword-only. Those without a default here get the pipeline's own (a subclass
+    redeclares a field to set its default); the checks run in ``__post_init__``, which a subclass
+    with more checks extends.
+
+    Args:
+        seed (int, optional): seed of the envs, the network initialization and the pipeline's
+            own generator (minibatch order or replay sampling). Defaults to 0.
+        frames (int): frames collected in total; the pipeline's schedules (learning rate, clip
+            range, exploration) run over them.
+        num_envs (int): parallel envs.
+        steps (int): steps per env per collected batch (the row length).
+        hidden (int, optional): width of the networks' hidden layers (the LSTM's hidden size).
+            Defaults to 64.
+        lr (float): Adam learning rate (its initial value where it is scheduled).
+        gamma (float): discount.
+        max_grad_norm (float): gradient-norm clip, applied per parameter group (per network).
+        eval_episodes (int): episodes of the final deterministic (greedy) evaluation.
 
     Examples:
-        >>> @dataclasses.dataclass
-        ... class Config(BatchConfig):
-        ...     frames: int = 64
-        ...     num_envs: int = 4
-        ...     steps: int = 8
-        ...
-        ...     def __post_init__(self):
-        ...         self.check_ints("frames", "num_envs", "steps")
-        >>> Config().frames_per_batch
-        32
-        >>> Config(frames=16)
+        >>> cfg = TrainConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
+        ...                   max_grad_norm=0.5, eval_episodes=4)
+        >>> cfg.frames_per_batch, cfg.seed, cfg.hidden
+        (32, 0, 64)
+        >>> dataclasses.replace(cfg, frames=16)
         Traceback (most recent call last):
         ...
         ValueError: frames must be at least one batch (num_envs * steps = 32), got frames=16.
     """
+
+    seed: int = 0
+    frames: int
+    num_envs: int
+    steps: int
+    hidden: int = 64
+    lr: float
+    gamma: float
+    max_grad_norm: float
+    eval_episodes: int
+
+    def __post_init__(self) -> None:
+        self.check_ints("frames", "num_envs", "steps", "hidden", "eval_episodes")
+        if self.frames < self.frames_per_batch:
+            raise ValueError(
+                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
+                f" got frames={self.frames!r}."
+            )
 
     @property
     def frames_per_batch(self) -> int:
@@ -305,20 +336,39 @@ class BatchConfig:
         return self.num_envs * self.steps
 
     def check_ints(self, *names: str) -> None:
-        """Raises ValueError unless the named fields are ints >= 1 and ``frames`` holds a batch."""
+        """Checks that the named fields are ints >= 1 (TypeError, ValueError otherwise)."""
         for name in names:
-            check_positive_int(name, getattr(self, name))
-        if self.frames < self.frames_per_batch:
-            raise ValueError(
-                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
-                f" got frames={self.frames!r}."
-            )
+            setattr(self, name, check_int(name, getattr(self, name), minimum=1))
 
 
-def check_positive_int(name: str, value: Any) -> None:
-    """Raises ValueError unless ``value`` is an int >= 1 (a bool is not)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+@dataclasses.dataclass(kw_only=True)
+class PPOConfig(TrainConfig):
+    """:class:`TrainConfig` and what a PPO pipeline adds: epochs, clip range, GAE, loss weights.
+
+    Args:
+        epochs (int): passes over each batch.
+        clip (float, optional): PPO clip range (its initial value where it is annealed).
+            Defaults to 0.2.
+        lmbda (float): GAE lambda.
+        entropy_coeff (float, optional): entropy bonus weight. Defaults to 0.0.
+        critic_coeff (float, optional): value-loss weight. Defaults to 0.5.
+
+    Examples:
+        >>> cfg = PPOConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
+        ...                 max_grad_norm=0.5, eval_episodes=4, epochs=2, lmbda=0.95)
+        >>> cfg.clip, cfg.critic_coeff
+        (0.2, 0.5)
+    """
+
+    epochs: int
+    clip: float = 0.2
+    lmbda: float
+    entropy_coeff: float = 0.0
+    critic_coeff: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_ints("epochs")
 
 
 def seeded(seed: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -408,14 +458,12 @@ def config_of(args: Any, config: Callable[..., T], quick: dict[str, Any], **fiel
 
     Examples:
         >>> from argparse import Namespace
-        >>> @dataclasses.dataclass
-        ... class Config(BatchConfig):
-        ...     seed: int = 0
-        ...     frames: int = 1000
-        ...     num_envs: int = 8
-        ...     steps: int = 16
-        >>> config_of(Namespace(quick=True, frames=None), Config, {"steps": 4}, seed=2)
-        Config(seed=2, frames=96, num_envs=8, steps=4)
+        >>> from functools import partial
+        >>> config = partial(TrainConfig, frames=1000, num_envs=8, steps=16, lr=1e-3,
+        ...                  gamma=0.99, max_grad_norm=0.5, eval_episodes=4)
+        >>> cfg = config_of(Namespace(quick=True, frames=None), config, {"steps": 4}, seed=2)
+        >>> cfg.seed, cfg.frames, cfg.steps
+        (2, 96, 4)
     """
     overrides = dict(quick) if args.quick else {}
     if args.quick and "frames" not in overrides:

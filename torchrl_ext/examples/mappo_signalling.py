@@ -62,52 +62,42 @@ GROUPS = ("speaker", "listener")
 Memory = Literal["lstm", "mlp"]
 
 
-@dataclasses.dataclass
-class Config(_common.BatchConfig):
+@dataclasses.dataclass(kw_only=True)
+class Config(_common.PPOConfig):
     """Hyperparameters of one run.
 
+    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, learning rate
+    and clip range stay constant, the gradient is clipped per agent group) with this pipeline's
+    defaults, then:
+
     Args:
-        seed (int): seed of the envs, the initialisation and the minibatch order.
-        frames (int): total frames collected.
         listener (str): ``"lstm"`` (a listener with memory) or ``"mlp"`` (feed-forward).
         vocab (int): ``V``, targets and tokens.
         delay (int): steps between the showing of the token and the answer.
-        num_envs (int): parallel envs.
-        steps (int): steps per env per batch (the row length).
-        epochs (int): passes over each batch.
         envs_per_minibatch (int): env rows per minibatch.
-        hidden (int): LSTM (or first MLP layer) width.
-        lr (float): Adam learning rate.
-        clip (float): PPO clip range.
-        gamma (float): discount.
-        lmbda (float): GAE lambda.
-        entropy_coeff (float): entropy bonus weight.
-        max_grad_norm (float): gradient-norm clip, per group.
         target_success (float): the success rate that counts as solved.
         success_window (int): episodes the success rate is measured over.
-        eval_episodes (int): episodes of the final evaluation.
         print_every (int): print the success rate every this many batches (0: never).
     """
 
-    seed: int = 0
     frames: int = 1_000_000
+    num_envs: int = 64
+    steps: int = 16
+    lr: float = 3e-3
+    gamma: float = 0.99
+    max_grad_norm: float = 1.0
+    eval_episodes: int = 1024
+    epochs: int = 4
+    lmbda: float = 0.95
+    entropy_coeff: float = 0.05
+    critic_coeff: float = 1.0
     listener: Memory = "lstm"
     vocab: int = 8
     delay: int = 2
-    num_envs: int = 64
-    steps: int = 16
-    epochs: int = 4
     envs_per_minibatch: int = 16
-    hidden: int = 64
-    lr: float = 3e-3
-    clip: float = 0.2
-    gamma: float = 0.99
-    lmbda: float = 0.95
-    entropy_coeff: float = 0.05
-    max_grad_norm: float = 1.0
     target_success: float = 0.95
     success_window: int = 1024
-    eval_episodes: int = 1024
     print_every: int = 20
 
 
@@ -246,6 +236,7 @@ def make_loss(cfg: Config, group: str, agent: Agent) -> ClipPPOLoss:
         clip_epsilon=cfg.clip,
         entropy_bonus=True,
         entropy_coeff=cfg.entropy_coeff,
+        critic_coeff=cfg.critic_coeff,
         loss_critic_type="l2",
         normalize_advantage=True,
     )
