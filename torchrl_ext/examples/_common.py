@@ -11,7 +11,9 @@ loss and training loop. Only these pieces are common to them:
 * :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
   the loss, optimizer, env, collector, torch's generator, logger) in one ``checkpoint.pt`` per
   run folder, written atomically; on resume the CSV rows logged after the checkpoint are dropped,
-  so a resumed run's log equals an uninterrupted one.
+  so a resumed run's log equals an uninterrupted one. :func:`save_log` / :func:`restore_log`
+  are the config, counters and logger part of it, for a pipeline that saves the rest its own
+  way.
 * :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
 * :class:`TrainConfig` and :class:`PPOConfig`: the fields, batch size and checks every
   pipeline's ``Config`` (every PPO pipeline's) shares.
@@ -233,22 +235,27 @@ def save_run(
 ) -> None:  # fmt: skip
     """Saves everything a bitwise continuation needs into ``run.checkpoint``.
 
-    That is the config, the run's ``counters``, the networks (through ``loss``), the optimizer,
-    the base env's state, the collector's state and next policy input, torch's global generator
-    and the logger, plus the pipeline's own ``parts`` (stored under their names).
+    That is what :func:`save_log` saves, the networks (through ``loss``), the optimizer, the
+    base env's state, the collector's state and next policy input and torch's global generator,
+    plus the pipeline's own ``parts`` (stored under their names).
     """
-    state = {
-        "config": dataclasses.asdict(cfg),
-        "counters": counters,
-        "loss": loss.state_dict(),
-        "optim": optim.state_dict(),
-        "env": env.base_env.state_dict(),
-        "collector": collector.state_dict(),
-        "carrier": collector._carrier.clone(),  # the collector's next policy input
-        "torch_rng": torch.get_rng_state(),
-        "logger": logger.state_dict(),
-        **parts,
-    }
+    save_log(
+        run, cfg, counters, logger, loss=loss.state_dict(), optim=optim.state_dict(),
+        env=env.base_env.state_dict(), collector=collector.state_dict(),
+        carrier=collector._carrier.clone(),  # the collector's next policy input
+        torch_rng=torch.get_rng_state(), **parts,
+    )  # fmt: skip
+
+
+def save_log(
+    run: RunOptions, cfg: Any, counters: dict[str, Any], logger: Any, **parts: Any
+) -> None:
+    """Saves the config, the run's ``counters``, the logger and ``parts`` into ``run.checkpoint``.
+
+    Every pipeline's checkpoint holds these; :func:`restore_log` reads the run's side back.
+    """
+    state = {"config": dataclasses.asdict(cfg), "counters": counters,
+             "logger": logger.state_dict(), **parts}  # fmt: skip
     save_checkpoint(run.checkpoint, state)
 
 
@@ -258,8 +265,8 @@ def restore_run(
 ) -> dict[str, Any]:  # fmt: skip
     """Loads what :func:`save_run` saved into the run's objects; returns the run's counters.
 
-    The CSV rows logged after the checkpoint are dropped (they are logged again). The pipeline
-    restores its own parts from ``state``.
+    The logger and the CSV log as :func:`restore_log` leaves them; the pipeline restores its own
+    parts from ``state``.
     """
     loss.load_state_dict(state["loss"])
     optim.load_state_dict(state["optim"])
@@ -267,6 +274,14 @@ def restore_run(
     env.base_env.load_state_dict(state["env"])
     collector._carrier.update(state["carrier"])
     torch.set_rng_state(state["torch_rng"])
+    return restore_log(run, state, logger)
+
+
+def restore_log(run: RunOptions, state: dict[str, Any], logger: Any) -> dict[str, Any]:
+    """Loads the logger saved by :func:`save_log`; returns the run's counters.
+
+    The CSV rows logged after the checkpoint are dropped (the resumed run logs them again).
+    """
     logger.load_state_dict(state["logger"])
     if run.logger == "csv":
         trim_csv_logs(run.out, state["counters"]["frames"])
