@@ -319,8 +319,8 @@ class TrainConfig:
     Examples:
         >>> cfg = TrainConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
         ...                   max_grad_norm=0.5, eval_episodes=4)
-        >>> cfg.frames_per_batch, cfg.seed, cfg.hidden
-        (32, 0, 64)
+        >>> cfg.frames_per_batch, cfg.seed, cfg.hidden, cfg.eval_seed
+        (32, 0, 64, 1000003)
         >>> dataclasses.replace(cfg, frames=16)
         Traceback (most recent call last):
         ...
@@ -349,6 +349,11 @@ class TrainConfig:
     def frames_per_batch(self) -> int:
         """Frames in one collected batch: ``num_envs * steps``."""
         return self.num_envs * self.steps
+
+    @property
+    def eval_seed(self) -> int:
+        """Seed of the final evaluation's envs: ``seed + 1_000_003``, not a training seed."""
+        return self.seed + 1_000_003
 
     def check_ints(self, *names: str) -> None:
         """Checks that the named fields are ints >= 1 (TypeError, ValueError otherwise)."""
@@ -520,6 +525,7 @@ class TargetResult:
         final_eval (float): mean return of the deterministic (greedy) evaluation.
         frames (int): frames collected in total.
         seconds (float): training wall time (a resumed run counts its earlier part).
+        out (Path): the run folder.
     """
 
     config: Any
@@ -528,6 +534,7 @@ class TargetResult:
     final_eval: float
     frames: int
     seconds: float
+    out: Path
 
 
 def progress_bar(total: int, initial: int, run: RunOptions) -> Any:

@@ -294,7 +294,7 @@ def successes(batch: TensorDictBase) -> torch.Tensor:
 
 def evaluate(cfg: Config, agents: dict[str, Agent]) -> float:
     """Success rate of the actors' modes on ``cfg.eval_episodes`` fresh episodes (one per env)."""
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, agents)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, agents)
     policy = TensorDictSequential(*(agents[g].actor for g in GROUPS))
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         data = env.rollout(cfg.delay + 2, policy, break_when_any_done=False)

@@ -45,7 +45,6 @@ import argparse
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -127,17 +126,15 @@ class Result(_common.TargetResult):
     """Outcome of one run.
 
     The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to
-    ``seconds``), then:
+    ``out``), then:
 
     Args:
         timings (dict): seconds spent per section of this process (collection, GAE, updates).
         curve (list): ``(frames, mean_return)`` after each batch.
-        out (Path): the run folder.
     """
 
     timings: dict[str, float]
     curve: list[tuple[int, float]]
-    out: Path
 
     @property
     def best_return(self) -> float:
@@ -219,10 +216,10 @@ def evaluate(
 ) -> float:
     """Mean return of ``cfg.eval_episodes`` fresh episodes with deterministic (mode) actions.
 
-    Runs one episode per env on a new env (seed ``cfg.seed + 1_000_003``) and stops when every
-    env has finished its first episode (at most the env's 500-step limit).
+    Runs one episode per env on a new env (seed ``cfg.eval_seed``) and stops when every env has
+    finished its first episode (at most the env's 500-step limit).
     """
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, primers, device)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, primers, device)
     return _common.mean_first_return(env, actor, cfg.eval_episodes, device)
 
 
@@ -344,7 +341,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
                         "PPO on CartPole without velocities")  # fmt: skip
     return Result(
         config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
-        timings=dict(watch.totals), curve=curve, out=run.out,
+        out=run.out, timings=dict(watch.totals), curve=curve,
     )  # fmt: skip
 
 

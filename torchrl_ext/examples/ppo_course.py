@@ -116,6 +116,15 @@ class Config(_common.PPOConfig):
         if not self.init_scale > 0:
             raise ValueError(f"init_scale must be > 0, got init_scale={self.init_scale!r}.")
 
+    @property
+    def eval_seed(self) -> int:
+        """Course seed of the first evaluation env: ``EVAL_SEED + seed * eval_episodes``.
+
+        Eval env ``i`` starts on course seed ``eval_seed + i``: courses the training envs do not
+        start on, disjoint between runs of different seeds.
+        """
+        return EVAL_SEED + self.seed * self.eval_episodes
+
 
 @dataclasses.dataclass
 class Result:
@@ -396,13 +405,12 @@ def evaluate(
 ) -> dict[str, float]:
     """The mode of the policy drives one episode on each of ``eval_episodes`` unseen courses.
 
-    The eval envs start on course seeds ``EVAL_SEED + cfg.seed * n`` to ``+ n - 1`` (courses
-    the training envs do not start on, disjoint between runs of different seeds) and run until
-    every env has ended its first episode on a valid course (at most ``max_steps`` steps each;
-    an env whose course is unusable moves on to its next course).
+    The eval envs start on course seeds ``cfg.eval_seed`` to ``cfg.eval_seed + n - 1`` and run
+    until every env has ended its first episode on a valid course (at most ``max_steps`` steps
+    each; an env whose course is unusable moves on to its next course).
     """
     n = cfg.eval_episodes
-    env = make_env(cfg, n, EVAL_SEED + cfg.seed * n, device)
+    env = make_env(cfg, n, cfg.eval_seed, device)
     tracker = EpisodeTracker(n)
     results: dict[int, dict[str, float]] = {}
     td = env.reset()
@@ -416,6 +424,7 @@ def evaluate(
     return window_means(list(results.values()))
 
 
+#: Course seeds from here on are the evaluation's (:attr:`Config.eval_seed`).
 EVAL_SEED = 1 << 40
 PLOT_TITLE = "PPO on CourseEnv: episodes on freshly generated courses (last 100)"
 

@@ -151,15 +151,13 @@ class Result(_common.TargetResult):
     """Outcome of one run.
 
     The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to
-    ``seconds``), then:
+    ``out``), then:
 
     Args:
-        out (Path): the run folder.
         lowest_after_target (float or None): the lowest logged mean return after the first
             crossing of the target (how far the return dipped once solved).
     """
 
-    out: Path
     lowest_after_target: float | None = None
 
 
@@ -258,7 +256,7 @@ def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffe
 
 def evaluate(cfg: Config, policy: Any, device: torch.device) -> float:
     """Mean return of ``cfg.eval_episodes`` greedy episodes, one per env on a fresh seed."""
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, device)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, device)
     return _common.mean_first_return(env, policy, cfg.eval_episodes, device)
 
 

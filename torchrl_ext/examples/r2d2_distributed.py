@@ -240,10 +240,10 @@ class Snapshot:
         reads are not counted.
 
         Examples:
-            >>> a, b = EpisodeReturns(window=2), EpisodeReturns(window=2)
-            >>> before = Snapshot([a, b], inserted=0, time=0.0)
+            >>> before = Snapshot([EpisodeReturns(2), EpisodeReturns(2)], inserted=0, time=0.0)
+            >>> a, b = EpisodeReturns(window=2), EpisodeReturns(window=2)  # a later read
             >>> a.count, a.recent, b.count, b.recent = 3, [2.0, 3.0], 1, [10.0]
-            >>> Snapshot([a, b], inserted=0, time=1.0).returns_since(before)
+            >>> Snapshot([a, b], inserted=0, time=1.0).returns_since(before)  # a's first is lost
             [2.0, 3.0, 10.0]
         """
         returns = []

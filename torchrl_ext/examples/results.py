@@ -34,7 +34,7 @@ def result_rows(results: list[Result]) -> list[str]:
         >>> from pathlib import Path
         >>> from torchrl_ext.examples.ppo_cartpole import Config
         >>> curve = [(1024, 20.0), (2048, 480.0)]
-        >>> r = Result(Config(), 2048, 2.0, 500.0, 61440, 40.0, {}, curve, Path("runs"))
+        >>> r = Result(Config(), 2048, 2.0, 500.0, 61440, 40.0, Path("runs"), {}, curve)
         >>> result_rows([r])[0]
         '| lstm | 0 | 2048 | 2.0 | 500.0 | 480.0 | 61440 | 40.0 |'
     """
@@ -53,7 +53,7 @@ def median_line(results: list[Result]) -> str:
         >>> from pathlib import Path
         >>> from torchrl_ext.examples.ppo_cartpole import Config
         >>> runs = [
-        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, {}, [(512, 60.0)], Path("."))
+        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, Path("."), {}, [(512, 60.0)])
         ...     for s, f, t in [(0, 30000, 20.0), (1, None, None), (2, 20000, 10.0)]
         ... ]
         >>> median_line(runs)
