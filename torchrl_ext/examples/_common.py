@@ -606,19 +606,19 @@ def runs_of(args: Any, pipeline: str) -> Iterator[tuple[int | None, RunOptions]]
         >>> [str(run.out) for _, run in runs_of(args, "ppo")]
         ['runs/ppo/seed0', 'runs/ppo/seed1']
     """
-    common = {
-        "logger": args.logger,
-        "save_every": args.save_every,
-        "device": args.device,
-        "progress": args.progress,
-    }
     if args.resume is not None:
-        yield None, RunOptions(Path(args.resume), resume=True, **common)
+        yield None, run_options(args, Path(args.resume), resume=True)
         return
     default = Path("runs") / ("quick" if args.quick else "") / pipeline
     out = default if args.out is None else Path(args.out)
     for seed in args.seeds:
-        yield seed, RunOptions(out / f"seed{seed}", **common)
+        yield seed, run_options(args, out / f"seed{seed}")
+
+
+def run_options(args: Any, out: Path, resume: bool = False) -> RunOptions:
+    """The run options the command line sets (``--logger``, ``--save-every``, ...) for ``out``."""
+    return RunOptions(out, logger=args.logger, save_every=args.save_every, device=args.device,
+                      progress=args.progress, resume=resume)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- PPO pieces
@@ -670,11 +670,16 @@ def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> di
 
     Returns the mean of each loss term.
     """
+    gradient_step(ppo_total(out), optim, max_grad_norm)
+    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+
+
+def ppo_total(out: Any) -> torch.Tensor:
+    """The sum of the PPO loss terms in ``out``: objective, critic and, if present, entropy."""
     total = out["loss_objective"] + out["loss_critic"]
     if "loss_entropy" in out.keys():
         total = total + out["loss_entropy"]
-    gradient_step(total, optim, max_grad_norm)
-    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+    return total
 
 
 def gradient_step(total: torch.Tensor, optim: torch.optim.Optimizer, max_grad_norm: float) -> None:
@@ -721,8 +726,13 @@ def mean_first_return(env: Any, policy: Any, episodes: int, device: torch.device
     return float(returns.mean())
 
 
-def completed_returns(batch: TensorDictBase) -> torch.Tensor:
+def completed_returns(
+    batch: TensorDictBase, key: tuple[str, ...] = ("next", "episode_reward")
+) -> torch.Tensor:
     """Returns of the episodes that ended inside ``batch`` (1-D, in time order per env).
+
+    ``key`` names what is read at each episode's last step; by default the return that
+    ``RewardSum`` accumulates.
 
     Examples:
         >>> import torch
@@ -734,7 +744,7 @@ def completed_returns(batch: TensorDictBase) -> torch.Tensor:
         [1.0, 5.0]
     """
     done = batch["next", "done"].squeeze(-1)
-    return batch["next", "episode_reward"].squeeze(-1)[done]
+    return batch[key].squeeze(-1)[done]
 
 
 def check_is_init(batch: Any, first: bool) -> torch.Tensor:

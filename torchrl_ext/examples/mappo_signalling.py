@@ -267,8 +267,7 @@ def update(
             with set_recurrent_mode(True):
                 out = loss(minibatch)
             stats.setdefault(f"{group}_first_max_ratio", float(out["max_ratio"]))
-            terms = [out[k] for k in ("loss_objective", "loss_critic", "loss_entropy")]
-            total = total + sum(terms)
+            total = total + _common.ppo_total(out)
             stats.update(
                 {f"{group}_{k}": float(v.detach()) for k, v in out.items() if k.startswith("loss_")}
             )
@@ -288,8 +287,7 @@ def successes(batch: TensorDictBase) -> torch.Tensor:
         >>> successes(batch).tolist()
         [1.0, 0.0]
     """
-    done = batch["next", "done"].squeeze(-1)
-    return batch["next", "listener", "reward"].squeeze(-1)[done]
+    return _common.completed_returns(batch, ("next", "listener", "reward"))
 
 
 def evaluate(cfg: Config, agents: dict[str, Agent]) -> float:

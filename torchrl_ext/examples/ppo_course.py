@@ -252,8 +252,9 @@ class EpisodeTracker:
         return episodes
 
 
-_TRACKED_KEYS = ("reward", "done", "truncated", "out_of_bounds", "checkpoints_passed", "laps")
-_TRACKED_KEYS = (*_TRACKED_KEYS, "valid")
+_TRACKED_KEYS = (
+    "reward", "done", "truncated", "out_of_bounds", "checkpoints_passed", "laps", "valid",
+)  # fmt: skip
 _METRICS = ("return", "checkpoints", "finished", "length")
 
 

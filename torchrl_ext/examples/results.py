@@ -114,10 +114,7 @@ def run_all(args: argparse.Namespace, out: Path) -> tuple[list[Result], list[Res
     lstm, mlp = [], []
     for policy, seeds, results in (("lstm", args.seeds, lstm), ("mlp", args.mlp_seeds, mlp)):
         for seed in seeds:
-            run = _common.RunOptions(
-                out / f"{policy}_seed{seed}", logger=args.logger, save_every=args.save_every,
-                device=args.device, progress=args.progress,
-            )  # fmt: skip
+            run = _common.run_options(args, out / f"{policy}_seed{seed}")
             result = train(config_of(args, seed, policy), run, quick=args.quick)
             print(result_rows([result])[0], flush=True)
             results.append(result)
