@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 from argparse import Namespace
 
@@ -67,25 +67,37 @@ class TestReturnWindow:
         )
 
 
-@dataclasses.dataclass
-class _Config(_common.BatchConfig):
-    seed: int = 0
-    frames: int = 256
-    num_envs: int = 4
-    steps: int = 8
-
-    def __post_init__(self) -> None:
-        self.check_ints("frames", "num_envs", "steps")
+#: A PPO config with every field the base leaves to the pipeline set.
+_Config = functools.partial(
+    _common.PPOConfig, frames=256, num_envs=4, steps=8, lr=1e-3, gamma=0.99, max_grad_norm=0.5,
+    eval_episodes=2, epochs=2, lmbda=0.95,
+)  # fmt: skip
 
 
 class TestConfigs:
-    """Config checks name the field and its value; ``--quick`` collects a few batches unless it
-    sets the frames; ``--frames`` wins."""
+    """Config checks name the field and its value (TypeError for a wrong type, ValueError for a
+    wrong value); the fields the pipeline leaves alone keep the base's defaults; ``--quick``
+    collects a few batches unless it sets the frames; ``--frames`` wins."""
 
-    @pytest.mark.parametrize("field, value", [("num_envs", 0), ("steps", True), ("frames", 2.0)])
-    def test_bad_field(self, field, value):
-        with pytest.raises(ValueError, match=f"{field}={value!r}"):
+    @pytest.mark.parametrize(
+        "field, value, error",
+        [("num_envs", 0, ValueError), ("steps", True, TypeError), ("frames", 2.0, TypeError),
+         ("frames", 16, ValueError), ("hidden", -1, ValueError), ("eval_episodes", 0, ValueError),
+         ("epochs", 0, ValueError)],
+    )  # fmt: skip
+    def test_bad_field(self, field, value, error):
+        with pytest.raises(error, match=f"{field}={value!r}"):
             _Config(**{field: value})
+
+    def test_defaults(self):
+        cfg = _Config()
+        assert (cfg.seed, cfg.frames, cfg.hidden, cfg.clip, cfg.epochs) == (0, 256, 64, 0.2, 2)
+        assert cfg.frames_per_batch == 32
+
+    def test_fields_without_a_base_default_are_required(self):
+        with pytest.raises(TypeError, match="frames"):
+            _common.TrainConfig(num_envs=1, steps=1, lr=1.0, gamma=1.0, max_grad_norm=1.0,
+                                eval_episodes=1)  # fmt: skip
 
     @pytest.mark.parametrize(
         "quick, frames, overrides, expected",

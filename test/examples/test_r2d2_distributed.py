@@ -4,7 +4,8 @@ A ``--quick`` run through the entry point collects with a Ray worker, learns fro
 service with checked samples, logs every component's rate, writes no colour codes, and leaves a
 checkpoint (networks plus ``rb.dumps``) that ``--resume`` continues from. Arguments are refused
 with messages that name them, before Ray does any work. The pieces the learner uses to read the
-actors (exploration ladder, merged returns, rates) are checked against hand-computed values.
+actors (exploration ladder, returns since the last read, rates) are checked against
+hand-computed values.
 """
 
 from __future__ import annotations
@@ -209,32 +210,38 @@ class TestExplorationLadder:
         assert bool((late[0, :-1] > late[0, 1:]).all()) and bool((late[0] > late[1]).all())
 
 
-class TestReturns:
-    """Returns from several workers' hooks merge into one window without counting any twice."""
+def _snapshot(window, *hooks):
+    """A snapshot of workers whose hooks hold ``(count, recent)``, each a fresh object as a read
+    from Ray gives."""
+    made = []
+    for count, recent in hooks:
+        hook = dist.EpisodeReturns(window)
+        hook.count = count
+        hook.recent.extend(recent)
+        made.append(hook)
+    return dist.Snapshot(made, inserted=0, time=0.0)
+
+
+class TestReturnsSince:
+    """The returns the workers finished between two snapshots, worker by worker, none counted
+    twice; they feed the example's return window."""
 
     def test_merges_new_episodes_only(self):
-        a, b = dist.EpisodeReturns(window=3), dist.EpisodeReturns(window=3)
-        returns = dist.Returns(window=4)
-        a.count, a.recent = 2, [10.0, 20.0]
-        returns.update([a, b])
-        assert list(returns.recent) == [10.0, 20.0] and not returns.full
-        a.count, a.recent = 5, [30.0, 40.0, 50.0]  # three new, all in the hook's window
-        b.count, b.recent = 1, [7.0]
-        returns.update([a, b])
-        assert list(returns.recent) == [30.0, 40.0, 50.0, 7.0]
-        assert returns.full and returns.mean == 31.75
-        returns.update([a, b])  # nothing new
-        assert list(returns.recent) == [30.0, 40.0, 50.0, 7.0]
+        start = _snapshot(3, (0, []), (0, []))
+        first = _snapshot(3, (2, [10.0, 20.0]), (0, []))
+        second = _snapshot(3, (5, [30.0, 40.0, 50.0]), (1, [7.0]))  # all new ones still kept
+        assert first.returns_since(start) == [10.0, 20.0]
+        assert second.returns_since(first) == [30.0, 40.0, 50.0, 7.0]
+        assert second.returns_since(second) == []
+        window = _common.ReturnWindow(4, target=31.0)
+        assert window.update(first.returns_since(start), frames=64, seconds=1.0) == 15.0
+        assert window.hit is None  # not full
+        assert window.update(second.returns_since(first), frames=128, seconds=2.0) == 31.75
+        assert list(window.recent) == [30.0, 40.0, 50.0, 7.0] and window.hit == (128, 2.0)
 
     def test_more_new_episodes_than_the_hook_kept(self):
-        hook = dist.EpisodeReturns(window=2)
-        returns = dist.Returns(window=8)
-        hook.count, hook.recent = 6, [5.0, 6.0]
-        returns.update([hook])
-        assert list(returns.recent) == [5.0, 6.0]
-
-    def test_empty_mean_is_nan(self):
-        assert math.isnan(dist.Returns(window=2).mean)
+        start, later = _snapshot(2, (0, [])), _snapshot(2, (6, [5.0, 6.0]))
+        assert later.returns_since(start) == [5.0, 6.0]
 
 
 class TestRates:

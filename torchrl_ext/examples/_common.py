@@ -11,11 +11,14 @@ loss and training loop. Only these pieces are common to them:
 * :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
   the loss, optimizer, env, collector, torch's generator, logger) in one ``checkpoint.pt`` per
   run folder, written atomically; on resume the CSV rows logged after the checkpoint are dropped,
-  so a resumed run's log equals an uninterrupted one.
+  so a resumed run's log equals an uninterrupted one. :func:`save_log` / :func:`restore_log`
+  are the config, counters and logger part of it, for a pipeline that saves the rest its own
+  way.
 * :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
-* :class:`BatchConfig`, :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: a
-  ``Config``'s batch size and checks, the running mean return and its first crossing of the
-  target, what a run reached, training under a seeded global generator.
+* :class:`TrainConfig` and :class:`PPOConfig`: the fields, batch size and checks every
+  pipeline's ``Config`` (every PPO pipeline's) shares.
+* :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: the running mean return and its
+  first crossing of the target, what a run reached, training under a seeded global generator.
 * :func:`config_of` and :func:`train_seeds`: from the command line to one result per seed.
 * :func:`ppo_loss`, :func:`ppo_optimizer`, :func:`anneal`, :func:`gae_batches`,
   :func:`ppo_step`: ClipPPOLoss with RecurrentGAE, its optimizer and schedules, the collected
@@ -42,6 +45,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
+from torchrl_ext._checks import check_int
 from torchrl_ext.objectives import RecurrentGAE
 
 LoggerKind = Literal["csv", "tensorboard", "wandb"]
@@ -231,22 +235,27 @@ def save_run(
 ) -> None:  # fmt: skip
     """Saves everything a bitwise continuation needs into ``run.checkpoint``.
 
-    That is the config, the run's ``counters``, the networks (through ``loss``), the optimizer,
-    the base env's state, the collector's state and next policy input, torch's global generator
-    and the logger, plus the pipeline's own ``parts`` (stored under their names).
+    That is what :func:`save_log` saves, the networks (through ``loss``), the optimizer, the
+    base env's state, the collector's state and next policy input and torch's global generator,
+    plus the pipeline's own ``parts`` (stored under their names).
     """
-    state = {
-        "config": dataclasses.asdict(cfg),
-        "counters": counters,
-        "loss": loss.state_dict(),
-        "optim": optim.state_dict(),
-        "env": env.base_env.state_dict(),
-        "collector": collector.state_dict(),
-        "carrier": collector._carrier.clone(),  # the collector's next policy input
-        "torch_rng": torch.get_rng_state(),
-        "logger": logger.state_dict(),
-        **parts,
-    }
+    save_log(
+        run, cfg, counters, logger, loss=loss.state_dict(), optim=optim.state_dict(),
+        env=env.base_env.state_dict(), collector=collector.state_dict(),
+        carrier=collector._carrier.clone(),  # the collector's next policy input
+        torch_rng=torch.get_rng_state(), **parts,
+    )  # fmt: skip
+
+
+def save_log(
+    run: RunOptions, cfg: Any, counters: dict[str, Any], logger: Any, **parts: Any
+) -> None:
+    """Saves the config, the run's ``counters``, the logger and ``parts`` into ``run.checkpoint``.
+
+    Every pipeline's checkpoint holds these; :func:`restore_log` reads the run's side back.
+    """
+    state = {"config": dataclasses.asdict(cfg), "counters": counters,
+             "logger": logger.state_dict(), **parts}  # fmt: skip
     save_checkpoint(run.checkpoint, state)
 
 
@@ -256,8 +265,8 @@ def restore_run(
 ) -> dict[str, Any]:  # fmt: skip
     """Loads what :func:`save_run` saved into the run's objects; returns the run's counters.
 
-    The CSV rows logged after the checkpoint are dropped (they are logged again). The pipeline
-    restores its own parts from ``state``.
+    The logger and the CSV log as :func:`restore_log` leaves them; the pipeline restores its own
+    parts from ``state``.
     """
     loss.load_state_dict(state["loss"])
     optim.load_state_dict(state["optim"])
@@ -265,6 +274,14 @@ def restore_run(
     env.base_env.load_state_dict(state["env"])
     collector._carrier.update(state["carrier"])
     torch.set_rng_state(state["torch_rng"])
+    return restore_log(run, state, logger)
+
+
+def restore_log(run: RunOptions, state: dict[str, Any], logger: Any) -> dict[str, Any]:
+    """Loads the logger saved by :func:`save_log`; returns the run's counters.
+
+    The CSV rows logged after the checkpoint are dropped (the resumed run logs them again).
+    """
     logger.load_state_dict(state["logger"])
     if run.logger == "csv":
         trim_csv_logs(run.out, state["counters"]["frames"])
@@ -277,48 +294,101 @@ def save_due(frames: int, previous: int, run: RunOptions, total: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- configs and runs
-class BatchConfig:
-    """Base of a pipeline's ``Config`` dataclass: its batch size and its argument checks.
+@dataclasses.dataclass(kw_only=True)
+class TrainConfig:
+    """What every pipeline's ``Config`` has; the pipeline's dataclass adds its own fields.
 
-    The subclass has ``frames``, ``num_envs`` and ``steps`` fields.
+    Fields are keyword-only. Those without a default here get the pipeline's own (a subclass
+    redeclares a field to set its default); the checks run in ``__post_init__``, which a subclass
+    with more checks extends.
+
+    Args:
+        seed (int, optional): seed of the envs, the network initialization and the pipeline's
+            own generator (minibatch order or replay sampling). Defaults to 0.
+        frames (int): frames collected in total; the pipeline's schedules (learning rate, clip
+            range, exploration) run over them.
+        num_envs (int): parallel envs.
+        steps (int): steps per env per collected batch (the row length).
+        hidden (int, optional): width of the networks' hidden layers (the LSTM's hidden size).
+            Defaults to 64.
+        lr (float): Adam learning rate (its initial value where it is scheduled).
+        gamma (float): discount.
+        max_grad_norm (float): gradient-norm clip, applied per parameter group (per network).
+        eval_episodes (int): episodes of the final deterministic (greedy) evaluation.
 
     Examples:
-        >>> @dataclasses.dataclass
-        ... class Config(BatchConfig):
-        ...     frames: int = 64
-        ...     num_envs: int = 4
-        ...     steps: int = 8
-        ...
-        ...     def __post_init__(self):
-        ...         self.check_ints("frames", "num_envs", "steps")
-        >>> Config().frames_per_batch
-        32
-        >>> Config(frames=16)
+        >>> cfg = TrainConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
+        ...                   max_grad_norm=0.5, eval_episodes=4)
+        >>> cfg.frames_per_batch, cfg.seed, cfg.hidden, cfg.eval_seed
+        (32, 0, 64, 1000003)
+        >>> dataclasses.replace(cfg, frames=16)
         Traceback (most recent call last):
         ...
         ValueError: frames must be at least one batch (num_envs * steps = 32), got frames=16.
     """
 
-    @property
-    def frames_per_batch(self) -> int:
-        """Frames in one collected batch: ``num_envs * steps``."""
-        return self.num_envs * self.steps
+    seed: int = 0
+    frames: int
+    num_envs: int
+    steps: int
+    hidden: int = 64
+    lr: float
+    gamma: float
+    max_grad_norm: float
+    eval_episodes: int
 
-    def check_ints(self, *names: str) -> None:
-        """Raises ValueError unless the named fields are ints >= 1 and ``frames`` holds a batch."""
-        for name in names:
-            check_positive_int(name, getattr(self, name))
+    def __post_init__(self) -> None:
+        self.check_ints("frames", "num_envs", "steps", "hidden", "eval_episodes")
         if self.frames < self.frames_per_batch:
             raise ValueError(
                 f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
                 f" got frames={self.frames!r}."
             )
 
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames in one collected batch: ``num_envs * steps``."""
+        return self.num_envs * self.steps
 
-def check_positive_int(name: str, value: Any) -> None:
-    """Raises ValueError unless ``value`` is an int >= 1 (a bool is not)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+    @property
+    def eval_seed(self) -> int:
+        """Seed of the final evaluation's envs: ``seed + 1_000_003``, not a training seed."""
+        return self.seed + 1_000_003
+
+    def check_ints(self, *names: str) -> None:
+        """Checks that the named fields are ints >= 1 (TypeError, ValueError otherwise)."""
+        for name in names:
+            setattr(self, name, check_int(name, getattr(self, name), minimum=1))
+
+
+@dataclasses.dataclass(kw_only=True)
+class PPOConfig(TrainConfig):
+    """:class:`TrainConfig` and what a PPO pipeline adds: epochs, clip range, GAE, loss weights.
+
+    Args:
+        epochs (int): passes over each batch.
+        clip (float, optional): PPO clip range (its initial value where it is annealed).
+            Defaults to 0.2.
+        lmbda (float): GAE lambda.
+        entropy_coeff (float, optional): entropy bonus weight. Defaults to 0.0.
+        critic_coeff (float, optional): value-loss weight. Defaults to 0.5.
+
+    Examples:
+        >>> cfg = PPOConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
+        ...                 max_grad_norm=0.5, eval_episodes=4, epochs=2, lmbda=0.95)
+        >>> cfg.clip, cfg.critic_coeff
+        (0.2, 0.5)
+    """
+
+    epochs: int
+    clip: float = 0.2
+    lmbda: float
+    entropy_coeff: float = 0.0
+    critic_coeff: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_ints("epochs")
 
 
 def seeded(seed: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -408,14 +478,12 @@ def config_of(args: Any, config: Callable[..., T], quick: dict[str, Any], **fiel
 
     Examples:
         >>> from argparse import Namespace
-        >>> @dataclasses.dataclass
-        ... class Config(BatchConfig):
-        ...     seed: int = 0
-        ...     frames: int = 1000
-        ...     num_envs: int = 8
-        ...     steps: int = 16
-        >>> config_of(Namespace(quick=True, frames=None), Config, {"steps": 4}, seed=2)
-        Config(seed=2, frames=96, num_envs=8, steps=4)
+        >>> from functools import partial
+        >>> config = partial(TrainConfig, frames=1000, num_envs=8, steps=16, lr=1e-3,
+        ...                  gamma=0.99, max_grad_norm=0.5, eval_episodes=4)
+        >>> cfg = config_of(Namespace(quick=True, frames=None), config, {"steps": 4}, seed=2)
+        >>> cfg.seed, cfg.frames, cfg.steps
+        (2, 96, 4)
     """
     overrides = dict(quick) if args.quick else {}
     if args.quick and "frames" not in overrides:
@@ -457,6 +525,7 @@ class TargetResult:
         final_eval (float): mean return of the deterministic (greedy) evaluation.
         frames (int): frames collected in total.
         seconds (float): training wall time (a resumed run counts its earlier part).
+        out (Path): the run folder.
     """
 
     config: Any
@@ -465,6 +534,7 @@ class TargetResult:
     final_eval: float
     frames: int
     seconds: float
+    out: Path
 
 
 def progress_bar(total: int, initial: int, run: RunOptions) -> Any:
@@ -536,19 +606,19 @@ def runs_of(args: Any, pipeline: str) -> Iterator[tuple[int | None, RunOptions]]
         >>> [str(run.out) for _, run in runs_of(args, "ppo")]
         ['runs/ppo/seed0', 'runs/ppo/seed1']
     """
-    common = {
-        "logger": args.logger,
-        "save_every": args.save_every,
-        "device": args.device,
-        "progress": args.progress,
-    }
     if args.resume is not None:
-        yield None, RunOptions(Path(args.resume), resume=True, **common)
+        yield None, run_options(args, Path(args.resume), resume=True)
         return
     default = Path("runs") / ("quick" if args.quick else "") / pipeline
     out = default if args.out is None else Path(args.out)
     for seed in args.seeds:
-        yield seed, RunOptions(out / f"seed{seed}", **common)
+        yield seed, run_options(args, out / f"seed{seed}")
+
+
+def run_options(args: Any, out: Path, resume: bool = False) -> RunOptions:
+    """The run options the command line sets (``--logger``, ``--save-every``, ...) for ``out``."""
+    return RunOptions(out, logger=args.logger, save_every=args.save_every, device=args.device,
+                      progress=args.progress, resume=resume)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- PPO pieces
@@ -600,11 +670,16 @@ def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> di
 
     Returns the mean of each loss term.
     """
+    gradient_step(ppo_total(out), optim, max_grad_norm)
+    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+
+
+def ppo_total(out: Any) -> torch.Tensor:
+    """The sum of the PPO loss terms in ``out``: objective, critic and, if present, entropy."""
     total = out["loss_objective"] + out["loss_critic"]
     if "loss_entropy" in out.keys():
         total = total + out["loss_entropy"]
-    gradient_step(total, optim, max_grad_norm)
-    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
+    return total
 
 
 def gradient_step(total: torch.Tensor, optim: torch.optim.Optimizer, max_grad_norm: float) -> None:
@@ -651,8 +726,13 @@ def mean_first_return(env: Any, policy: Any, episodes: int, device: torch.device
     return float(returns.mean())
 
 
-def completed_returns(batch: TensorDictBase) -> torch.Tensor:
+def completed_returns(
+    batch: TensorDictBase, key: tuple[str, ...] = ("next", "episode_reward")
+) -> torch.Tensor:
     """Returns of the episodes that ended inside ``batch`` (1-D, in time order per env).
+
+    ``key`` names what is read at each episode's last step; by default the return that
+    ``RewardSum`` accumulates.
 
     Examples:
         >>> import torch
@@ -664,7 +744,7 @@ def completed_returns(batch: TensorDictBase) -> torch.Tensor:
         [1.0, 5.0]
     """
     done = batch["next", "done"].squeeze(-1)
-    return batch["next", "episode_reward"].squeeze(-1)[done]
+    return batch[key].squeeze(-1)[done]
 
 
 def check_is_init(batch: Any, first: bool) -> torch.Tensor:

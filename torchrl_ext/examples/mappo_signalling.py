@@ -62,52 +62,42 @@ GROUPS = ("speaker", "listener")
 Memory = Literal["lstm", "mlp"]
 
 
-@dataclasses.dataclass
-class Config(_common.BatchConfig):
+@dataclasses.dataclass(kw_only=True)
+class Config(_common.PPOConfig):
     """Hyperparameters of one run.
 
+    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, learning rate
+    and clip range stay constant, the gradient is clipped per agent group) with this pipeline's
+    defaults, then:
+
     Args:
-        seed (int): seed of the envs, the initialisation and the minibatch order.
-        frames (int): total frames collected.
         listener (str): ``"lstm"`` (a listener with memory) or ``"mlp"`` (feed-forward).
         vocab (int): ``V``, targets and tokens.
         delay (int): steps between the showing of the token and the answer.
-        num_envs (int): parallel envs.
-        steps (int): steps per env per batch (the row length).
-        epochs (int): passes over each batch.
         envs_per_minibatch (int): env rows per minibatch.
-        hidden (int): LSTM (or first MLP layer) width.
-        lr (float): Adam learning rate.
-        clip (float): PPO clip range.
-        gamma (float): discount.
-        lmbda (float): GAE lambda.
-        entropy_coeff (float): entropy bonus weight.
-        max_grad_norm (float): gradient-norm clip, per group.
         target_success (float): the success rate that counts as solved.
         success_window (int): episodes the success rate is measured over.
-        eval_episodes (int): episodes of the final evaluation.
         print_every (int): print the success rate every this many batches (0: never).
     """
 
-    seed: int = 0
     frames: int = 1_000_000
+    num_envs: int = 64
+    steps: int = 16
+    lr: float = 3e-3
+    gamma: float = 0.99
+    max_grad_norm: float = 1.0
+    eval_episodes: int = 1024
+    epochs: int = 4
+    lmbda: float = 0.95
+    entropy_coeff: float = 0.05
+    critic_coeff: float = 1.0
     listener: Memory = "lstm"
     vocab: int = 8
     delay: int = 2
-    num_envs: int = 64
-    steps: int = 16
-    epochs: int = 4
     envs_per_minibatch: int = 16
-    hidden: int = 64
-    lr: float = 3e-3
-    clip: float = 0.2
-    gamma: float = 0.99
-    lmbda: float = 0.95
-    entropy_coeff: float = 0.05
-    max_grad_norm: float = 1.0
     target_success: float = 0.95
     success_window: int = 1024
-    eval_episodes: int = 1024
     print_every: int = 20
 
 
@@ -246,6 +236,7 @@ def make_loss(cfg: Config, group: str, agent: Agent) -> ClipPPOLoss:
         clip_epsilon=cfg.clip,
         entropy_bonus=True,
         entropy_coeff=cfg.entropy_coeff,
+        critic_coeff=cfg.critic_coeff,
         loss_critic_type="l2",
         normalize_advantage=True,
     )
@@ -276,8 +267,7 @@ def update(
             with set_recurrent_mode(True):
                 out = loss(minibatch)
             stats.setdefault(f"{group}_first_max_ratio", float(out["max_ratio"]))
-            terms = [out[k] for k in ("loss_objective", "loss_critic", "loss_entropy")]
-            total = total + sum(terms)
+            total = total + _common.ppo_total(out)
             stats.update(
                 {f"{group}_{k}": float(v.detach()) for k, v in out.items() if k.startswith("loss_")}
             )
@@ -297,13 +287,12 @@ def successes(batch: TensorDictBase) -> torch.Tensor:
         >>> successes(batch).tolist()
         [1.0, 0.0]
     """
-    done = batch["next", "done"].squeeze(-1)
-    return batch["next", "listener", "reward"].squeeze(-1)[done]
+    return _common.completed_returns(batch, ("next", "listener", "reward"))
 
 
 def evaluate(cfg: Config, agents: dict[str, Agent]) -> float:
     """Success rate of the actors' modes on ``cfg.eval_episodes`` fresh episodes (one per env)."""
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, agents)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, agents)
     policy = TensorDictSequential(*(agents[g].actor for g in GROUPS))
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         data = env.rollout(cfg.delay + 2, policy, break_when_any_done=False)

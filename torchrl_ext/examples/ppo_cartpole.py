@@ -45,7 +45,6 @@ import argparse
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -75,30 +74,20 @@ ACTOR_STATE = ("rs_actor_h", "rs_actor_c")
 CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
 
 
-@dataclasses.dataclass
-class Config(_common.BatchConfig):
+@dataclasses.dataclass(kw_only=True)
+class Config(_common.PPOConfig):
     """Hyperparameters of one run (defaults: the tuned recurrent PPO).
 
+    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, and ``lr`` and
+    ``clip`` decay linearly to zero over ``frames``) with this pipeline's defaults, then:
+
     Args:
-        seed (int): seed of the envs, the initialization and the minibatch order.
-        frames (int): total frames collected; the learning rate and clip range reach zero here.
         policy (str): ``"lstm"`` (recurrent actor and critic) or ``"mlp"`` (feed-forward).
-        num_envs (int): parallel envs.
-        steps (int): steps per env per batch (the row length).
-        epochs (int): passes over each batch.
         envs_per_minibatch (int): env rows per minibatch.
-        hidden (int): LSTM (or first MLP layer) width.
         head (int): width of the hidden layer of the actor and critic heads.
-        lr (float): initial Adam learning rate.
-        clip (float): initial PPO clip range.
-        gamma (float): discount.
-        lmbda (float): GAE lambda.
-        entropy_coeff (float): entropy bonus weight.
-        critic_coeff (float): value-loss weight.
-        max_grad_norm (float): gradient-norm clip.
         target (float): mean episode return that counts as solved.
         return_window (int): completed episodes averaged into the mean return.
-        eval_episodes (int): episodes of the final deterministic evaluation.
         obs_scale (tuple of float): factors applied to cart position and pole angle. Constant
             factors play the role of sb3's VecNormalize without running statistics that
             training and evaluation would have to share; the defaults bring the small per-step
@@ -108,32 +97,28 @@ class Config(_common.BatchConfig):
             normalization, as a constant).
     """
 
-    seed: int = 0
     frames: int = 61_440
-    policy: PolicyKind = "lstm"
     num_envs: int = 16
     steps: int = 32
-    epochs: int = 8
-    envs_per_minibatch: int = 8
-    hidden: int = 64
-    head: int = 64
     lr: float = 1.5e-3
-    clip: float = 0.2
     gamma: float = 0.98
-    lmbda: float = 0.8
-    entropy_coeff: float = 0.0
-    critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
+    eval_episodes: int = 16
+    epochs: int = 8
+    lmbda: float = 0.8
+    policy: PolicyKind = "lstm"
+    envs_per_minibatch: int = 8
+    head: int = 64
     target: float = 475.0
     return_window: int = 20
-    eval_episodes: int = 16
     obs_scale: tuple[float, float] = (2.0, 20.0)
     reward_scale: float = 0.1
 
     def __post_init__(self) -> None:
         if self.policy not in ("lstm", "mlp"):
             raise ValueError(f"policy must be 'lstm' or 'mlp', got policy={self.policy!r}.")
-        self.check_ints("frames", "num_envs", "steps", "epochs", "envs_per_minibatch", "hidden")
+        super().__post_init__()
+        self.check_ints("envs_per_minibatch")
 
 
 @dataclasses.dataclass
@@ -141,17 +126,15 @@ class Result(_common.TargetResult):
     """Outcome of one run.
 
     The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to
-    ``seconds``), then:
+    ``out``), then:
 
     Args:
         timings (dict): seconds spent per section of this process (collection, GAE, updates).
         curve (list): ``(frames, mean_return)`` after each batch.
-        out (Path): the run folder.
     """
 
     timings: dict[str, float]
     curve: list[tuple[int, float]]
-    out: Path
 
     @property
     def best_return(self) -> float:
@@ -233,10 +216,10 @@ def evaluate(
 ) -> float:
     """Mean return of ``cfg.eval_episodes`` fresh episodes with deterministic (mode) actions.
 
-    Runs one episode per env on a new env (seed ``cfg.seed + 1_000_003``) and stops when every
-    env has finished its first episode (at most the env's 500-step limit).
+    Runs one episode per env on a new env (seed ``cfg.eval_seed``) and stops when every env has
+    finished its first episode (at most the env's 500-step limit).
     """
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, primers, device)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, primers, device)
     return _common.mean_first_return(env, actor, cfg.eval_episodes, device)
 
 
@@ -358,7 +341,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
                         "PPO on CartPole without velocities")  # fmt: skip
     return Result(
         config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
-        timings=dict(watch.totals), curve=curve, out=run.out,
+        out=run.out, timings=dict(watch.totals), curve=curve,
     )  # fmt: skip
 
 

@@ -62,6 +62,7 @@ from torchrl.envs import (
 from torchrl.modules import IndependentNormal, ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss
 
+from torchrl_ext._checks import check_int
 from torchrl_ext.envs import CarConfig, CourseEnv
 from torchrl_ext.envs.course import CourseParams
 from torchrl_ext.examples import _common
@@ -69,30 +70,20 @@ from torchrl_ext.examples import _common
 __all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
 
 
-@dataclasses.dataclass
-class Config(_common.BatchConfig):
+@dataclasses.dataclass(kw_only=True)
+class Config(_common.PPOConfig):
     """Hyperparameters of one run (defaults: the tuned run of the benchmarks page).
 
+    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    ``critic_coeff``; env ``i`` starts on course seed ``seed + i``, ``hidden`` is the width of
+    the two hidden layers of actor and critic, ``lr`` and ``clip`` decay linearly to zero over
+    ``frames``, ``eval_episodes`` counts unseen courses) with this pipeline's defaults, then:
+
     Args:
-        seed (int): seed of the envs (env ``i`` starts on course seed ``seed + i``), the
-            initialization and the minibatch order.
-        frames (int): total frames collected; the learning rate and clip range reach zero here.
-        num_envs (int): parallel envs.
-        steps (int): steps per env per batch.
-        epochs (int): passes over each batch.
         minibatch_size (int): transitions per minibatch.
-        hidden (int): width of the two hidden layers of actor and critic.
-        lr (float): initial Adam learning rate.
-        clip (float): initial PPO clip range.
-        gamma (float): discount.
-        lmbda (float): GAE lambda.
-        entropy_coeff (float): entropy bonus weight (0 disables it).
-        critic_coeff (float): value-loss weight.
-        max_grad_norm (float): gradient-norm clip, per network.
         init_scale (float): initial standard deviation of the action distribution.
         max_steps (int): step limit of an episode (a truncation, then a new course).
         return_window (int): fresh-course episodes averaged into the curve.
-        eval_episodes (int): courses of the final deterministic evaluation.
 
     Examples:
         >>> from torchrl_ext.examples.ppo_course import Config
@@ -105,30 +96,34 @@ class Config(_common.BatchConfig):
         ValueError: frames must be at least one batch (num_envs * steps = 4096), got frames=10.
     """
 
-    seed: int = 0
     frames: int = 491_520
     num_envs: int = 64
     steps: int = 64
-    epochs: int = 4
-    minibatch_size: int = 1024
-    hidden: int = 64
     lr: float = 1e-3
-    clip: float = 0.2
     gamma: float = 0.99
-    lmbda: float = 0.95
-    entropy_coeff: float = 0.0
-    critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
+    eval_episodes: int = 64
+    epochs: int = 4
+    lmbda: float = 0.95
+    minibatch_size: int = 1024
     init_scale: float = 0.6
     max_steps: int = 300
     return_window: int = 100
-    eval_episodes: int = 64
 
     def __post_init__(self) -> None:
-        self.check_ints("frames", "num_envs", "steps", "epochs", "minibatch_size", "hidden",
-                        "max_steps", "return_window", "eval_episodes")  # fmt: skip
+        super().__post_init__()
+        self.check_ints("minibatch_size", "max_steps", "return_window")
         if not self.init_scale > 0:
             raise ValueError(f"init_scale must be > 0, got init_scale={self.init_scale!r}.")
+
+    @property
+    def eval_seed(self) -> int:
+        """Course seed of the first evaluation env: ``EVAL_SEED + seed * eval_episodes``.
+
+        Eval env ``i`` starts on course seed ``eval_seed + i``: courses the training envs do not
+        start on, disjoint between runs of different seeds.
+        """
+        return EVAL_SEED + self.seed * self.eval_episodes
 
 
 @dataclasses.dataclass
@@ -202,10 +197,8 @@ class EpisodeTracker:
     """
 
     def __init__(self, num_envs: int, laps: int = 1) -> None:
-        _common.check_positive_int("num_envs", num_envs)
-        _common.check_positive_int("laps", laps)
-        self.num_envs = num_envs
-        self.laps = laps
+        self.num_envs = check_int("num_envs", num_envs, minimum=1)
+        self.laps = check_int("laps", laps, minimum=1)
         self.returns = torch.zeros(num_envs, dtype=torch.float64)
         self.checkpoints = torch.zeros(num_envs, dtype=torch.float64)
         self.lengths = torch.zeros(num_envs, dtype=torch.float64)
@@ -259,8 +252,9 @@ class EpisodeTracker:
         return episodes
 
 
-_TRACKED_KEYS = ("reward", "done", "truncated", "out_of_bounds", "checkpoints_passed", "laps")
-_TRACKED_KEYS = (*_TRACKED_KEYS, "valid")
+_TRACKED_KEYS = (
+    "reward", "done", "truncated", "out_of_bounds", "checkpoints_passed", "laps", "valid",
+)  # fmt: skip
 _METRICS = ("return", "checkpoints", "finished", "length")
 
 
@@ -412,13 +406,12 @@ def evaluate(
 ) -> dict[str, float]:
     """The mode of the policy drives one episode on each of ``eval_episodes`` unseen courses.
 
-    The eval envs start on course seeds ``EVAL_SEED + cfg.seed * n`` to ``+ n - 1`` (courses
-    the training envs do not start on, disjoint between runs of different seeds) and run until
-    every env has ended its first episode on a valid course (at most ``max_steps`` steps each;
-    an env whose course is unusable moves on to its next course).
+    The eval envs start on course seeds ``cfg.eval_seed`` to ``cfg.eval_seed + n - 1`` and run
+    until every env has ended its first episode on a valid course (at most ``max_steps`` steps
+    each; an env whose course is unusable moves on to its next course).
     """
     n = cfg.eval_episodes
-    env = make_env(cfg, n, EVAL_SEED + cfg.seed * n, device)
+    env = make_env(cfg, n, cfg.eval_seed, device)
     tracker = EpisodeTracker(n)
     results: dict[int, dict[str, float]] = {}
     td = env.reset()
@@ -432,6 +425,7 @@ def evaluate(
     return window_means(list(results.values()))
 
 
+#: Course seeds from here on are the evaluation's (:attr:`Config.eval_seed`).
 EVAL_SEED = 1 << 40
 PLOT_TITLE = "PPO on CourseEnv: episodes on freshly generated courses (last 100)"
 

@@ -76,29 +76,25 @@ STORED = (
 )  # fmt: skip
 
 
-@dataclasses.dataclass
-class Config(_common.BatchConfig):
+@dataclasses.dataclass(kw_only=True)
+class Config(_common.TrainConfig):
     """Hyperparameters of one run.
 
+    The fields of :class:`~torchrl_ext.examples._common.TrainConfig` (``seed`` to
+    ``eval_episodes``; one update follows each batch of ``num_envs * steps`` frames, ``hidden``
+    is the embedding, LSTM and head width) with this pipeline's defaults, then:
+
     Args:
-        seed (int): seed of the envs, the initialization and the replay sampling.
-        frames (int): frames collected in total.
-        num_envs (int): envs stepped together by the actor.
-        steps (int): steps per env per collected batch; one update follows each batch.
         warmup_frames (int): frames collected before the first update.
         capacity (int): replay capacity in records (time x envs).
         burn_in (int): burn-in records per window.
         length (int): learning records per window.
         n_step (int): return horizon; windows carry ``n_step - 1`` bootstrap records.
         batch_size (int): windows per update.
-        hidden (int): embedding, LSTM and head width.
-        gamma (float): discount.
         value_rescaling (bool): R2D2's ``h(x)`` on the targets (it also learns faster here).
-        lr (float): Adam learning rate for the first ``lr_decay_start`` of the frame budget.
         lr_decay_start (float): fraction of the frame budget after which the learning rate
-            decays linearly to ``lr_end``.
+            decays linearly from ``lr`` to ``lr_end``.
         lr_end (float): learning rate at the end of the frame budget.
-        max_grad_norm (float): gradient-norm clip.
         target_period (int): updates between target-network copies.
         alpha (float): priority exponent.
         beta (float): importance-sampling exponent.
@@ -109,7 +105,6 @@ class Config(_common.BatchConfig):
             ``eps_lanes ** (1 + 2 * i / (N - 1))``, so a few envs keep exploring.
         return_window (int): completed episodes averaged into the mean return.
         target (float): the mean return whose first crossing is reported.
-        eval_episodes (int): episodes of the final greedy evaluation.
         log_every (int): batches between log rows.
 
     Examples:
@@ -118,23 +113,22 @@ class Config(_common.BatchConfig):
         (16, 64)
     """
 
-    seed: int = 0
     frames: int = 400_000
     num_envs: int = 16
     steps: int = 4
+    lr: float = 5e-4
+    gamma: float = 0.98
+    max_grad_norm: float = 10.0
+    eval_episodes: int = 16
     warmup_frames: int = 2_048
     capacity: int = 100_000
     burn_in: int = 8
     length: int = 16
     n_step: int = 5
     batch_size: int = 32
-    hidden: int = 64
-    gamma: float = 0.98
     value_rescaling: bool = True
-    lr: float = 5e-4
     lr_decay_start: float = 0.5
     lr_end: float = 5e-5
-    max_grad_norm: float = 10.0
     target_period: int = 100
     alpha: float = 0.9
     beta: float = 0.6
@@ -144,7 +138,6 @@ class Config(_common.BatchConfig):
     eps_lanes: float = 0.1
     return_window: int = 32
     target: float = 400.0
-    eval_episodes: int = 16
     log_every: int = 16
 
     @property
@@ -158,15 +151,13 @@ class Result(_common.TargetResult):
     """Outcome of one run.
 
     The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to
-    ``seconds``), then:
+    ``out``), then:
 
     Args:
-        out (Path): the run folder.
         lowest_after_target (float or None): the lowest logged mean return after the first
             crossing of the target (how far the return dipped once solved).
     """
 
-    out: Path
     lowest_after_target: float | None = None
 
 
@@ -265,7 +256,7 @@ def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffe
 
 def evaluate(cfg: Config, policy: Any, device: torch.device) -> float:
     """Mean return of ``cfg.eval_episodes`` greedy episodes, one per env on a fresh seed."""
-    env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1_000_003, device)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, device)
     return _common.mean_first_return(env, policy, cfg.eval_episodes, device)
 
 

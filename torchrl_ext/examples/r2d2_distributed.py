@@ -233,6 +233,25 @@ class Snapshot:
     inserted: int
     time: float
 
+    def returns_since(self, before: Snapshot) -> list[float]:
+        """Returns of the episodes each worker finished after ``before``, worker by worker.
+
+        A hook keeps its latest ``window`` returns: episodes that fell out of it between the two
+        reads are not counted.
+
+        Examples:
+            >>> before = Snapshot([EpisodeReturns(2), EpisodeReturns(2)], inserted=0, time=0.0)
+            >>> a, b = EpisodeReturns(window=2), EpisodeReturns(window=2)  # a later read
+            >>> a.count, a.recent, b.count, b.recent = 3, [2.0, 3.0], 1, [10.0]
+            >>> Snapshot([a, b], inserted=0, time=1.0).returns_since(before)  # a's first is lost
+            [2.0, 3.0, 10.0]
+        """
+        returns = []
+        for hook, old in zip(self.hooks, before.hooks, strict=True):
+            kept = list(hook.recent)
+            returns += kept[len(kept) - min(hook.count - old.count, len(kept)) :]
+        return returns
+
 
 class _Actors:
     """The collector iterated in one background thread; weights and counters in another.
@@ -380,43 +399,6 @@ class Rates:
         return rates
 
 
-class Returns:
-    """The latest ``window`` episode returns over all workers, merged from their hooks.
-
-    Examples:
-        >>> a, b = EpisodeReturns(window=2), EpisodeReturns(window=2)
-        >>> a.count, a.recent, b.count, b.recent = 3, [2.0, 3.0], 1, [10.0]
-        >>> returns = Returns(window=3)
-        >>> returns.update([a, b])  # a's first episode fell out of its hook's window
-        >>> list(returns.recent), returns.full, returns.mean
-        ([2.0, 3.0, 10.0], True, 5.0)
-    """
-
-    def __init__(self, window: int, recent: list[float] = (), seen: list[int] | None = None):
-        self.recent: deque[float] = deque(recent, maxlen=window)
-        self.seen = seen
-
-    def update(self, hooks: list[EpisodeReturns]) -> None:
-        """Adds the episodes each worker finished since the previous call."""
-        if self.seen is None or len(self.seen) != len(hooks):
-            self.seen = [0] * len(hooks)
-        for i, hook in enumerate(hooks):
-            new = min(hook.count - self.seen[i], len(hook.recent))
-            if new > 0:
-                self.recent.extend(list(hook.recent)[-new:])
-            self.seen[i] = hook.count
-
-    @property
-    def full(self) -> bool:
-        """Whether a whole window of episodes has been seen."""
-        return len(self.recent) == self.recent.maxlen
-
-    @property
-    def mean(self) -> float:
-        """Mean of the recent returns (NaN before the first episode)."""
-        return sum(self.recent) / len(self.recent) if self.recent else math.nan
-
-
 class _Learner:
     """The example's loss, optimizer and target copies over the replay service.
 
@@ -478,9 +460,7 @@ class _Learner:
 def train(cfg: single.Config, layout: Layout, run: _common.RunOptions, *,
           quick: bool = False) -> single.Result:  # fmt: skip
     """Trains one seed on the running Ray; see the module docstring. Global RNG state is kept."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return _train(cfg, layout, run, quick)
+    return _common.seeded(cfg.seed, _train, cfg, layout, run, quick)
 
 
 def _train(cfg: single.Config, layout: Layout, run: _common.RunOptions, quick: bool):
@@ -491,45 +471,42 @@ def _train(cfg: single.Config, layout: Layout, run: _common.RunOptions, quick: b
     counters = {"frames": 0, "updates": 0, "seconds": 0.0, "hit": None, "recent": []}
     if run.resume:
         counters = _restore(run, learner, logger)
+    window = _common.ReturnWindow(
+        cfg.return_window, cfg.target, counters["recent"], counters["hit"]
+    )
     actor_policy = policy if device.type == "cpu" else make_policy(cfg, torch.device("cpu"))
     actors = _Actors(make_collector(cfg, layout, actor_policy, learner.rb), learner.rb, cfg, layout)
     try:
         actors.start(policy, counters["frames"])
-        counters = _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters)
+        counters = _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters, window)
     finally:
         actors.stop()
         learner.close()
     greedy = TensorDictSequential(policy[0], policy[1])
     final_eval = single.evaluate(cfg, greedy, device)
-    frames, hit = counters["frames"], counters["hit"]
+    frames = counters["frames"]
     logger.log_scalar("final_eval", final_eval, step=frames)
     return single.Result(
-        config=cfg, frames_to_target=hit[0] if hit else None,
-        seconds_to_target=hit[1] if hit else None, final_eval=final_eval, frames=frames,
+        config=cfg, **window.reached(), final_eval=final_eval, frames=frames,
         seconds=counters["seconds"], out=run.out,
-        lowest_after_target=single.lowest_after(run, hit),
+        lowest_after_target=single.lowest_after(run, window.hit),
     )  # fmt: skip
 
 
-def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters) -> dict[str, Any]:
+def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters,
+          window: _common.ReturnWindow) -> dict[str, Any]:  # fmt: skip
     """Learns until the actors have stepped ``cfg.frames`` frames; logs each new snapshot."""
-    from tqdm import tqdm
-
-    frames, updates, hit = counters["frames"], counters["updates"], counters["hit"]
-    returns = Returns(cfg.return_window, counters["recent"])
+    frames, updates = counters["frames"], counters["updates"]
     rates, logged, saved = Rates(actors.snapshot, updates), actors.snapshot, frames
     start, loss = time.perf_counter() - counters["seconds"], math.nan
-    bar = tqdm(total=cfg.frames, initial=frames, unit="frames", disable=not run.progress)
+    bar = _common.progress_bar(cfg.frames, frames, run)
 
-    def log(snapshot: Snapshot) -> float:
-        """Logs a row for ``snapshot`` (and notes the first crossing of the target)."""
-        nonlocal hit
+    def log(snapshot: Snapshot, before: Snapshot) -> float:
+        """Logs a row for ``snapshot``, with the episodes finished since ``before``."""
         seconds = time.perf_counter() - start
-        returns.update(snapshot.hooks)
-        if hit is None and returns.full and returns.mean >= cfg.target:
-            hit = (frames, seconds)
+        mean_return = window.update(snapshot.returns_since(before), frames, seconds)
         eps = float(lane_epsilons(cfg, layout.workers, frames).mean())
-        row = {"mean_return": returns.mean, "loss": loss, "updates": updates,
+        row = {"mean_return": mean_return, "loss": loss, "updates": updates,
                "lr": learner.optim.param_groups[0]["lr"], "epsilon": eps, "seconds": seconds,
                **rates.step(snapshot, updates, cfg.batch_size)}  # fmt: skip
         _common.log_row(logger, row, frames)
@@ -541,9 +518,9 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters) ->
         actors.check()
         frames, snapshot = max(frames, actors.frames), actors.snapshot
         if snapshot is not logged:
-            logged, seconds = snapshot, log(snapshot)
+            logged, seconds = snapshot, log(snapshot, logged)
             if _common.due(frames, saved, run.save_every):
-                _save(run, cfg, layout, _counters(frames, updates, seconds, hit, returns),
+                _save(run, cfg, layout, _counters(frames, updates, seconds, window),
                       learner, logger)  # fmt: skip
                 saved = frames
         elif time.perf_counter() - snapshot.time > TIMEOUT:
@@ -558,9 +535,9 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters) ->
             single.check_sample(cfg, sample, out)
         if updates % layout.weight_period == 0:
             actors.push(policy)
-    seconds = log(actors.read())  # the last row: the counters as the run ends
+    seconds = log(actors.read(), logged)  # the last row: the counters as the run ends
     bar.close()
-    counters = _counters(frames, updates, seconds, hit, returns)
+    counters = _counters(frames, updates, seconds, window)
     _save(run, cfg, layout, counters, learner, logger)
     return counters
 
@@ -598,29 +575,24 @@ def progress_text(row: dict[str, float]) -> str:
     ])  # fmt: skip
 
 
-def _counters(frames, updates, seconds, hit, returns: Returns) -> dict[str, Any]:
-    return {"frames": frames, "updates": updates, "seconds": seconds, "hit": hit,
-            "recent": list(returns.recent)}  # fmt: skip
+def _counters(frames, updates, seconds, window: _common.ReturnWindow) -> dict[str, Any]:
+    return {"frames": frames, "updates": updates, "seconds": seconds, "hit": window.hit,
+            "recent": list(window.recent)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- checkpoints
 def _save(run, cfg, layout, counters, learner: _Learner, logger) -> None:
     """The learner's state, and the replay service's (``rb.dumps``) next to it."""
     learner.call("dumps", str(Path(run.out).resolve() / "replay"))
-    state = {"config": dataclasses.asdict(cfg), "layout": dataclasses.asdict(layout),
-             "counters": counters, "logger": logger.state_dict(),
-             **learner.state_dict()}  # fmt: skip
-    _common.save_checkpoint(run.checkpoint, state)
+    _common.save_log(run, cfg, counters, logger, layout=dataclasses.asdict(layout),
+                     **learner.state_dict())  # fmt: skip
 
 
 def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
     state = _common.load_checkpoint(run.checkpoint)
     learner.load_state_dict(state)
-    logger.load_state_dict(state["logger"])
     learner.call("loads", str(Path(run.out).resolve() / "replay"))
-    if run.logger == "csv":
-        _common.trim_csv_logs(run.out, state["counters"]["frames"])
-    return state["counters"]
+    return _common.restore_log(run, state, logger)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -674,7 +646,6 @@ def check_cpus(workers: int) -> None:
 
 def main(args: argparse.Namespace) -> list[single.Result]:
     """Runs ``python -m torchrl_ext.examples r2d2 --distributed`` (see ``--help``)."""
-    _common.setup()
     try:
         workers = 1 if args.workers is None else args.workers
         address = None if args.address is None else parse_address(args.address)
@@ -683,29 +654,31 @@ def main(args: argparse.Namespace) -> list[single.Result]:
         raise SystemExit(f"r2d2 --distributed: {error}") from None
     import ray
 
-    results = []
     started = start_ray(layout.address)
     try:
         if args.workers is None:
             cpus = ray.cluster_resources().get("CPU", 0)
             layout = dataclasses.replace(layout, workers=default_workers(cpus))
-        for seed, run in _common.runs_of(args, "r2d2_distributed"):
-            if run.resume:
-                state = _common.load_checkpoint(run.checkpoint)
-                cfg = single.Config(**state["config"])
-                layout = Layout(**{**state["layout"], "address": layout.address})
-            else:
-                overrides = dict(QUICK) if args.quick else {}
-                if args.frames is not None:
-                    overrides["frames"] = args.frames
-                cfg = single.Config(seed=seed, **overrides)
-            check_cpus(layout.workers)
-            result = train(cfg, layout, run, quick=args.quick)
-            print(single.summary(result).replace("r2d2", "r2d2 --distributed", 1), flush=True)
-            results.append(result)
+        results = _common.train_seeds(args, "r2d2_distributed", partial(train_run, layout),
+                                      summary, single.Config, QUICK)  # fmt: skip
     finally:
         if started:
             ray.shutdown()
     if len(results) > 1:
         print(single.table(results))
     return results
+
+
+def train_run(layout: Layout, cfg: single.Config, run: _common.RunOptions, *,
+              quick: bool = False) -> single.Result:  # fmt: skip
+    """:func:`train` with ``layout``, or for a resumed run the saved one on ``layout``'s Ray."""
+    if run.resume:
+        saved = _common.load_checkpoint(run.checkpoint)["layout"]
+        layout = Layout(**{**saved, "address": layout.address})
+    check_cpus(layout.workers)
+    return train(cfg, layout, run, quick=quick)
+
+
+def summary(result: single.Result) -> str:
+    """The single-process example's line, named ``r2d2 --distributed``."""
+    return single.summary(result).replace("r2d2", "r2d2 --distributed", 1)

@@ -34,7 +34,7 @@ def result_rows(results: list[Result]) -> list[str]:
         >>> from pathlib import Path
         >>> from torchrl_ext.examples.ppo_cartpole import Config
         >>> curve = [(1024, 20.0), (2048, 480.0)]
-        >>> r = Result(Config(), 2048, 2.0, 500.0, 61440, 40.0, {}, curve, Path("runs"))
+        >>> r = Result(Config(), 2048, 2.0, 500.0, 61440, 40.0, Path("runs"), {}, curve)
         >>> result_rows([r])[0]
         '| lstm | 0 | 2048 | 2.0 | 500.0 | 480.0 | 61440 | 40.0 |'
     """
@@ -53,7 +53,7 @@ def median_line(results: list[Result]) -> str:
         >>> from pathlib import Path
         >>> from torchrl_ext.examples.ppo_cartpole import Config
         >>> runs = [
-        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, {}, [(512, 60.0)], Path("."))
+        ...     Result(Config(seed=s), f, t, 500.0, 80000, 40.0, Path("."), {}, [(512, 60.0)])
         ...     for s, f, t in [(0, 30000, 20.0), (1, None, None), (2, 20000, 10.0)]
         ... ]
         >>> median_line(runs)
@@ -114,10 +114,7 @@ def run_all(args: argparse.Namespace, out: Path) -> tuple[list[Result], list[Res
     lstm, mlp = [], []
     for policy, seeds, results in (("lstm", args.seeds, lstm), ("mlp", args.mlp_seeds, mlp)):
         for seed in seeds:
-            run = _common.RunOptions(
-                out / f"{policy}_seed{seed}", logger=args.logger, save_every=args.save_every,
-                device=args.device, progress=args.progress,
-            )  # fmt: skip
+            run = _common.run_options(args, out / f"{policy}_seed{seed}")
             result = train(config_of(args, seed, policy), run, quick=args.quick)
             print(result_rows([result])[0], flush=True)
             results.append(result)
