@@ -36,6 +36,7 @@ from torchrl_ext.envs._kernels.common import (
     Flags,
     begin_episode,
     count_step,
+    make_struct,
     next_episode_key,
     param_structs,
     set_flags,
@@ -109,17 +110,7 @@ def pack_params(
         (2.0, 0.1)
     """
     struct = structs[wp.float64 if dtype == torch.float64 else wp.float32]
-    names = set(struct.vars)
-    if set(values) != names:
-        missing, extra = sorted(names - set(values)), sorted(set(values) - names)
-        raise ValueError(
-            f"values must name exactly the fields of {struct.key}; missing={missing}, "
-            f"unexpected={extra}."
-        )
-    packed = struct()
-    for name, value in values.items():
-        setattr(packed, name, float(value))
-    return packed
+    return make_struct(struct, **{name: float(value) for name, value in values.items()})
 
 
 def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
@@ -179,9 +170,7 @@ def _warp_views(tensors: dict, view: Callable[[torch.Tensor], wp.array] = _to_wa
 
 def _with_flags(views: dict) -> dict:
     """``views`` plus ``"flags"``: its ``[N, T]`` done flags as one :class:`Flags` struct."""
-    flags = views["flags"] = Flags()
-    for key in _DONE_KEYS:
-        setattr(flags, key, views[key])
+    views["flags"] = make_struct(Flags, **{key: views[key] for key in _DONE_KEYS})
     return views
 
 
@@ -559,9 +548,9 @@ class WarpEnv(EnvBase):
             self._t[key] = flag
         self._wp = _warp_views(self._t)
         self._wp["seed"] = wp.zeros(2, dtype=wp.uint32, device=self._wp_device)
-        episodes = self._wp["episodes"] = Episodes()
-        episodes.seed, episodes.steps = self._wp["seed"], self._wp["steps"]
-        episodes.episode = self._wp["episode"]
+        self._wp["episodes"] = make_struct(
+            Episodes, **{name: self._wp[name] for name in ("seed", "steps", "episode")}
+        )
         # the step buffers as one time slot, [N, 1, ...]: the layout of _steps_launches
         self._slots = _with_flags(_warp_views(self._t, _time_slot))
 

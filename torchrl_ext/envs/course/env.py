@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
+from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import env as _k
 from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator, CourseParams
 from torchrl_ext.envs.warp_env import (
@@ -362,7 +363,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
     def _shared_inputs(self) -> list:
         """The kernels' leading inputs: car constants, rules, car state, courses, episode ends."""
         b, w = self.buffers, self._w
-        rules = _struct(
+        rules = make_struct(
             _k.Rules,
             laps=self.laps,
             max_steps=self.step_limit,
@@ -370,8 +371,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
             gates=int(self.mode == "gates"),
             collision=self.collision,
         )
-        car = _struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
-        ends = _struct(
+        car = make_struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
+        ends = make_struct(
             _k.Ends,
             request_regenerate=w["inputs.regen_mask"],
             request_respawn=w["inputs.reset_mask"],
@@ -384,7 +385,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         return [self._car_params, rules, car, self._generator.arrays, ends]
 
     def _outputs(self, which: str) -> _k.Outputs:
-        return _struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
+        return make_struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
 
     def _step_launches(self, autoreset: bool) -> list[Launch]:
         inputs = [*self._shared_inputs(), self.buffers["action"], int(autoreset)]
@@ -505,11 +506,3 @@ class CourseEnv(NanActionChecks, WarpEnv):
 
     def _respawn_now(self, mask: wp.array) -> None:
         self._launch_now([self._respawn_recipe(mask, self._w["zero_mask"])])
-
-
-def _struct(struct_type: type, **fields: Any) -> Any:
-    """An instance of the ``@wp.struct`` ``struct_type`` with its fields set by name."""
-    struct = struct_type()
-    for name, value in fields.items():
-        setattr(struct, name, value)
-    return struct

@@ -21,6 +21,7 @@ import torch
 import warp as wp
 
 from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
+from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import generator as K
 
 __all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
@@ -299,17 +300,13 @@ class CourseGenerator:
         self._all_envs = wp.ones(n, dtype=wp.int32, device=dev)
         self._any = wp.zeros(1, dtype=wp.int32, device=dev)
         self._next_params = self._param_struct("param_")
-        self.arrays = K.Courses()
-        for name in _STATE_ARRAYS + _COURSE_ARRAYS:
-            if name not in _PARAM_NAMES:
-                setattr(self.arrays, name, getattr(self, name))
-        self.arrays.params = self._param_struct("")
+        names = [name for name in _STATE_ARRAYS + _COURSE_ARRAYS if name not in _PARAM_NAMES]
+        arrays = {name: getattr(self, name) for name in names}
+        self.arrays = make_struct(K.Courses, params=self._param_struct(""), **arrays)
 
     def _param_struct(self, prefix: str) -> K.Params:
-        struct = K.Params()
-        for name in _PARAM_NAMES:
-            setattr(struct, name, getattr(self, prefix + name))
-        return struct
+        arrays = {name: getattr(self, prefix + name) for name in _PARAM_NAMES}
+        return make_struct(K.Params, **arrays)
 
     @staticmethod
     def array_names() -> tuple[str, ...]:

@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import Flags, count_step, param_structs, set_flags
+from torchrl_ext.envs._kernels.common import (
+    Flags,
+    array_struct,
+    count_step,
+    param_structs,
+    set_flags,
+)
 from torchrl_ext.envs.course._kernels.generator import (
     Courses,
-    array_struct,
     gate_frame,
     hits_post,
     segment_param,

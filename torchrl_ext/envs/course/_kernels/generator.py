@@ -12,9 +12,9 @@ parameters, never on the env index, the batch size or the launch order.
 
 from __future__ import annotations
 
-from typing import Any
-
 import warp as wp
+
+from torchrl_ext.envs._kernels.common import array_struct
 
 MAX_HARMONICS = 8
 """Highest Fourier harmonic of the radius; every course draws ``2 * MAX_HARMONICS`` numbers."""
@@ -42,15 +42,6 @@ _MAX_HARMONICS = wp.constant(MAX_HARMONICS)
 _MIN_CHECKPOINTS = wp.constant(MIN_CHECKPOINTS)
 
 
-def array_struct(name: str, fields: dict[str, Any], module: str = __name__) -> Any:
-    """A ``@wp.struct`` named ``name`` with one field per entry of ``fields``, read by name.
-
-    A Warp scalar type stands for an ``[N]`` array of it; an array type or a struct is kept.
-    """
-    types = {key: wp.array(dtype=t) if isinstance(t, type) else t for key, t in fields.items()}
-    return wp.struct(type(name, (), {"__annotations__": types, "__module__": module}))
-
-
 Params = array_struct(
     "Params",
     {
@@ -61,6 +52,7 @@ Params = array_struct(
         "checkpoint_spacing": wp.float32,
         "gate_width": wp.float32,
     },
+    __name__,
 )
 """Per-env course parameters, one ``[N]`` array per ``CourseParams`` field."""
 
@@ -80,6 +72,7 @@ Courses = array_struct(
         "coefficients": wp.array2d(dtype=wp.float32),
         "posts": wp.array3d(dtype=wp.vec2f),
     },
+    __name__,
 )
 """Every per-env array of the generator but the next-course parameters (see its docstring)."""
 
