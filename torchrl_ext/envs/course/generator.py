@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import warp as wp
 
-from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import generator as K
 
@@ -174,6 +174,11 @@ def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int |
     return torch.from_numpy(result)
 
 
+EpochChange = Literal["keep", "advance", "restart"]
+"""What a rebuild does to a masked env's epoch first: keep it, add 1, or restart it at 0."""
+
+_EPOCH_CHANGES = {"keep": K.EPOCH_KEEP, "advance": K.EPOCH_ADVANCE, "restart": K.EPOCH_RESTART}
+
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
 _GEOMETRY = ("centerline", "arc_length", "checkpoints", "checkpoint_count")
 _COURSE_ARRAYS = (*_GEOMETRY, *_PARAM_NAMES, "coefficients", "posts")
@@ -249,6 +254,7 @@ class CourseGenerator:
         mode: Literal["track", "gates"] = "track",
     ) -> None:
         self.device = wp.get_device(device)
+        self._torch_device = torch.device(wp.device_to_torch(self.device))
         self.num_envs = check_int("num_envs", num_envs, 1)
         self.num_points = check_int("num_points", num_points, MIN_POINTS)
         self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS)
@@ -455,41 +461,31 @@ class CourseGenerator:
             (2,)
         """
         if isinstance(mask, torch.Tensor):
-            return self._check_torch_mask(mask)
-        if not isinstance(mask, wp.array):
+            check_tensor("mask", mask, torch.int32, [(self.num_envs,)], self._torch_device)
+            contiguous = mask.is_contiguous()
+        elif isinstance(mask, wp.array):
+            self._check_warp_mask(mask)
+            contiguous = mask.is_contiguous
+        else:
             raise TypeError(
                 "mask must be a wp.array or a torch.Tensor, "
                 f"got mask of type {type(mask).__name__}."
             )
-        if mask.dtype != wp.int32:
-            raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
-        self._check_mask_layout(tuple(mask.shape), str(mask.device), mask.is_contiguous)
-        return mask
-
-    def _check_torch_mask(self, mask: torch.Tensor) -> wp.array:
-        if mask.dtype != torch.int32:
-            raise TypeError(f"mask must have dtype torch.int32, got mask.dtype={mask.dtype}.")
-        if mask.device.type not in ("cpu", "cuda"):
-            raise ValueError(
-                f"mask must be on device {str(self.device)!r}, got mask.device={mask.device}."
-            )
-        device = str(wp.device_from_torch(mask.device))
-        self._check_mask_layout(tuple(mask.shape), device, mask.is_contiguous())
-        return wp.from_torch(mask, dtype=wp.int32)
-
-    def _check_mask_layout(self, shape: tuple[int, ...], device: str, contiguous: bool) -> None:
-        """Checked before a tensor becomes a Warp array, which some shapes would crash."""
-        self._check_layout("mask", shape, device, (self.num_envs,))
+        # checked before a tensor becomes a Warp array, which some layouts would crash
         if not contiguous:
             raise ValueError("mask must be contiguous, got a strided mask.")
+        return wp.from_torch(mask, dtype=wp.int32) if isinstance(mask, torch.Tensor) else mask
 
-    def _check_layout(
-        self, name: str, shape: tuple[int, ...], device: str, expected: tuple[int, ...]
-    ) -> None:
-        if shape != expected:
-            raise ValueError(f"{name} must have shape {expected}, got {name}.shape={shape}.")
-        if device != str(self.device):
-            raise ValueError(f"{name} must be on device {str(self.device)!r}, got {device!r}.")
+    def _check_warp_mask(self, mask: wp.array) -> None:
+        """:func:`~torchrl_ext._checks.check_tensor`'s dtype, shape and device checks, in Warp."""
+        if mask.dtype != wp.int32:
+            raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(
+                f"mask must have shape {(self.num_envs,)}, got mask.shape={mask.shape}."
+            )
+        if str(mask.device) != str(self.device):
+            raise ValueError(f"mask must be on {self.device}, got mask.device={mask.device}.")
 
     def regenerate(
         self,
@@ -536,24 +532,24 @@ class CourseGenerator:
             >>> print(same.tolist(), gen.views["epoch"].tolist())
             [False, True, False] [1, 0, 1]
         """
-        check_bool("advance", advance)
+        epoch = "advance" if check_bool("advance", advance) else "keep"
         every = mask is None
         mask = self._all_envs if every else self.check_mask(mask)
         if every or not (skip_empty and self._can_skip()):
-            self._rebuild(mask, advance)
+            self._rebuild(mask, epoch)
             return
         wp.launch(K.clear_flag, dim=1, inputs=[self._any], device=self.device)
         wp.launch(K.any_masked, dim=self.num_envs, inputs=[mask, self._any], device=self.device)
-        wp.capture_if(self._any, on_true=self._rebuild, mask=mask, advance=advance)
+        wp.capture_if(self._any, on_true=self._rebuild, mask=mask, epoch=epoch)
 
     def _can_skip(self) -> bool:
         if self.device.is_cpu:
             return True
         return self.device.is_capturing and wp.is_conditional_graph_supported()
 
-    def _rebuild(self, mask: wp.array, advance: bool, restart: bool = False) -> None:
-        change = K.EPOCH_RESTART if restart else (K.EPOCH_ADVANCE if advance else K.EPOCH_KEEP)
-        gates = int(self.mode == "gates")
+    def _rebuild(self, mask: wp.array, epoch: EpochChange) -> None:
+        """Rebuild the masked envs' courses after keeping, advancing or restarting their epoch."""
+        change, gates = _EPOCH_CHANGES[epoch], int(self.mode == "gates")
         inputs = [mask, change, self._next_params, self.arrays, self.max_checkpoints, gates]
         wp.launch(K.rebuild, dim=self.num_envs, inputs=inputs, device=self.device)
 
@@ -580,7 +576,7 @@ class CourseGenerator:
             [0, 0] True
         """
         mask = self._all_envs if mask is None else self.check_mask(mask)
-        self._rebuild(mask, advance=False, restart=True)
+        self._rebuild(mask, "restart")
 
     def generate(self, seeds: int | torch.Tensor, epochs: int | torch.Tensor = 0) -> None:
         """Give every env a new seed and epoch and build the course of that ``(seed, epoch)``.
@@ -612,7 +608,7 @@ class CourseGenerator:
         seed_column, epoch_column = torch.from_numpy(self._seeds(seeds)), self._epochs(epochs)
         self.views["seed"].copy_(seed_column)
         self.views["epoch"].copy_(epoch_column)
-        self._rebuild(self._all_envs, advance=False)
+        self._rebuild(self._all_envs, "keep")
 
     def _epochs(self, epochs: int | torch.Tensor) -> torch.Tensor:
         column = self._column("epochs", epochs)
@@ -621,14 +617,8 @@ class CourseGenerator:
         return column
 
     def _positions(self, positions: torch.Tensor) -> wp.array:
-        if not isinstance(positions, torch.Tensor):
-            raise TypeError(f"positions must be a torch.Tensor, got positions={positions!r}.")
-        if positions.dtype != torch.float32:
-            raise TypeError(
-                f"positions must have dtype torch.float32, got positions.dtype={positions.dtype}."
-            )
-        device = str(wp.device_from_torch(positions.device))
-        self._check_layout("positions", tuple(positions.shape), device, (self.num_envs, 2))
+        shape = (self.num_envs, 2)
+        check_tensor("positions", positions, torch.float32, [shape], self._torch_device)
         return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
 
     def frame(self, positions: torch.Tensor) -> torch.Tensor:
