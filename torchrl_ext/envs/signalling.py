@@ -19,7 +19,7 @@ from torchrl.envs import EnvBase
 from torchrl_ext._checks import check_choice, check_int, check_tensor
 from torchrl_ext.envs._kernels import signalling as _k
 from torchrl_ext.envs._kernels.common import make_struct
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, live_view
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _live_view, _require
 
 __all__ = ["SignallingEnv"]
 
@@ -182,8 +182,8 @@ class SignallingEnv(WarpEnv):
             delay=self.delay,
         )
 
-    target = live_view("_target", "The ``[num_envs]`` int32 targets of the current episodes.")
-    token = live_view("_token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
+    target = _live_view("_target", "The ``[num_envs]`` int32 targets of the current episodes.")
+    token = _live_view("_token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         super()._check_state_values(state)

@@ -134,6 +134,11 @@ def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, value, _zero_scalar(value.dtype))
 
 
+def _check_seed(seed: Any) -> int | None:
+    """``seed`` as an int in ``[0, 2**64)``, or ``None`` (draw one)."""
+    return check_optional_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
+
+
 def _check_device(device: Any) -> torch.device:
     try:
         device = torch.device(device)
@@ -198,7 +203,7 @@ def _check_state_keys(given: set, expected: set) -> None:
         )
 
 
-def live_view(attribute: str, doc: str) -> property:
+def _live_view(attribute: str, doc: str) -> property:
     """A read-only property returning ``self.<attribute>``, a tensor the env updates in place."""
     return property(operator.attrgetter(attribute), doc=f"{doc} A live view.")
 
@@ -302,7 +307,7 @@ class WarpEnv(EnvBase):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
         capture = check_bool("capture", capture)
         limit = check_optional_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
-        seed = check_optional_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
+        seed = _check_seed(seed)
         wp.init()
         if wp.device_from_torch(device).is_capturing:
             raise RuntimeError(
@@ -556,9 +561,9 @@ class WarpEnv(EnvBase):
 
     # ------------------------------------------------------------------ seeding
     def _set_seed(self, seed: int | None) -> None:
+        seed = _check_seed(seed)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
-        seed = check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
         words = np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
         self._wp["seed"].assign(words)
         if self.device.type == "cuda":

@@ -27,8 +27,8 @@ from torchrl_ext.envs.warp_env import (
     Launch,
     NanActionChecks,
     WarpEnv,
+    _live_view,
     _require,
-    live_view,
     pack_params,
 )
 
@@ -346,13 +346,13 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """Per-env course validity (int32 ``[num_envs]``, 1 if usable; live view)."""
         return self._generator.views["valid"]
 
-    pose = live_view(
+    pose = _live_view(
         "_pose", "Per-env car pose ``(x, y, heading, speed)``, float32 ``[num_envs, 4]``."
     )
-    progress = live_view(
+    progress = _live_view(
         "_track", "Per-env ``(arc position, travel, last change)``, float32 ``[num_envs, 3]``."
     )
-    counters = live_view(
+    counters = _live_view(
         "_counts",
         "Per-env progress counters, int32 ``[num_envs, 5]``. The columns are checkpoints passed "
         "this episode, passed in the last step, out of bounds, nearest centerline segment, and "
