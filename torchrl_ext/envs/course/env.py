@@ -9,7 +9,6 @@ RL step, masked regeneration included, is a fixed sequence of kernel launches th
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
@@ -22,7 +21,8 @@ from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import env as _k
-from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator, CourseParams
+from torchrl_ext.envs.course.config import CarConfig, CourseParams
+from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator
 from torchrl_ext.envs.warp_env import (
     Launch,
     NanActionChecks,
@@ -32,59 +32,13 @@ from torchrl_ext.envs.warp_env import (
     pack_params,
 )
 
-__all__ = ["CarConfig", "CourseEnv"]
+__all__ = ["CourseEnv"]
 
 _CRASH_MODES = ("respawn", "regenerate")
 _OUTPUT_KEYS = tuple(_k.Outputs.vars)
 """The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
 _MASKS = ("zero_mask", "all_mask")
-
-
-@dataclass(frozen=True)
-class CarConfig:
-    """Constants of the kinematic car and of the reward.
-
-    Args:
-        dt (float, optional): time step in seconds. Defaults to 0.1.
-        accel (float, optional): acceleration at full throttle. Defaults to 4.0.
-        drag (float, optional): linear drag coefficient. Defaults to 0.5.
-        max_speed (float, optional): speed limit. Defaults to 5.0.
-        max_steer (float, optional): steering angle at ``steer = 1``, radians. Defaults to 0.5.
-        wheelbase (float, optional): distance between the axles. Defaults to 1.0.
-        max_range (float, optional): range readings are clipped to this. Defaults to 5.0.
-        ray_spread (float, optional): the rays cover ``[-ray_spread, ray_spread]`` around the
-            heading, radians. Defaults to 1.2.
-        progress_coef (float, optional): reward per unit of arc length driven. Defaults to 0.1.
-        crash_penalty (float, optional): reward subtracted on leaving the track. Defaults to 1.0.
-
-    Raises:
-        TypeError: for a value that is not a real number, naming it.
-        ValueError: for a value that is not finite, negative, or zero where it must be > 0.
-
-    Examples:
-        >>> from torchrl_ext.envs import CarConfig
-        >>> config = CarConfig(max_speed=3.0)
-        >>> print(config.max_speed, config.dt)
-        3.0 0.1
-    """
-
-    dt: float = 0.1
-    accel: float = 4.0
-    drag: float = 0.5
-    max_speed: float = 5.0
-    max_steer: float = 0.5
-    wheelbase: float = 1.0
-    max_range: float = 5.0
-    ray_spread: float = 1.2
-    progress_coef: float = 0.1
-    crash_penalty: float = 1.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            positive = f.name not in ("drag", "ray_spread", "progress_coef", "crash_penalty")
-            value = check_float(f.name, getattr(self, f.name), 0.0, open_minimum=positive)
-            object.__setattr__(self, f.name, value)  # a plain float, whatever real was passed
 
 
 class _RegenerateCommand:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import enum
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
@@ -23,8 +22,9 @@ import warp as wp
 from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import generator as K
+from torchrl_ext.envs.course.config import CourseParams, _check_param
 
-__all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
+__all__ = ["CourseDefect", "CourseGenerator", "effective_seed"]
 
 MODES = ("track", "gates")
 """What a course is made of: a track of ``width`` or a sequence of gates of ``gate_width``."""
@@ -60,66 +60,6 @@ class CourseDefect(enum.IntFlag):
     """A parameter is out of range or not finite (written directly into a parameter view)."""
     CROSSING_GATES = 32
     """Two gate bars cross each other (gates mode only)."""
-
-
-@dataclass(frozen=True)
-class CourseParams:
-    """Generator parameters of one course (a curriculum changes them per env between episodes).
-
-    The centerline point at angle ``t`` has radius ``scale * (1 + roughness * sum_k a_k cos(k t +
-    phi_k))`` over harmonics ``k = 1..harmonics``, with random ``a_k`` in ``[-1/k, 1/k]``.
-
-    Args:
-        scale (float, optional): mean radius of the course. Defaults to 10.0.
-        roughness (float, optional): relative amplitude of the radius wave; below
-            ``1 / sum_k 1/k`` (0.438 at 5 harmonics) no course crosses itself. Defaults to 0.3.
-        harmonics (int, optional): highest harmonic, 1 to 8; more harmonics, sharper turns.
-            Defaults to 5.
-        width (float, optional): track width. Defaults to 2.0.
-        checkpoint_spacing (float, optional): arc length between checkpoints (and gates).
-            Defaults to 5.0.
-        gate_width (float, optional): length of each gate's bar, from post to post (gates
-            mode). Defaults to 4.0.
-
-    Examples:
-        >>> from torchrl_ext.envs.course import CourseParams
-        >>> params = CourseParams(width=3.0)
-        >>> print(params.width, params.harmonics)
-        3.0 5
-    """
-
-    scale: float = 10.0
-    roughness: float = 0.3
-    harmonics: int = 5
-    width: float = 2.0
-    checkpoint_spacing: float = 5.0
-    gate_width: float = 4.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            _check_param(f.name, getattr(self, f.name))
-
-
-_PARAM_NAMES = tuple(f.name for f in fields(CourseParams))
-
-
-def _check_param(name: str, value: float | torch.Tensor) -> None:
-    """Check a :class:`CourseParams` value, or a tensor of them (one per env)."""
-    values = torch.as_tensor(value)
-    if name == "harmonics":
-        if values.is_floating_point() or values.dtype == torch.bool:
-            raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
-        if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
-            raise ValueError(
-                f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}."
-            )
-        return
-    values = values.to(torch.float64)
-    positive = name != "roughness"
-    ok = torch.isfinite(values) & ((values > 0) if positive else (values >= 0))
-    if not bool(torch.all(ok)):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -179,6 +119,7 @@ EpochChange = Literal["keep", "advance", "restart"]
 
 _EPOCH_CHANGES = {"keep": K.EPOCH_KEEP, "advance": K.EPOCH_ADVANCE, "restart": K.EPOCH_RESTART}
 
+_PARAM_NAMES = tuple(K.Params.vars)
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
 _GEOMETRY = ("centerline", "arc_length", "checkpoints", "checkpoint_count")
 _COURSE_ARRAYS = (*_GEOMETRY, *_PARAM_NAMES, "coefficients", "posts")
@@ -294,8 +235,8 @@ class CourseGenerator:
             setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
         for name in ("valid", "defects", "checkpoint_count"):
             setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
-        for name in _PARAM_NAMES:
-            dtype = wp.int32 if name == "harmonics" else wp.float32
+        for name, field in K.Params.vars.items():
+            dtype = field.type.dtype  # int32 or float32, as the CourseParams field's type
             setattr(self, name, wp.zeros(n, dtype=dtype, device=dev))
             setattr(self, f"param_{name}", wp.full(n, getattr(params, name), dtype, device=dev))
         self.centerline = wp.zeros((n, p), dtype=wp.vec2f, device=dev)

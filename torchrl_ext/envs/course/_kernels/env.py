@@ -23,6 +23,8 @@ The course arrays come from :class:`~torchrl_ext.envs.course.CourseGenerator` as
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import (
@@ -38,22 +40,10 @@ from torchrl_ext.envs.course._kernels.generator import (
     hits_post,
     segment_param,
 )
+from torchrl_ext.envs.course.config import CarConfig
 
-CAR_FIELDS = (
-    "dt",
-    "accel",
-    "drag",
-    "max_speed",
-    "max_steer",
-    "wheelbase",
-    "max_range",
-    "ray_spread",
-    "progress_coef",
-    "crash_penalty",
-)
-"""The car and reward constants, by name: the fields of ``CarConfig`` and of :data:`CarParams`."""
-
-CAR_PARAMS = param_structs("CarParams", CAR_FIELDS, __name__)
+CAR_PARAMS = param_structs("CarParams", [f.name for f in fields(CarConfig)], __name__)
+"""The car and reward constants, a field per :class:`CarConfig` field (float32 and float64)."""
 CarParams = CAR_PARAMS[wp.float32]
 
 # pose columns

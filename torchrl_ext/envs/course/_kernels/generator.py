@@ -12,12 +12,12 @@ parameters, never on the env index, the batch size or the launch order.
 
 from __future__ import annotations
 
+from typing import get_type_hints
+
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import array_struct
-
-MAX_HARMONICS = 8
-"""Highest Fourier harmonic of the radius; every course draws ``2 * MAX_HARMONICS`` numbers."""
+from torchrl_ext.envs.course.config import MAX_HARMONICS, CourseParams
 
 NUM_DRAWS = 2 * MAX_HARMONICS
 MIN_CHECKPOINTS = 2
@@ -45,16 +45,12 @@ _MIN_CHECKPOINTS = wp.constant(MIN_CHECKPOINTS)
 Params = array_struct(
     "Params",
     {
-        "scale": wp.float32,
-        "roughness": wp.float32,
-        "harmonics": wp.int32,
-        "width": wp.float32,
-        "checkpoint_spacing": wp.float32,
-        "gate_width": wp.float32,
+        name: wp.int32 if kind is int else wp.float32
+        for name, kind in get_type_hints(CourseParams).items()
     },
     __name__,
 )
-"""Per-env course parameters, one ``[N]`` array per ``CourseParams`` field."""
+"""Per-env course parameters, one ``[N]`` array per ``CourseParams`` field (int32 or float32)."""
 
 Courses = array_struct(
     "Courses",
