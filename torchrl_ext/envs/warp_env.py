@@ -896,6 +896,12 @@ class WarpEnv(EnvBase):
         # every entry is a fresh tensor on self.device with leading dim num_envs: skip validation
         return TensorDict._new_unsafe(source, batch_size=self.batch_size, device=self.device)
 
+    def _root_td(self) -> TensorDict:
+        """Every env's current (root) observation, done flags all False, as fresh tensors."""
+        source = self._obs("root")
+        source.update(self._flags(None))
+        return self._make_td(source)
+
     def _next_td(self) -> TensorDict:
         source = self._obs("next")
         source["reward"] = self._t["reward"].clone()
@@ -915,9 +921,7 @@ class WarpEnv(EnvBase):
         else:
             self._t["mask"].copy_(mask)
         self._run("reset")
-        source = self._obs("root")
-        source.update(self._flags(None))
-        return self._make_td(source)
+        return self._root_td()
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Write a random action, drawn from the action spec, into ``tensordict``.

@@ -23,6 +23,15 @@ MAX_HARMONICS = 8
 """Highest Fourier harmonic of the radius; every course draws ``2 * MAX_HARMONICS`` numbers."""
 
 
+def _or_default(name: str, value: Any, config_type: type) -> Any:
+    """``config_type()`` for ``None``, else ``value`` if it is a ``config_type``."""
+    if value is None:
+        return config_type()
+    if not isinstance(value, config_type):
+        raise TypeError(f"{name} must be a {config_type.__name__}, got {name}={value!r}.")
+    return value
+
+
 def _check_fields(config: Any, check: Callable[[str, Any], Any]) -> None:
     """Check every field of the frozen dataclass ``config``; keep what ``check`` returns for it."""
     for f in fields(config):

@@ -21,7 +21,7 @@ from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
 from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import env as _k
-from torchrl_ext.envs.course.config import CarConfig, CourseParams
+from torchrl_ext.envs.course.config import CarConfig, CourseParams, _or_default
 from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator
 from torchrl_ext.envs.warp_env import (
     Launch,
@@ -166,12 +166,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
         mode: Literal["track", "gates"] = "track",
         collision: float = 0.3,
     ) -> None:
-        params = CourseParams() if params is None else params
-        if not isinstance(params, CourseParams):
-            raise TypeError(f"params must be a CourseParams, got params={params!r}.")
-        car = CarConfig() if car is None else car
-        if not isinstance(car, CarConfig):
-            raise TypeError(f"car must be a CarConfig, got car={car!r}.")
+        params = _or_default("params", params, CourseParams)
+        car = _or_default("car", car, CarConfig)
         self.crash = check_choice("crash", crash, _CRASH_MODES)
         self.num_points = check_int("num_points", num_points, MIN_POINTS)
         self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, 2)
@@ -451,9 +447,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         Returns:
             The same keys as :meth:`reset` returns.
         """
-        source = self._obs("root")
-        source.update(self._flags(None))
-        return self._make_td(source)
+        return self._root_td()
 
     def _mask_or_all(self, mask: torch.Tensor | wp.array | None) -> wp.array:
         return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)

@@ -22,7 +22,7 @@ import warp as wp
 from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import generator as K
-from torchrl_ext.envs.course.config import CourseParams, _check_param
+from torchrl_ext.envs.course.config import CourseParams, _check_param, _or_default
 
 __all__ = ["CourseDefect", "CourseGenerator", "effective_seed"]
 
@@ -32,7 +32,6 @@ MODES = ("track", "gates")
 MIN_POINTS = 16
 """Fewest centerline points accepted: two per period of the highest harmonic."""
 
-_U64 = (1 << 64) - 1
 _MIX_1 = 0xBF58476D1CE4E5B9
 _MIX_2 = 0x94D049BB133111EB
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -206,9 +205,7 @@ class CourseGenerator:
                 f"device={str(self.device)!r}: it allocates and launches. Build it outside the "
                 "capture, then record regenerate() inside it."
             )
-        params = CourseParams() if params is None else params
-        if not isinstance(params, CourseParams):
-            raise TypeError(f"params must be a CourseParams, got params={params!r}.")
+        params = _or_default("params", params, CourseParams)
         self._allocate(self._seeds(seed), params)
         self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
         self.regenerate(advance=False)
