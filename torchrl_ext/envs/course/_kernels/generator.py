@@ -434,10 +434,11 @@ def gate_frame(
 ):
     """Locate ``p`` on the closed polyline through the first ``count`` gate centers.
 
-    Returns ``(progress, lateral, segment)``: the arc length from gate 0 of the point of the
-    polyline nearest to ``p`` (nearest of all segments; segment ``k`` joins gate ``k`` to gate
-    ``k + 1``, the last one back to gate 0), the signed distance of ``p`` from that segment
-    (positive on the left, the inside of a counter-clockwise course) and ``k``.
+    Returns ``(progress, lateral, segment, lap)``: the arc length from gate 0 of the point of
+    the polyline nearest to ``p`` (nearest of all segments; segment ``k`` joins gate ``k`` to
+    gate ``k + 1``, the last one back to gate 0), the signed distance of ``p`` from that segment
+    (positive on the left, the inside of a counter-clockwise course), ``k`` and the length of
+    the whole polyline.
     """
     n = wp.max(count, 1)
     best = wp.int32(0)
@@ -463,7 +464,7 @@ def gate_frame(
             if size > 0.0:
                 lateral = (edge[0] * (p[1] - a[1]) - edge[1] * (p[0] - a[0])) / size
         start = start + size
-    return progress, lateral, best
+    return progress, lateral, best, start
 
 
 @wp.func
@@ -509,7 +510,7 @@ def locate_on_gates(
 ):
     """``frame[env] = (progress, lateral)`` of ``positions[env]`` (:func:`gate_frame`)."""
     env = wp.tid()
-    progress, lateral, _seg = gate_frame(
+    progress, lateral, _seg, _lap = gate_frame(
         c.checkpoints, env, c.checkpoint_count[env], positions[env]
     )
     frame[env] = wp.vec2f(progress, lateral)
