@@ -689,7 +689,11 @@ class TestCarParams:
         from torchrl_ext.envs.course._kernels import env as kernels
 
         names = [f.name for f in fields(CarConfig)]
-        assert names == list(kernels.CAR_FIELDS) == list(kernels.CarParams.vars)
+        for scalar in (wp.float32, wp.float64):
+            struct = kernels.CAR_PARAMS[scalar]
+            assert list(struct.vars) == names
+            assert all(var.type is scalar for var in struct.vars.values())
+        assert kernels.CarParams is kernels.CAR_PARAMS[wp.float32]  # what the kernels take
 
     def test_each_constant_lands_in_its_own_field(self):
         values = {"dt": 0.25, "accel": 3.0, "max_speed": 7.0, "crash_penalty": 2.0}

@@ -349,6 +349,19 @@ class TestGatesEnv:
         assert out["checkpoints_passed"].item() == 1 and out["laps"].item() == 1
         assert out["terminated"].item() and env.counters[0, 4].item() == 2  # a new course
 
+    def test_progress_wraps_across_the_start(self):
+        """Past gate 0 the arc position falls from near the lap length (40) to near 0; the travel
+        grows by that change wrapped by the lap length of the gates' polyline."""
+        env = square_env()
+        place(env, 0.0, 0.1, -math.pi / 4, 3.0, passed=3)  # arc position 39.9, on side 3
+        assert env.progress[0, 0].item() == pytest.approx(39.9, abs=1e-5)
+        out = coast(env)
+        x = 0.95 * 3.0 * 0.1 * math.cos(math.pi / 4)  # the new point projects on side 0 at x
+        assert env.progress[0, 0].item() == pytest.approx(x, abs=1e-5)
+        assert env.progress[0, 2].item() == pytest.approx(x + 0.1, abs=1e-5)  # x - 39.9 + 40
+        assert out["reward"].item() == pytest.approx(0.1 * (x + 0.1), abs=1e-5)
+        assert out["checkpoints_passed"].item() == 0 and not out["done"].item()
+
     def test_hitting_a_post_crashes(self):
         env = square_env()
         place(env, 7.8, -0.2, math.pi / 2, 3.0, passed=0)  # passes 0.2 from post (8, 0)

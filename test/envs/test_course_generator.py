@@ -555,6 +555,14 @@ class TestBadInput:
 
         names = [f.name for f in dataclasses.fields(CourseParams)]
         assert names == list(kernels.Params.vars)
+        dtypes = {name: var.type.dtype for name, var in kernels.Params.vars.items()}
+        assert dtypes == {name: wp.int32 if name == "harmonics" else wp.float32 for name in names}
+        gen = CourseGenerator(2, params=CourseParams(harmonics=3, width=2.5))
+        for name in names:  # the struct the kernels read holds the generator's arrays by name
+            assert getattr(gen.arrays.params, name).ptr == getattr(gen, name).ptr
+            assert getattr(gen._next_params, name).ptr == getattr(gen, f"param_{name}").ptr
+        assert gen.views["param_harmonics"].tolist() == [3, 3]
+        assert gen.views["param_width"].tolist() == [2.5, 2.5]
 
     def test_construction_inside_capture(self, gen):
         with pytest.raises(RuntimeError, match="Build it outside the capture"):

@@ -25,6 +25,7 @@ from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
 from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv
+from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.warp_env import (
     begin_episode,
     count_step,
@@ -964,6 +965,48 @@ class TestBadArgumentsFuzz:
         with pytest.raises((TypeError, ValueError)):
             env.load_state_dict(state)
         assert_state_unchanged(before, env)
+
+
+@wp.struct
+class _Mixed:
+    count: int
+    scale: wp.float32
+    values: wp.array(dtype=wp.int32)
+
+
+_Outer = param_structs("Outer", ("a",), __name__)[wp.float64]
+
+
+@wp.struct
+class _Nested:
+    inner: _Outer
+    flag: wp.bool
+
+
+class TestMakeStruct:
+    """``make_struct`` sets every field of a ``@wp.struct`` by name, and only those fields."""
+
+    def test_every_field_is_set_exactly(self):
+        values = wp.array([3, 1, 4], dtype=wp.int32, device="cpu")
+        mixed = make_struct(_Mixed, values=values, scale=0.25, count=7)
+        assert type(mixed) is not _Mixed and mixed._cls is _Mixed
+        assert (mixed.count, mixed.scale) == (7, 0.25)
+        assert mixed.values is values
+        assert mixed.values.numpy().tolist() == [3, 1, 4]
+
+    def test_a_struct_field_takes_a_struct_instance(self):
+        inner = make_struct(_Outer, a=0.1)
+        outer = make_struct(_Nested, inner=inner, flag=True)
+        assert (outer.inner.a, outer.flag) == (0.1, True)  # the exact double
+
+    def test_unknown_field_name_raises_naming_it(self):
+        with pytest.raises(ValueError, match=r"unexpected=\['speed'\]") as info:
+            make_struct(_Outer, a=1.0, speed=2.0)
+        assert "Outer" in str(info.value) and "missing=[]" in str(info.value)
+
+    def test_missing_field_raises_naming_it(self):
+        with pytest.raises(ValueError, match=r"missing=\['values'\], unexpected=\[\]"):
+            make_struct(_Mixed, count=1, scale=1.0)
 
 
 class TestNamedParams:

@@ -6,7 +6,7 @@ import torch
 import warp as wp
 
 from torchrl_ext.envs._kernels.vector_state import VectorKernels
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, live_view, pack_params
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _live_view, pack_params
 
 
 class VectorStateEnv(WarpEnv):
@@ -33,7 +33,7 @@ class VectorStateEnv(WarpEnv):
         self._wp_state = wp.from_torch(self._state)
         self._wp_params = pack_params(self.kernels.params, self._param_values(), self.dtype)
 
-    state = live_view("_state", "The ``[num_envs, D]`` physical state (columns: see the class).")
+    state = _live_view("_state", "The ``[num_envs, D]`` physical state (columns: see the class).")
 
     def _inputs(self, first: wp.array) -> list:
         return [self._wp_state, first, self._wp_params, self.buffers["episodes"]]

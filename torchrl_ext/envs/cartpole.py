@@ -7,6 +7,7 @@ import math
 import torch
 from torchrl.data import Categorical, Composite, Unbounded
 
+from torchrl_ext._checks import check_bool
 from torchrl_ext.envs._kernels import cartpole as _k
 from torchrl_ext.envs._memory import empty_output
 from torchrl_ext.envs._vector_state import VectorStateEnv
@@ -100,11 +101,7 @@ class CartPoleEnv(VectorStateEnv):
         dtype: torch.dtype = torch.float32,
         capture: bool = False,
     ) -> None:
-        if not isinstance(observe_velocity, bool):
-            raise TypeError(
-                f"observe_velocity must be a bool, got observe_velocity={observe_velocity!r}."
-            )
-        self.observe_velocity = observe_velocity
+        self.observe_velocity = check_bool("observe_velocity", observe_velocity)
         super().__init__(num_envs, device, seed, max_steps=max_steps, dtype=dtype, capture=capture)
 
     def _make_specs(self) -> None:

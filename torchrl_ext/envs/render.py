@@ -28,7 +28,6 @@ from torchrl_ext._checks import check_int, check_key
 __all__ = ["RenderPixels", "render_frame", "render_frames"]
 
 #: Colours (RGB).
-WHITE = (255, 255, 255)
 RAIL = (150, 150, 150)
 CART = (40, 40, 40)
 POLE = (204, 122, 51)

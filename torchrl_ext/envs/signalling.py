@@ -18,7 +18,8 @@ from torchrl.envs import EnvBase
 
 from torchrl_ext._checks import check_choice, check_int, check_tensor
 from torchrl_ext.envs._kernels import signalling as _k
-from torchrl_ext.envs.warp_env import Launch, WarpEnv, _require, live_view
+from torchrl_ext.envs._kernels.common import make_struct
+from torchrl_ext.envs.warp_env import Launch, WarpEnv, _live_view, _require
 
 __all__ = ["SignallingEnv"]
 
@@ -173,12 +174,16 @@ class SignallingEnv(WarpEnv):
         n, dev = self.num_envs, self.device
         self._target = torch.zeros(n, dtype=torch.int32, device=dev)
         self._token = torch.full((n,), -1, dtype=torch.int32, device=dev)
-        game = self._game = _k.Game()
-        game.target, game.token = wp.from_torch(self._target), wp.from_torch(self._token)
-        game.episodes, game.delay = self.buffers["episodes"], self.delay
+        self._game = make_struct(
+            _k.Game,
+            target=wp.from_torch(self._target),
+            token=wp.from_torch(self._token),
+            episodes=self.buffers["episodes"],
+            delay=self.delay,
+        )
 
-    target = live_view("_target", "The ``[num_envs]`` int32 targets of the current episodes.")
-    token = live_view("_token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
+    target = _live_view("_target", "The ``[num_envs]`` int32 targets of the current episodes.")
+    token = _live_view("_token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         super()._check_state_values(state)

@@ -36,6 +36,7 @@ from torchrl_ext.envs._kernels.common import (
     Flags,
     begin_episode,
     count_step,
+    make_struct,
     next_episode_key,
     param_structs,
     set_flags,
@@ -109,17 +110,7 @@ def pack_params(
         (2.0, 0.1)
     """
     struct = structs[wp.float64 if dtype == torch.float64 else wp.float32]
-    names = set(struct.vars)
-    if set(values) != names:
-        missing, extra = sorted(names - set(values)), sorted(set(values) - names)
-        raise ValueError(
-            f"values must name exactly the fields of {struct.key}; missing={missing}, "
-            f"unexpected={extra}."
-        )
-    packed = struct()
-    for name, value in values.items():
-        setattr(packed, name, float(value))
-    return packed
+    return make_struct(struct, **{name: float(value) for name, value in values.items()})
 
 
 def _put(tensordict: TensorDictBase, key: Any, value: Any) -> None:
@@ -141,6 +132,11 @@ def _kept(value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """A fresh copy of ``value`` (leading dim N) with the rows where ``keep`` is False zeroed."""
     mask = keep.view(keep.shape[0], *([1] * (value.dim() - 1)))
     return torch.where(mask, value, _zero_scalar(value.dtype))
+
+
+def _check_seed(seed: Any) -> int | None:
+    """``seed`` as an int in ``[0, 2**64)``, or ``None`` (draw one)."""
+    return check_optional_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
 
 
 def _check_device(device: Any) -> torch.device:
@@ -179,9 +175,7 @@ def _warp_views(tensors: dict, view: Callable[[torch.Tensor], wp.array] = _to_wa
 
 def _with_flags(views: dict) -> dict:
     """``views`` plus ``"flags"``: its ``[N, T]`` done flags as one :class:`Flags` struct."""
-    flags = views["flags"] = Flags()
-    for key in _DONE_KEYS:
-        setattr(flags, key, views[key])
+    views["flags"] = make_struct(Flags, **{key: views[key] for key in _DONE_KEYS})
     return views
 
 
@@ -209,7 +203,7 @@ def _check_state_keys(given: set, expected: set) -> None:
         )
 
 
-def live_view(attribute: str, doc: str) -> property:
+def _live_view(attribute: str, doc: str) -> property:
     """A read-only property returning ``self.<attribute>``, a tensor the env updates in place."""
     return property(operator.attrgetter(attribute), doc=f"{doc} A live view.")
 
@@ -313,7 +307,7 @@ class WarpEnv(EnvBase):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
         capture = check_bool("capture", capture)
         limit = check_optional_int("max_steps", max_steps, minimum=1, maximum=_NO_LIMIT)
-        seed = check_optional_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
+        seed = _check_seed(seed)
         wp.init()
         if wp.device_from_torch(device).is_capturing:
             raise RuntimeError(
@@ -559,17 +553,17 @@ class WarpEnv(EnvBase):
             self._t[key] = flag
         self._wp = _warp_views(self._t)
         self._wp["seed"] = wp.zeros(2, dtype=wp.uint32, device=self._wp_device)
-        episodes = self._wp["episodes"] = Episodes()
-        episodes.seed, episodes.steps = self._wp["seed"], self._wp["steps"]
-        episodes.episode = self._wp["episode"]
+        self._wp["episodes"] = make_struct(
+            Episodes, **{name: self._wp[name] for name in ("seed", "steps", "episode")}
+        )
         # the step buffers as one time slot, [N, 1, ...]: the layout of _steps_launches
         self._slots = _with_flags(_warp_views(self._t, _time_slot))
 
     # ------------------------------------------------------------------ seeding
     def _set_seed(self, seed: int | None) -> None:
+        seed = _check_seed(seed)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
-        seed = check_int("seed", seed, minimum=0, maximum=_MAX_SEED - 1)
         words = np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
         self._wp["seed"].assign(words)
         if self.device.type == "cuda":
@@ -902,6 +896,12 @@ class WarpEnv(EnvBase):
         # every entry is a fresh tensor on self.device with leading dim num_envs: skip validation
         return TensorDict._new_unsafe(source, batch_size=self.batch_size, device=self.device)
 
+    def _root_td(self) -> TensorDict:
+        """Every env's current (root) observation, done flags all False, as fresh tensors."""
+        source = self._obs("root")
+        source.update(self._flags(None))
+        return self._make_td(source)
+
     def _next_td(self) -> TensorDict:
         source = self._obs("next")
         source["reward"] = self._t["reward"].clone()
@@ -921,9 +921,7 @@ class WarpEnv(EnvBase):
         else:
             self._t["mask"].copy_(mask)
         self._run("reset")
-        source = self._obs("root")
-        source.update(self._flags(None))
-        return self._make_td(source)
+        return self._root_td()
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Write a random action, drawn from the action spec, into ``tensordict``.

@@ -8,7 +8,7 @@ Random numbers in kernels never come from a stateful generator. Every draw is a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import warp as wp
@@ -110,6 +110,56 @@ def begin_episode(
 def next_episode_key(episodes: Episodes, i: int) -> wp.uint32:
     """Begin env ``i``'s next episode (:func:`begin_episode`); return its random stream's key."""
     return stream_key(episodes.seed, i, begin_episode(episodes.steps, episodes.episode, i))
+
+
+def array_struct(name: str, fields: Mapping[str, Any], module: str) -> Any:
+    """A ``@wp.struct`` named ``name`` with one field per entry of ``fields``, read by name.
+
+    A Warp scalar type stands for an ``[N]`` array of it; an array type or a struct is kept.
+
+    Args:
+        name (str): the struct's name.
+        fields (Mapping[str, Any]): field name to Warp scalar, array type or struct.
+        module (str): the module of the kernels that take it (pass ``__name__``).
+    """
+    types = {key: wp.array(dtype=t) if isinstance(t, type) else t for key, t in fields.items()}
+    return wp.struct(type(name, (), {"__annotations__": types, "__module__": module}))
+
+
+def make_struct(struct_type: Any, /, **fields: Any) -> Any:
+    """An instance of the ``@wp.struct`` ``struct_type`` with every field set by name.
+
+    Args:
+        struct_type: a ``@wp.struct`` type.
+        **fields: a value for every field of ``struct_type``, by field name.
+
+    Returns:
+        The struct instance, passed to kernels by value.
+
+    Raises:
+        ValueError: unless ``fields`` names exactly the fields of ``struct_type``, naming the
+            missing and unexpected ones.
+
+    Examples:
+        >>> import warp as wp
+        >>> from torchrl_ext.envs._kernels.common import make_struct, param_structs
+        >>> pair = param_structs("Pair", ("first", "second"), __name__)[wp.float64]
+        >>> p = make_struct(pair, second=0.5, first=2.0)
+        >>> p.first, p.second
+        (2.0, 0.5)
+    """
+    names = struct_type.vars
+    if fields.keys() != names.keys():
+        missing = [name for name in names if name not in fields]
+        extra = sorted(set(fields) - set(names))
+        raise ValueError(
+            f"fields must name exactly the fields of {struct_type.key} {list(names)}; "
+            f"missing={missing}, unexpected={extra}."
+        )
+    instance = struct_type()
+    for name, value in fields.items():
+        setattr(instance, name, value)
+    return instance
 
 
 def param_structs(name: str, names: Sequence[str], module: str) -> dict[Any, type]:

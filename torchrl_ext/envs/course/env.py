@@ -9,8 +9,7 @@ RL step, masked regeneration included, is a fixed sequence of kernel launches th
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -20,70 +19,26 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs import interop
+from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import env as _k
-from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator, CourseParams
+from torchrl_ext.envs.course.config import CarConfig, CourseParams, _or_default
+from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator
 from torchrl_ext.envs.warp_env import (
     Launch,
     NanActionChecks,
     WarpEnv,
+    _live_view,
     _require,
-    live_view,
     pack_params,
 )
 
-__all__ = ["CarConfig", "CourseEnv"]
+__all__ = ["CourseEnv"]
 
 _CRASH_MODES = ("respawn", "regenerate")
 _OUTPUT_KEYS = tuple(_k.Outputs.vars)
 """The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
 _MASKS = ("zero_mask", "all_mask")
-
-
-@dataclass(frozen=True)
-class CarConfig:
-    """Constants of the kinematic car and of the reward.
-
-    Args:
-        dt (float, optional): time step in seconds. Defaults to 0.1.
-        accel (float, optional): acceleration at full throttle. Defaults to 4.0.
-        drag (float, optional): linear drag coefficient. Defaults to 0.5.
-        max_speed (float, optional): speed limit. Defaults to 5.0.
-        max_steer (float, optional): steering angle at ``steer = 1``, radians. Defaults to 0.5.
-        wheelbase (float, optional): distance between the axles. Defaults to 1.0.
-        max_range (float, optional): range readings are clipped to this. Defaults to 5.0.
-        ray_spread (float, optional): the rays cover ``[-ray_spread, ray_spread]`` around the
-            heading, radians. Defaults to 1.2.
-        progress_coef (float, optional): reward per unit of arc length driven. Defaults to 0.1.
-        crash_penalty (float, optional): reward subtracted on leaving the track. Defaults to 1.0.
-
-    Raises:
-        TypeError: for a value that is not a real number, naming it.
-        ValueError: for a value that is not finite, negative, or zero where it must be > 0.
-
-    Examples:
-        >>> from torchrl_ext.envs import CarConfig
-        >>> config = CarConfig(max_speed=3.0)
-        >>> print(config.max_speed, config.dt)
-        3.0 0.1
-    """
-
-    dt: float = 0.1
-    accel: float = 4.0
-    drag: float = 0.5
-    max_speed: float = 5.0
-    max_steer: float = 0.5
-    wheelbase: float = 1.0
-    max_range: float = 5.0
-    ray_spread: float = 1.2
-    progress_coef: float = 0.1
-    crash_penalty: float = 1.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            positive = f.name not in ("drag", "ray_spread", "progress_coef", "crash_penalty")
-            value = check_float(f.name, getattr(self, f.name), 0.0, open_minimum=positive)
-            object.__setattr__(self, f.name, value)  # a plain float, whatever real was passed
 
 
 class _RegenerateCommand:
@@ -211,12 +166,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
         mode: Literal["track", "gates"] = "track",
         collision: float = 0.3,
     ) -> None:
-        params = CourseParams() if params is None else params
-        if not isinstance(params, CourseParams):
-            raise TypeError(f"params must be a CourseParams, got params={params!r}.")
-        car = CarConfig() if car is None else car
-        if not isinstance(car, CarConfig):
-            raise TypeError(f"car must be a CarConfig, got car={car!r}.")
+        params = _or_default("params", params, CourseParams)
+        car = _or_default("car", car, CarConfig)
         self.crash = check_choice("crash", crash, _CRASH_MODES)
         self.num_points = check_int("num_points", num_points, MIN_POINTS)
         self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, 2)
@@ -345,13 +296,13 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """Per-env course validity (int32 ``[num_envs]``, 1 if usable; live view)."""
         return self._generator.views["valid"]
 
-    pose = live_view(
+    pose = _live_view(
         "_pose", "Per-env car pose ``(x, y, heading, speed)``, float32 ``[num_envs, 4]``."
     )
-    progress = live_view(
+    progress = _live_view(
         "_track", "Per-env ``(arc position, travel, last change)``, float32 ``[num_envs, 3]``."
     )
-    counters = live_view(
+    counters = _live_view(
         "_counts",
         "Per-env progress counters, int32 ``[num_envs, 5]``. The columns are checkpoints passed "
         "this episode, passed in the last step, out of bounds, nearest centerline segment, and "
@@ -362,7 +313,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
     def _shared_inputs(self) -> list:
         """The kernels' leading inputs: car constants, rules, car state, courses, episode ends."""
         b, w = self.buffers, self._w
-        rules = _struct(
+        rules = make_struct(
             _k.Rules,
             laps=self.laps,
             max_steps=self.step_limit,
@@ -370,8 +321,8 @@ class CourseEnv(NanActionChecks, WarpEnv):
             gates=int(self.mode == "gates"),
             collision=self.collision,
         )
-        car = _struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
-        ends = _struct(
+        car = make_struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
+        ends = make_struct(
             _k.Ends,
             request_regenerate=w["inputs.regen_mask"],
             request_respawn=w["inputs.reset_mask"],
@@ -384,7 +335,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         return [self._car_params, rules, car, self._generator.arrays, ends]
 
     def _outputs(self, which: str) -> _k.Outputs:
-        return _struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
+        return make_struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
 
     def _step_launches(self, autoreset: bool) -> list[Launch]:
         inputs = [*self._shared_inputs(), self.buffers["action"], int(autoreset)]
@@ -496,20 +447,10 @@ class CourseEnv(NanActionChecks, WarpEnv):
         Returns:
             The same keys as :meth:`reset` returns.
         """
-        source = self._obs("root")
-        source.update(self._flags(None))
-        return self._make_td(source)
+        return self._root_td()
 
     def _mask_or_all(self, mask: torch.Tensor | wp.array | None) -> wp.array:
         return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
 
     def _respawn_now(self, mask: wp.array) -> None:
         self._launch_now([self._respawn_recipe(mask, self._w["zero_mask"])])
-
-
-def _struct(struct_type: type, **fields: Any) -> Any:
-    """An instance of the ``@wp.struct`` ``struct_type`` with its fields set by name."""
-    struct = struct_type()
-    for name, value in fields.items():
-        setattr(struct, name, value)
-    return struct

@@ -13,17 +13,18 @@ from __future__ import annotations
 import enum
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
 import torch
 import warp as wp
 
-from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_tensor
+from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.course._kernels import generator as K
+from torchrl_ext.envs.course.config import CourseParams, _check_param, _or_default
 
-__all__ = ["CourseDefect", "CourseGenerator", "CourseParams", "effective_seed"]
+__all__ = ["CourseDefect", "CourseGenerator", "effective_seed"]
 
 MODES = ("track", "gates")
 """What a course is made of: a track of ``width`` or a sequence of gates of ``gate_width``."""
@@ -31,7 +32,6 @@ MODES = ("track", "gates")
 MIN_POINTS = 16
 """Fewest centerline points accepted: two per period of the highest harmonic."""
 
-_U64 = (1 << 64) - 1
 _MIX_1 = 0xBF58476D1CE4E5B9
 _MIX_2 = 0x94D049BB133111EB
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -59,66 +59,6 @@ class CourseDefect(enum.IntFlag):
     """A parameter is out of range or not finite (written directly into a parameter view)."""
     CROSSING_GATES = 32
     """Two gate bars cross each other (gates mode only)."""
-
-
-@dataclass(frozen=True)
-class CourseParams:
-    """Generator parameters of one course (a curriculum changes them per env between episodes).
-
-    The centerline point at angle ``t`` has radius ``scale * (1 + roughness * sum_k a_k cos(k t +
-    phi_k))`` over harmonics ``k = 1..harmonics``, with random ``a_k`` in ``[-1/k, 1/k]``.
-
-    Args:
-        scale (float, optional): mean radius of the course. Defaults to 10.0.
-        roughness (float, optional): relative amplitude of the radius wave; below
-            ``1 / sum_k 1/k`` (0.438 at 5 harmonics) no course crosses itself. Defaults to 0.3.
-        harmonics (int, optional): highest harmonic, 1 to 8; more harmonics, sharper turns.
-            Defaults to 5.
-        width (float, optional): track width. Defaults to 2.0.
-        checkpoint_spacing (float, optional): arc length between checkpoints (and gates).
-            Defaults to 5.0.
-        gate_width (float, optional): length of each gate's bar, from post to post (gates
-            mode). Defaults to 4.0.
-
-    Examples:
-        >>> from torchrl_ext.envs.course import CourseParams
-        >>> params = CourseParams(width=3.0)
-        >>> print(params.width, params.harmonics)
-        3.0 5
-    """
-
-    scale: float = 10.0
-    roughness: float = 0.3
-    harmonics: int = 5
-    width: float = 2.0
-    checkpoint_spacing: float = 5.0
-    gate_width: float = 4.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            _check_param(f.name, getattr(self, f.name))
-
-
-_PARAM_NAMES = tuple(f.name for f in fields(CourseParams))
-
-
-def _check_param(name: str, value: float | torch.Tensor) -> None:
-    """Check a :class:`CourseParams` value, or a tensor of them (one per env)."""
-    values = torch.as_tensor(value)
-    if name == "harmonics":
-        if values.is_floating_point() or values.dtype == torch.bool:
-            raise TypeError(f"harmonics must be an integer, got harmonics={value!r}.")
-        if not bool(torch.all((values >= 1) & (values <= K.MAX_HARMONICS))):
-            raise ValueError(
-                f"harmonics must be in [1, {K.MAX_HARMONICS}], got harmonics={value!r}."
-            )
-        return
-    values = values.to(torch.float64)
-    positive = name != "roughness"
-    ok = torch.isfinite(values) & ((values > 0) if positive else (values >= 0))
-    if not bool(torch.all(ok)):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {name}={value!r}.")
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -173,6 +113,12 @@ def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int |
     return torch.from_numpy(result)
 
 
+EpochChange = Literal["keep", "advance", "restart"]
+"""What a rebuild does to a masked env's epoch first: keep it, add 1, or restart it at 0."""
+
+_EPOCH_CHANGES = {"keep": K.EPOCH_KEEP, "advance": K.EPOCH_ADVANCE, "restart": K.EPOCH_RESTART}
+
+_PARAM_NAMES = tuple(K.Params.vars)
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
 _GEOMETRY = ("centerline", "arc_length", "checkpoints", "checkpoint_count")
 _COURSE_ARRAYS = (*_GEOMETRY, *_PARAM_NAMES, "coefficients", "posts")
@@ -248,6 +194,7 @@ class CourseGenerator:
         mode: Literal["track", "gates"] = "track",
     ) -> None:
         self.device = wp.get_device(device)
+        self._torch_device = torch.device(wp.device_to_torch(self.device))
         self.num_envs = check_int("num_envs", num_envs, 1)
         self.num_points = check_int("num_points", num_points, MIN_POINTS)
         self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS)
@@ -258,9 +205,7 @@ class CourseGenerator:
                 f"device={str(self.device)!r}: it allocates and launches. Build it outside the "
                 "capture, then record regenerate() inside it."
             )
-        params = CourseParams() if params is None else params
-        if not isinstance(params, CourseParams):
-            raise TypeError(f"params must be a CourseParams, got params={params!r}.")
+        params = _or_default("params", params, CourseParams)
         self._allocate(self._seeds(seed), params)
         self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
         self.regenerate(advance=False)
@@ -287,8 +232,8 @@ class CourseGenerator:
             setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
         for name in ("valid", "defects", "checkpoint_count"):
             setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
-        for name in _PARAM_NAMES:
-            dtype = wp.int32 if name == "harmonics" else wp.float32
+        for name, field in K.Params.vars.items():
+            dtype = field.type.dtype  # int32 or float32, as the CourseParams field's type
             setattr(self, name, wp.zeros(n, dtype=dtype, device=dev))
             setattr(self, f"param_{name}", wp.full(n, getattr(params, name), dtype, device=dev))
         self.centerline = wp.zeros((n, p), dtype=wp.vec2f, device=dev)
@@ -299,17 +244,13 @@ class CourseGenerator:
         self._all_envs = wp.ones(n, dtype=wp.int32, device=dev)
         self._any = wp.zeros(1, dtype=wp.int32, device=dev)
         self._next_params = self._param_struct("param_")
-        self.arrays = K.Courses()
-        for name in _STATE_ARRAYS + _COURSE_ARRAYS:
-            if name not in _PARAM_NAMES:
-                setattr(self.arrays, name, getattr(self, name))
-        self.arrays.params = self._param_struct("")
+        names = [name for name in _STATE_ARRAYS + _COURSE_ARRAYS if name not in _PARAM_NAMES]
+        arrays = {name: getattr(self, name) for name in names}
+        self.arrays = make_struct(K.Courses, params=self._param_struct(""), **arrays)
 
     def _param_struct(self, prefix: str) -> K.Params:
-        struct = K.Params()
-        for name in _PARAM_NAMES:
-            setattr(struct, name, getattr(self, prefix + name))
-        return struct
+        arrays = {name: getattr(self, prefix + name) for name in _PARAM_NAMES}
+        return make_struct(K.Params, **arrays)
 
     @staticmethod
     def array_names() -> tuple[str, ...]:
@@ -458,41 +399,31 @@ class CourseGenerator:
             (2,)
         """
         if isinstance(mask, torch.Tensor):
-            return self._check_torch_mask(mask)
-        if not isinstance(mask, wp.array):
+            check_tensor("mask", mask, torch.int32, [(self.num_envs,)], self._torch_device)
+            contiguous = mask.is_contiguous()
+        elif isinstance(mask, wp.array):
+            self._check_warp_mask(mask)
+            contiguous = mask.is_contiguous
+        else:
             raise TypeError(
                 "mask must be a wp.array or a torch.Tensor, "
                 f"got mask of type {type(mask).__name__}."
             )
-        if mask.dtype != wp.int32:
-            raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
-        self._check_mask_layout(tuple(mask.shape), str(mask.device), mask.is_contiguous)
-        return mask
-
-    def _check_torch_mask(self, mask: torch.Tensor) -> wp.array:
-        if mask.dtype != torch.int32:
-            raise TypeError(f"mask must have dtype torch.int32, got mask.dtype={mask.dtype}.")
-        if mask.device.type not in ("cpu", "cuda"):
-            raise ValueError(
-                f"mask must be on device {str(self.device)!r}, got mask.device={mask.device}."
-            )
-        device = str(wp.device_from_torch(mask.device))
-        self._check_mask_layout(tuple(mask.shape), device, mask.is_contiguous())
-        return wp.from_torch(mask, dtype=wp.int32)
-
-    def _check_mask_layout(self, shape: tuple[int, ...], device: str, contiguous: bool) -> None:
-        """Checked before a tensor becomes a Warp array, which some shapes would crash."""
-        self._check_layout("mask", shape, device, (self.num_envs,))
+        # checked before a tensor becomes a Warp array, which some layouts would crash
         if not contiguous:
             raise ValueError("mask must be contiguous, got a strided mask.")
+        return wp.from_torch(mask, dtype=wp.int32) if isinstance(mask, torch.Tensor) else mask
 
-    def _check_layout(
-        self, name: str, shape: tuple[int, ...], device: str, expected: tuple[int, ...]
-    ) -> None:
-        if shape != expected:
-            raise ValueError(f"{name} must have shape {expected}, got {name}.shape={shape}.")
-        if device != str(self.device):
-            raise ValueError(f"{name} must be on device {str(self.device)!r}, got {device!r}.")
+    def _check_warp_mask(self, mask: wp.array) -> None:
+        """:func:`~torchrl_ext._checks.check_tensor`'s dtype, shape and device checks, in Warp."""
+        if mask.dtype != wp.int32:
+            raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(
+                f"mask must have shape {(self.num_envs,)}, got mask.shape={mask.shape}."
+            )
+        if str(mask.device) != str(self.device):
+            raise ValueError(f"mask must be on {self.device}, got mask.device={mask.device}.")
 
     def regenerate(
         self,
@@ -539,24 +470,24 @@ class CourseGenerator:
             >>> print(same.tolist(), gen.views["epoch"].tolist())
             [False, True, False] [1, 0, 1]
         """
-        check_bool("advance", advance)
+        epoch = "advance" if check_bool("advance", advance) else "keep"
         every = mask is None
         mask = self._all_envs if every else self.check_mask(mask)
         if every or not (skip_empty and self._can_skip()):
-            self._rebuild(mask, advance)
+            self._rebuild(mask, epoch)
             return
         wp.launch(K.clear_flag, dim=1, inputs=[self._any], device=self.device)
         wp.launch(K.any_masked, dim=self.num_envs, inputs=[mask, self._any], device=self.device)
-        wp.capture_if(self._any, on_true=self._rebuild, mask=mask, advance=advance)
+        wp.capture_if(self._any, on_true=self._rebuild, mask=mask, epoch=epoch)
 
     def _can_skip(self) -> bool:
         if self.device.is_cpu:
             return True
         return self.device.is_capturing and wp.is_conditional_graph_supported()
 
-    def _rebuild(self, mask: wp.array, advance: bool, restart: bool = False) -> None:
-        change = K.EPOCH_RESTART if restart else (K.EPOCH_ADVANCE if advance else K.EPOCH_KEEP)
-        gates = int(self.mode == "gates")
+    def _rebuild(self, mask: wp.array, epoch: EpochChange) -> None:
+        """Rebuild the masked envs' courses after keeping, advancing or restarting their epoch."""
+        change, gates = _EPOCH_CHANGES[epoch], int(self.mode == "gates")
         inputs = [mask, change, self._next_params, self.arrays, self.max_checkpoints, gates]
         wp.launch(K.rebuild, dim=self.num_envs, inputs=inputs, device=self.device)
 
@@ -583,7 +514,7 @@ class CourseGenerator:
             [0, 0] True
         """
         mask = self._all_envs if mask is None else self.check_mask(mask)
-        self._rebuild(mask, advance=False, restart=True)
+        self._rebuild(mask, "restart")
 
     def generate(self, seeds: int | torch.Tensor, epochs: int | torch.Tensor = 0) -> None:
         """Give every env a new seed and epoch and build the course of that ``(seed, epoch)``.
@@ -615,7 +546,7 @@ class CourseGenerator:
         seed_column, epoch_column = torch.from_numpy(self._seeds(seeds)), self._epochs(epochs)
         self.views["seed"].copy_(seed_column)
         self.views["epoch"].copy_(epoch_column)
-        self._rebuild(self._all_envs, advance=False)
+        self._rebuild(self._all_envs, "keep")
 
     def _epochs(self, epochs: int | torch.Tensor) -> torch.Tensor:
         column = self._column("epochs", epochs)
@@ -624,14 +555,8 @@ class CourseGenerator:
         return column
 
     def _positions(self, positions: torch.Tensor) -> wp.array:
-        if not isinstance(positions, torch.Tensor):
-            raise TypeError(f"positions must be a torch.Tensor, got positions={positions!r}.")
-        if positions.dtype != torch.float32:
-            raise TypeError(
-                f"positions must have dtype torch.float32, got positions.dtype={positions.dtype}."
-            )
-        device = str(wp.device_from_torch(positions.device))
-        self._check_layout("positions", tuple(positions.shape), device, (self.num_envs, 2))
+        shape = (self.num_envs, 2)
+        check_tensor("positions", positions, torch.float32, [shape], self._torch_device)
         return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
 
     def frame(self, positions: torch.Tensor) -> torch.Tensor:

@@ -23,32 +23,28 @@ The course arrays come from :class:`~torchrl_ext.envs.course.CourseGenerator` as
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import Flags, count_step, param_structs, set_flags
+from torchrl_ext.envs._kernels.common import (
+    Flags,
+    array_struct,
+    begin_episode,
+    count_step,
+    param_structs,
+    set_flags,
+)
 from torchrl_ext.envs.course._kernels.generator import (
     Courses,
-    array_struct,
     gate_frame,
     hits_post,
     segment_param,
 )
+from torchrl_ext.envs.course.config import CarConfig
 
-CAR_FIELDS = (
-    "dt",
-    "accel",
-    "drag",
-    "max_speed",
-    "max_steer",
-    "wheelbase",
-    "max_range",
-    "ray_spread",
-    "progress_coef",
-    "crash_penalty",
-)
-"""The car and reward constants, by name: the fields of ``CarConfig`` and of :data:`CarParams`."""
-
-CAR_PARAMS = param_structs("CarParams", CAR_FIELDS, __name__)
+CAR_PARAMS = param_structs("CarParams", [f.name for f in fields(CarConfig)], __name__)
+"""The car and reward constants, a field per :class:`CarConfig` field (float32 and float64)."""
 CarParams = CAR_PARAMS[wp.float32]
 
 # pose columns
@@ -316,11 +312,7 @@ def gates_progress(car: Car, course: Courses, i: int, a: wp.vec2f, collision: wp
     b = wp.vec2f(car.pose[i, X], car.pose[i, Y])
     passed = car.counts[i, PASSED]
     passes = wp.where(passes_gate(course.posts, i, (passed + 1) % count, a, b), 1, 0)
-    s, _lateral, seg = gate_frame(course.checkpoints, i, count, b)
-    lap_length = wp.float32(0.0)
-    for k in range(count):
-        gap = course.checkpoints[i, (k + 1) % count] - course.checkpoints[i, k]
-        lap_length = lap_length + wp.length(gap)
+    s, _lateral, seg, lap_length = gate_frame(course.checkpoints, i, count, b)
     out = wp.where(hits_post(course.posts, i, count, a, b, collision), 1, 0)
     delta = arc_change(car.track, i, s, lap_length)
     write_progress(car, i, s, delta, passed + passes, passes, out, seg)
@@ -477,7 +469,7 @@ def observe_gates(car: Car, course: Courses, i: int, ok: wp.bool, gap: wp.float3
     count = wp.max(course.checkpoint_count[i], 1)
     p = wp.vec2f(car.pose[i, X], car.pose[i, Y])
     heading = car.pose[i, HEADING]
-    _s, lateral, seg = gate_frame(course.checkpoints, i, count, p)
+    _s, lateral, seg, _lap = gate_frame(course.checkpoints, i, count, p)
     tangent = course.checkpoints[i, (seg + 1) % count] - course.checkpoints[i, seg]
     error = wrap_angle(heading - wp.atan2(tangent[1], tangent[0]))
     gate = (car.counts[i, PASSED] + 1) % count
@@ -561,8 +553,7 @@ def respawn_and_observe(
     """
     i = wp.tid()
     if first[i] != 0 or second[i] != 0:
-        ends.steps[i] = 0
-        episode[i] = episode[i] + 1
+        begin_episode(ends.steps, episode, i)
         a = course.centerline[i, 0]
         b = course.centerline[i, 1]
         car.pose[i, X] = a[0]

@@ -12,12 +12,12 @@ parameters, never on the env index, the batch size or the launch order.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import get_type_hints
 
 import warp as wp
 
-MAX_HARMONICS = 8
-"""Highest Fourier harmonic of the radius; every course draws ``2 * MAX_HARMONICS`` numbers."""
+from torchrl_ext.envs._kernels.common import array_struct
+from torchrl_ext.envs.course.config import MAX_HARMONICS, CourseParams
 
 NUM_DRAWS = 2 * MAX_HARMONICS
 MIN_CHECKPOINTS = 2
@@ -42,27 +42,15 @@ _MAX_HARMONICS = wp.constant(MAX_HARMONICS)
 _MIN_CHECKPOINTS = wp.constant(MIN_CHECKPOINTS)
 
 
-def array_struct(name: str, fields: dict[str, Any], module: str = __name__) -> Any:
-    """A ``@wp.struct`` named ``name`` with one field per entry of ``fields``, read by name.
-
-    A Warp scalar type stands for an ``[N]`` array of it; an array type or a struct is kept.
-    """
-    types = {key: wp.array(dtype=t) if isinstance(t, type) else t for key, t in fields.items()}
-    return wp.struct(type(name, (), {"__annotations__": types, "__module__": module}))
-
-
 Params = array_struct(
     "Params",
     {
-        "scale": wp.float32,
-        "roughness": wp.float32,
-        "harmonics": wp.int32,
-        "width": wp.float32,
-        "checkpoint_spacing": wp.float32,
-        "gate_width": wp.float32,
+        name: wp.int32 if kind is int else wp.float32
+        for name, kind in get_type_hints(CourseParams).items()
     },
+    __name__,
 )
-"""Per-env course parameters, one ``[N]`` array per ``CourseParams`` field."""
+"""Per-env course parameters, one ``[N]`` array per ``CourseParams`` field (int32 or float32)."""
 
 Courses = array_struct(
     "Courses",
@@ -80,6 +68,7 @@ Courses = array_struct(
         "coefficients": wp.array2d(dtype=wp.float32),
         "posts": wp.array3d(dtype=wp.vec2f),
     },
+    __name__,
 )
 """Every per-env array of the generator but the next-course parameters (see its docstring)."""
 
@@ -445,10 +434,11 @@ def gate_frame(
 ):
     """Locate ``p`` on the closed polyline through the first ``count`` gate centers.
 
-    Returns ``(progress, lateral, segment)``: the arc length from gate 0 of the point of the
-    polyline nearest to ``p`` (nearest of all segments; segment ``k`` joins gate ``k`` to gate
-    ``k + 1``, the last one back to gate 0), the signed distance of ``p`` from that segment
-    (positive on the left, the inside of a counter-clockwise course) and ``k``.
+    Returns ``(progress, lateral, segment, lap)``: the arc length from gate 0 of the point of
+    the polyline nearest to ``p`` (nearest of all segments; segment ``k`` joins gate ``k`` to
+    gate ``k + 1``, the last one back to gate 0), the signed distance of ``p`` from that segment
+    (positive on the left, the inside of a counter-clockwise course), ``k`` and the length of
+    the whole polyline.
     """
     n = wp.max(count, 1)
     best = wp.int32(0)
@@ -474,7 +464,7 @@ def gate_frame(
             if size > 0.0:
                 lateral = (edge[0] * (p[1] - a[1]) - edge[1] * (p[0] - a[0])) / size
         start = start + size
-    return progress, lateral, best
+    return progress, lateral, best, start
 
 
 @wp.func
@@ -520,7 +510,7 @@ def locate_on_gates(
 ):
     """``frame[env] = (progress, lateral)`` of ``positions[env]`` (:func:`gate_frame`)."""
     env = wp.tid()
-    progress, lateral, _seg = gate_frame(
+    progress, lateral, _seg, _lap = gate_frame(
         c.checkpoints, env, c.checkpoint_count[env], positions[env]
     )
     frame[env] = wp.vec2f(progress, lateral)
