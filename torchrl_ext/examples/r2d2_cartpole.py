@@ -370,12 +370,12 @@ QUICK = {"frames": 1024, "warmup_frames": 512, "capacity": 2048, "batch_size": 8
          "eval_episodes": 2, "log_every": 2}  # fmt: skip
 
 
-def summary(result: Result) -> str:
-    """One line per run."""
+def summary(result: Result, command: str = "r2d2") -> str:
+    """One line per run, starting with the ``command`` that ran it."""
     cfg = result.config
     reached = _common.reached(cfg.target, result.frames_to_target, result.seconds_to_target, ".0f")
     return (
-        f"r2d2 seed {cfg.seed}: {reached}; greedy evaluation {result.final_eval:.1f}; "
+        f"{command} seed {cfg.seed}: {reached}; greedy evaluation {result.final_eval:.1f}; "
         f"{result.frames:,} frames in {result.seconds:.0f} s; log: {result.out}"
     )
 

@@ -352,7 +352,7 @@ class _Actors:
 
 def _weights(policy: nn.Module) -> TensorDictBase:
     """A CPU copy of the policy's parameters and buffers, safe to send while training goes on."""
-    return TensorDict.from_module(policy).data.to("cpu").clone()
+    return TensorDict.from_module(policy).data.apply(lambda t: t.to("cpu", copy=True))
 
 
 # ---------------------------------------------------------------------------- the learner's side
@@ -681,4 +681,4 @@ def train_run(layout: Layout, cfg: single.Config, run: _common.RunOptions, *,
 
 def summary(result: single.Result) -> str:
     """The single-process example's line, named ``r2d2 --distributed``."""
-    return single.summary(result).replace("r2d2", "r2d2 --distributed", 1)
+    return single.summary(result, command="r2d2 --distributed")
