@@ -20,9 +20,10 @@ Starts a local Ray with 2 CPUs and prints one line per repeat, then medians with
   packed into a shared-memory slot of the caller).
 - insert: records per second that 2 remote writers (Ray tasks) insert together.
 - collection: frames per second of 1 and 2 Ray collectors (CartPoleEnv without velocities,
-  LSTM Q-policy, same envs and frames per worker), their ratio, the CPU cores the workers got,
-  frames per worker CPU second (the cost of a frame, whatever the load), and how busy the
-  whole machine was.
+  LSTM Q-policy, same envs and frames per worker), each measured twice in the order 1, 2, 2, 1
+  and averaged, so a drift of the machine's speed during the repeat cancels; their ratio, the
+  CPU cores the workers got, frames per worker CPU second (the cost of a frame, whatever the
+  load), and how busy the whole machine was.
 """
 
 from __future__ import annotations
@@ -81,12 +82,16 @@ def one_repeat(served, local, args) -> dict[str, float]:
     served.empty()
     row["insert_per_s"] = insert_rate(served, 2, args.insert_chunk, args.insert_writes)
     fill(served, args.capacity)
-    for workers in (1, 2):
-        got = collection_rate(workers, args.num_envs, args.frames_per_batch, args.batches)
-        row[f"collect_{workers}"] = got["rate"]
-        row[f"worker_cores_{workers}"] = got["worker_cores"]
-        row[f"frames_per_cpu_s_{workers}"] = got["frames_per_cpu_s"]
-        row["machine_busy"] = max(row.get("machine_busy", 0.0), got["machine_busy"])
+    runs = {1: [], 2: []}
+    for workers in (1, 2, 2, 1):  # in ABBA order, so a drift of the machine's speed cancels
+        runs[workers].append(
+            collection_rate(workers, args.num_envs, args.frames_per_batch, args.batches)
+        )
+    for workers, got in runs.items():
+        row[f"collect_{workers}"] = statistics.fmean(g["rate"] for g in got)
+        row[f"worker_cores_{workers}"] = statistics.fmean(g["worker_cores"] for g in got)
+        row[f"frames_per_cpu_s_{workers}"] = statistics.fmean(g["frames_per_cpu_s"] for g in got)
+    row["machine_busy"] = max(g["machine_busy"] for got in runs.values() for g in got)
     row["collect_ratio"] = row["collect_2"] / row["collect_1"]
     row["cost_ratio"] = row["frames_per_cpu_s_2"] / row["frames_per_cpu_s_1"]
     row["load_average"] = os.getloadavg()[0]

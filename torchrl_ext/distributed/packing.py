@@ -141,11 +141,9 @@ def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
         nbytes = shape.numel() * dtype.itemsize
         own = torch.from_numpy(packed.data[offset : offset + nbytes].copy())
         entries[key] = own.view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype)
-    out = TensorDict(entries, packed.batch_size)
+    out = TensorDict(entries, packed.batch_size, device=packed.device)
     if packed.rest is not None:
         out.update(packed.rest)
-    if packed.device is not None:
-        out = out.to(packed.device)
     return out
 
 
