@@ -4,8 +4,9 @@ TorchRL serves a replay buffer from a Ray actor (``RayReplayBuffer``, or any buf
 ``service_backend="ray"``) and collects from Ray actors (``RayCollector``). These helpers fill
 the two gaps that stop a recurrent Ape-X / R2D2 layout from using them as they are: a
 prioritized TensorDict buffer served by Ray, and a buffer object that can be handed to remote
-writers; and a fast path for the learner's samples (one flat array through Ray's
-shared-memory object store, optionally prefetched). Importing this package does not import
+writers; and a fast path for the learner's samples (one flat array, written into a
+shared-memory file of the learner on the service's node and moved by Ray's object store
+elsewhere, optionally prefetched). Importing this package does not import
 Ray; building a buffer does.
 """
 

@@ -115,7 +115,7 @@ def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
 
     The bytes are copied once, into one storage per entry, so each tensor owns its memory
     (pickling one entry sends that entry only) and is writable even when ``packed.data`` is a
-    read-only view of Ray's object store.
+    read-only view of Ray's object store or of a shared-memory slot.
 
     Args:
         packed (PackedTensorDict): what :func:`pack_tensordict` returned.
