@@ -1,4 +1,4 @@
-"""Prints the CourseEnv step-cost table of issue 5 (CPU, 1 torch thread, medians).
+"""Prints the CourseEnv step-cost table (CPU, 1 torch thread, medians).
 
 Usage: ``python benchmarks/course_env_report.py [--envs 1024,16384] [--rounds 30]``
 

@@ -1,4 +1,4 @@
-"""Prints the masked-regeneration cost table of issue 5 (CPU, 1 torch thread, medians).
+"""Prints the masked-regeneration cost table (CPU, 1 torch thread, medians).
 
 Usage: ``python benchmarks/course_report.py [--envs 1024,16384] [--rounds 30]``
 

@@ -1,4 +1,4 @@
-"""Print env-steps/s of the CartPole workloads and the ratios that issue 4 targets.
+"""Print env-steps/s of the CartPole workloads and their ratios to the anchors.
 
 Usage::
 
@@ -6,7 +6,7 @@ Usage::
     PYTHONPATH=. python benchmarks/envs_report.py --device cuda --envs 4096,16384,65536
 
 One torch thread; every workload is timed ``reps`` times, interleaved round-robin so that machine
-noise hits all of them alike, and the median is reported. Targets (issue 4): at 1024 envs our
+noise hits all of them alike, and the median is reported. Targets: at 1024 envs our
 rollout >= gymnasium's numpy ``CartPoleVectorEnv`` and >= 5x the stock TorchRL partial-reset path on
 the same kernels, ``Collector`` >= 5M env-steps/s; at 16384 envs our rollout >= 30M env-steps/s.
 With ``--device cuda`` only our workloads run (gymnasium is CPU-only) and no targets are checked.

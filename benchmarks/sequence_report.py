@@ -1,4 +1,4 @@
-"""Prints the sequence-replay ratio table of issue 2 (1 torch thread, medians).
+"""Prints the sequence-replay ratio table (1 torch thread, medians).
 
 Usage: ``python benchmarks/sequence_report.py [--capacities 10000,100000,1000000] [--rounds 200]
 [--storages stock,fast] [--timing interleaved] [--output docs/benchmarks] [--name sequence]``

@@ -1,7 +1,7 @@
 """Masked course regeneration: eager and captured, with and without the all-zero skip.
 
 CI runs this file once with ``--benchmark-disable`` at a small size; set
-``TORCHRL_EXT_BENCH_COURSE_ENVS=1024,16384`` for the issue's sizes, or run
+``TORCHRL_EXT_BENCH_COURSE_ENVS=1024,16384`` for the full sizes, or run
 ``python benchmarks/course_report.py`` for the table.
 """
 

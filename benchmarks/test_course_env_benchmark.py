@@ -1,7 +1,7 @@
 """The full CourseEnv RL step, eager vs captured, through the kernels and through TorchRL.
 
 CI runs this file once with ``--benchmark-disable`` at a small size; set
-``TORCHRL_EXT_BENCH_COURSE_ENVS=1024,16384`` for the issue's sizes, or run
+``TORCHRL_EXT_BENCH_COURSE_ENVS=1024,16384`` for the full sizes, or run
 ``python benchmarks/course_env_report.py`` for the table.
 """
 

@@ -6,7 +6,7 @@ Recurrent recompute (LSTM critic): ours vs one raw ``torch.nn.LSTM`` pass over `
 vs torchrl's ``GAE(deactivate_vmap=True)``.
 
 Sizes are small by default so CI can smoke-run the file with ``--benchmark-disable``; set
-``TORCHRL_EXT_BENCH_FULL=1`` for the issue's sizes (4096 x 256 plain, 256 x 128 recurrent),
+``TORCHRL_EXT_BENCH_FULL=1`` for the full sizes (4096 x 256 plain, 256 x 128 recurrent),
 or run ``benchmarks/gae_report.py`` for the ratio table. One torch thread throughout; the C
 library's allocator keeps its default settings, as in a user's process.
 """

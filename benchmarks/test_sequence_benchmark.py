@@ -3,7 +3,7 @@
 Static: sampling from a wrapped buffer that nothing writes to. Online: 64 records are written
 (untimed) before every timed sample, which is where re-reading the done flags after each write
 hurts. CI runs this file once with ``--benchmark-disable`` at a small capacity; set
-``TORCHRL_EXT_BENCH_CAPACITIES=10000,100000,1000000`` for the issue's sizes, or run
+``TORCHRL_EXT_BENCH_CAPACITIES=10000,100000,1000000`` for the full sizes, or run
 ``python benchmarks/sequence_report.py`` for the ratio table. Every path runs on torchrl's
 ``LazyTensorStorage`` and on our ``FastLazyTensorStorage``.
 """

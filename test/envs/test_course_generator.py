@@ -1,4 +1,4 @@
-"""Tests of the procedural course generator (issue 5, generator part).
+"""Tests of the procedural course generator.
 
 Oracles: a pure-Python SplitMix64 for the seeds and draws, a float64 numpy rebuild of the geometry,
 and an O(P^2) segment-intersection test for self-intersection. Bitwise equality is checked with
