@@ -1,6 +1,6 @@
 """A slow, obvious window expander written with plain Python loops, used as the test oracle.
 
-It follows the definitions of the issue literally, one anchor and one record at a time, and
+It follows the documented window definitions literally, one anchor and one record at a time, and
 shares no code with the package.
 """
 
