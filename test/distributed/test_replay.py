@@ -329,6 +329,43 @@ class TestPackedSamplePath:
         assert not os.path.exists(slot) and slot not in rb._slots._paths
         assert rb.sample().shape[0] == 32  # later samples take fresh slots
 
+    def test_unreachable_slot_warns_once_and_still_samples(self, rb):
+        rb.extend(episodes(0, 3))
+        slot = rb._slots.acquire()
+        os.unlink(slot)  # what the service sees from another node: no such file
+        rb._slots.release(slot)
+        rb._warned_slot = False
+        with pytest.warns(RuntimeWarning, match="object store"):
+            assert rb.sample().shape[0] == 32
+        rb._slots.retire(rb._slots.acquire())
+
+    def test_closed_prefetcher_retires_its_slots(self, rb):
+        rb.extend(episodes(0, 3))
+        prefetcher = SamplePrefetcher(rb, depth=2, timeout=TIMEOUT)
+        held = [slot for _, slot in prefetcher._pending]
+        prefetcher.close()
+        assert held and not any(os.path.exists(p) for p in held)
+        with pytest.raises(RuntimeError, match="closed"):
+            prefetcher.sample()
+        assert rb.sample().shape[0] == 32
+
+    def test_service_pinned_to_the_learners_node(self, ray_local):
+        """The scaling page's recipe: a node-affinity strategy in ``remote_config``."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        strategy = NodeAffinitySchedulingStrategy(here, soft=False)
+        buffer = prioritized_ray_buffer(
+            256, sample_unit=make_unit(), batch_size=4,
+            remote_config={"num_cpus": 0, "scheduling_strategy": strategy},
+        )  # fmt: skip
+        try:
+            buffer.extend(episodes(0, 1))
+            assert buffer.sample().shape[0] == 4
+            assert buffer._slots._paths  # the sample came through a slot
+        finally:
+            buffer.close()
+
     def test_close_deletes_the_slots(self, ray_local):
         buffer = make_buffer(capacity=256)
         buffer.extend(episodes(0, 1))
@@ -336,6 +373,8 @@ class TestPackedSamplePath:
         slots = set(buffer._slots._paths)
         buffer.close()
         assert slots and not any(os.path.exists(p) for p in slots)
+        with pytest.raises(RuntimeError, match="closed"):
+            buffer.sample()
 
     def test_request_sample_needs_a_packing_service(self, ray_local):
         plain = ShareableRayReplayBuffer(

@@ -20,7 +20,7 @@ from test_packing import assert_identical
 from torchrl.data import LazyTensorStorage
 
 from torchrl_ext import Sequence
-from torchrl_ext.distributed import PackedSampleReplayBuffer, unpack_tensordict
+from torchrl_ext.distributed import PackedSampleReplayBuffer, slots, unpack_tensordict
 from torchrl_ext.distributed.packing import packed_nbytes
 from torchrl_ext.distributed.slots import PREFIX, SHM_DIR, SlotPool, SlotWriter
 
@@ -78,17 +78,65 @@ class TestSlotPool:
         gc.collect()
         assert not os.path.exists(path)
 
-    def test_without_a_usable_directory_lends_nothing(self, tmp_path):
-        assert SlotPool(directory=str(tmp_path / "missing")).acquire() is None
+    def test_without_a_usable_directory_lends_nothing(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path / "missing"))
+        assert SlotPool().acquire() is None
+
+    def test_only_lent_slots_are_released_read_or_retired(self, pool):
+        slot = pool.acquire()
+        pool.release(slot)
+        for call in (pool.release, pool.retire, lambda p: pool.read(p, 1)):
+            with pytest.raises(ValueError, match="got path="):
+                call(slot)  # not lent now: a second release would lend it twice
+        slot = pool.acquire()
+        pool.close()
+        with pytest.raises(ValueError, match="lent"):
+            pool.release(slot)
+        assert pool.acquire() != slot
+
+    def test_read_checks_nbytes(self, pool):
+        slot = pool.acquire()
+        with pytest.raises(ValueError, match="nbytes"):
+            pool.read(slot, -1)
 
 
 class TestSlotWriter:
-    @pytest.mark.parametrize(
-        "path", ["/etc/passwd", f"{SHM_DIR}/other", f"{SHM_DIR}/x/{PREFIX}1", 3, None]
-    )
+    @pytest.mark.parametrize("path", ["/etc/passwd", f"{SHM_DIR}/other", f"{SHM_DIR}/x/{PREFIX}1"])
     def test_refuses_anything_but_a_slot(self, path):
         with pytest.raises(ValueError, match="slot must be a file /dev/shm/torchrl_ext-sample-"):
             SlotWriter().map(path, 8)
+
+    @pytest.mark.parametrize("path", [3, None, b"/dev/shm/torchrl_ext-sample-1"])
+    def test_slot_path_must_be_a_str(self, path):
+        with pytest.raises(TypeError, match="slot must be a str"):
+            SlotWriter().map(path, 8)
+
+    def test_never_writes_through_a_link(self, pool, tmp_path):
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"keep")
+        link = f"{SHM_DIR}/{PREFIX}link-{os.getpid()}"
+        os.symlink(victim, link)
+        try:
+            assert SlotWriter().map(link, 16) is None
+        finally:
+            os.unlink(link)
+        assert victim.read_bytes() == b"keep"
+
+    def test_never_writes_into_a_file_with_other_links(self, pool, tmp_path):
+        slot = pool.acquire()
+        other = f"{SHM_DIR}/{PREFIX}hardlink-{os.getpid()}"
+        os.link(slot, other)
+        try:
+            assert SlotWriter().map(slot, 16) is None
+        finally:
+            os.unlink(other)
+        assert SlotWriter().map(slot, 16) is not None
+
+    def test_checks_max_open_and_nbytes(self, pool):
+        with pytest.raises(ValueError, match="max_open"):
+            SlotWriter(max_open=0)
+        with pytest.raises(ValueError, match="nbytes"):
+            SlotWriter().map(pool.acquire(), -1)
 
     def test_full_shared_memory_is_reported_not_written(self, pool, monkeypatch):
         def full(fd, offset, length):
@@ -105,12 +153,12 @@ class TestSlotWriter:
 
     def test_keeps_at_most_max_open_maps(self, pool):
         writer = SlotWriter(max_open=2)
-        slots = [pool.acquire() for _ in range(3)]
-        for i, slot in enumerate(slots):
-            writer.map(slot, 8)[:] = i
-        assert len(writer._maps) == 2 and slots[0] not in writer._maps
-        writer.map(slots[0], 8)[0] = 9  # reopened on demand
-        assert pool.read(slots[0], 8).tolist() == [9] + [0] * 7
+        paths = [pool.acquire() for _ in range(3)]
+        for i, path in enumerate(paths):
+            writer.map(path, 8)[:] = i
+        assert len(writer._maps) == 2 and paths[0] not in writer._maps
+        writer.map(paths[0], 8)[0] = 9  # reopened on demand
+        assert pool.read(paths[0], 8).tolist() == [9] + [0] * 7
 
 
 def filled_buffer() -> PackedSampleReplayBuffer:
@@ -153,6 +201,8 @@ class TestSamplePackedIntoSlot:
         rb = filled_buffer()
         with pytest.raises(ValueError, match="got slot='/tmp/x'"):
             rb.sample_packed(slot="/tmp/x")
+        with pytest.raises(TypeError, match="got slot=3"):
+            rb.sample_packed(slot=3)
 
     def test_unpack_needs_the_bytes(self):
         packed = filled_buffer().sample_packed()

@@ -83,7 +83,11 @@ class TestConfigs:
         "field, value, error",
         [("num_envs", 0, ValueError), ("steps", True, TypeError), ("frames", 2.0, TypeError),
          ("frames", 16, ValueError), ("hidden", -1, ValueError), ("eval_episodes", 0, ValueError),
-         ("epochs", 0, ValueError)],
+         ("epochs", 0, ValueError), ("seed", -5, ValueError), ("seed", "a", TypeError),
+         ("lr", "fast", TypeError), ("lr", 0.0, ValueError), ("gamma", 1.5, ValueError),
+         ("max_grad_norm", float("inf"), ValueError), ("clip", 0.0, ValueError),
+         ("lmbda", -0.1, ValueError), ("entropy_coeff", -1.0, ValueError),
+         ("critic_coeff", float("nan"), ValueError)],
     )  # fmt: skip
     def test_bad_field(self, field, value, error):
         with pytest.raises(error, match=f"{field}={value!r}"):

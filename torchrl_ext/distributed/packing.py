@@ -188,6 +188,8 @@ class PackedSampleReplayBuffer(TensorDictReplayBuffer):
             node), they are in ``data`` as without a slot.
         """
         batch_size = check_optional_int("batch_size", batch_size, minimum=1)
+        if slot is not None and not isinstance(slot, str):
+            raise TypeError(f"slot must be a str path or None, got slot={slot!r}.")
         if slot is not None and not is_slot_path(slot):
             raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={slot!r}.")
         sample = self.sample(batch_size)

@@ -23,6 +23,8 @@ Everything else is TorchRL's: the actor, its transport, its ``dumps``/``loads`` 
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from collections import deque
 from functools import partial
 from typing import Any
@@ -127,7 +129,11 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         """Asks for a packed sample written into a slot of this buffer; returns both."""
         batch_size = self._checked(batch_size)  # before a slot is taken
         slot = self._slots.acquire()
-        return self._rb.sample_packed.remote(batch_size, slot), slot
+        try:
+            return self._rb.sample_packed.remote(batch_size, slot), slot
+        except BaseException:
+            self._slots.retire(slot)
+            raise
 
     def _receive(self, ref: Any, slot: str | None, timeout: float | None = None) -> Any:
         """The sample of ``_request``; its slot is lent again once the sample is copied out."""
@@ -137,12 +143,27 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
             packed = ray.get(ref, timeout=timeout)
             if packed.data is None:
                 packed = packed._replace(data=self._slots.read(slot, packed_nbytes(packed)))
+            elif slot is not None:
+                self._warn_slot_unused()
             sample = unpack_tensordict(packed)
         except BaseException:
             self._slots.retire(slot)  # the service may still write into it
             raise
         self._slots.release(slot)
         return sample
+
+    def _warn_slot_unused(self) -> None:
+        """Says once that samples come through Ray's object store, not this node's slots."""
+        if not getattr(self, "_warned_slot", False):
+            self._warned_slot = True
+            warnings.warn(
+                "the replay service cannot write into this learner's /dev/shm slots (it runs "
+                "on another node, in another container, or /dev/shm is full): samples travel "
+                "through Ray's object store, about 2 ms slower each. Run the service on the "
+                "learner's node for the fast path (see the Scaling out page).",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def request_sample(self, batch_size: int | None = None) -> Any:
         """Asks the service for a packed sample without waiting for it.
@@ -160,7 +181,9 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         return self._rb.sample_packed.remote(batch_size)
 
     def _checked(self, batch_size: int | None) -> int | None:
-        """``batch_size`` checked, for a service that can pack samples."""
+        """``batch_size`` checked, for a live service that can pack samples."""
+        if not hasattr(self, "_rb"):
+            raise RuntimeError("the replay service was closed; build a new buffer to sample.")
         if not self._packed:
             raise RuntimeError(
                 "a packed sample needs a service built with "
@@ -184,7 +207,8 @@ class SamplePrefetcher:
     slower than its own step. A prefetched sample is drawn with the priorities the service
     held when it was drawn: the priority updates of the last ``depth`` samples reach later
     draws only (a staleness of ``depth`` updates). Extends, priority updates and checkpoints
-    go through the buffer itself, as before.
+    go through the buffer itself, as before. :meth:`close` (or garbage collection) drops the
+    samples in flight.
 
     Args:
         buffer (ShareableRayReplayBuffer): a packing service, as
@@ -231,7 +255,10 @@ class SamplePrefetcher:
         self.batch_size = check_optional_int("batch_size", batch_size, minimum=1)
         self.timeout = None if timeout is None else check_float("timeout", timeout, 0.0)
         self.buffer = buffer
-        self._pending: deque = deque(buffer._request(self.batch_size) for _ in range(depth))
+        self._pending: deque = deque()
+        self._finalizer = weakref.finalize(self, _retire_pending, buffer._slots, self._pending)
+        for _ in range(self.depth):
+            self._pending.append(buffer._request(self.batch_size))
 
     @property
     def in_flight(self) -> int:
@@ -240,8 +267,24 @@ class SamplePrefetcher:
 
     def sample(self) -> TensorDictBase:
         """The oldest sample in flight; a new one is requested in its place."""
+        if not self._finalizer.alive:
+            raise RuntimeError("this SamplePrefetcher was closed; build a new one to sample.")
         self._pending.append(self.buffer._request(self.batch_size))
         return self.buffer._receive(*self._pending.popleft(), timeout=self.timeout)
+
+    def close(self) -> None:
+        """Drops the samples in flight and the slots they hold (also done when collected)."""
+        self._finalizer()
+
+
+def _retire_pending(slots: Any, pending: deque) -> None:
+    """Retires the slots of requests nobody will read: the service may still write into them."""
+    while pending:
+        _, slot = pending.popleft()
+        try:
+            slots.retire(slot)
+        except ValueError:  # already retired, or the buffer's slots were closed
+            pass
 
 
 def prioritized_ray_buffer(

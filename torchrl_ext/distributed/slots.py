@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import threading
 import uuid
 import weakref
@@ -24,9 +25,11 @@ from collections import OrderedDict
 
 import numpy as np
 
+from torchrl_ext._checks import check_int
+
 #: Where slots live: a RAM-backed file system on Linux.
 SHM_DIR = "/dev/shm"
-#: Every slot's file name starts with this, and the service writes into no other file.
+#: Every slot's file name starts with this; the service writes into no other file.
 PREFIX = "torchrl_ext-sample-"
 
 
@@ -42,14 +45,11 @@ def is_slot_path(path: object) -> bool:
 class SlotPool:
     """The learner's slots: files it creates, lends to one request at a time and deletes.
 
-    Slots are made on demand, so the pool holds as many as requests were ever in flight at
-    once. :meth:`close` (or garbage collection, or interpreter exit) deletes the files; a
-    process killed outright leaves them in ``/dev/shm``, one sample's size each.
-
-    Args:
-        directory (str, optional): where the files go. Defaults to ``/dev/shm``; a pool
-            whose directory is missing or not writable lends no slots (``acquire`` returns
-            ``None``) and samples travel through Ray.
+    Slots are made on demand, so the pool holds as many as requests were in flight at once,
+    plus those retired (deleted at once). :meth:`close` (or garbage collection, or interpreter
+    exit) deletes the files; a process killed outright leaves them in ``/dev/shm``, one
+    sample's size each. Where ``/dev/shm`` is missing or not writable the pool lends no slots
+    (``acquire`` returns ``None``) and samples travel through Ray.
 
     Examples:
         >>> import numpy as np
@@ -65,32 +65,39 @@ class SlotPool:
         >>> pool.close()
     """
 
-    def __init__(self, directory: str = SHM_DIR) -> None:
-        usable = os.path.isdir(directory) and os.access(directory, os.W_OK)
-        self.directory = directory if usable else None
-        self._prefix = os.path.join(directory, f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex}-")
+    def __init__(self) -> None:
+        usable = os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+        self.directory = SHM_DIR if usable else None
+        self._owner = os.getpid()
+        self._prefix = os.path.join(SHM_DIR, f"{PREFIX}{self._owner}-{uuid.uuid4().hex}-")
         self._count = 0
         self._free: list[str] = []
+        self._lent: set[str] = set()
         self._paths: set[str] = set()
         self._maps: dict[str, mmap.mmap] = {}
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _unlink_all, self._paths)
+        self._finalizer = weakref.finalize(self, _unlink_all, self._paths, self._owner)
 
     def acquire(self) -> str | None:
         """A free slot's path (a new empty file if none is free), or ``None`` without slots."""
-        if self.directory is None:
+        if self.directory is None or os.getpid() != self._owner:  # a forked child: no slots
             return None
         with self._lock:
-            if self._free:
-                return self._free.pop()
-            path = f"{self._prefix}{self._count}"
-            self._count += 1
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-            self._paths.add(path)
+            if not self._free:
+                path = f"{self._prefix}{self._count}"
+                self._count += 1
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+                self._paths.add(path)
+                self._free.append(path)
+            path = self._free.pop()
+            self._lent.add(path)
             return path
 
     def read(self, path: str, nbytes: int) -> np.ndarray:
-        """The first ``nbytes`` of slot ``path``, as a read-only view (copy before release)."""
+        """The first ``nbytes`` of lent slot ``path``, a read-only view (copy before release)."""
+        nbytes = check_int("nbytes", nbytes, minimum=0)
+        if path not in self._lent:
+            raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
         if nbytes == 0:
             return np.zeros(0, dtype=np.uint8)
         view = self._maps.get(path)
@@ -103,29 +110,40 @@ class SlotPool:
         return np.frombuffer(view, dtype=np.uint8, count=nbytes)
 
     def release(self, path: str | None) -> None:
-        """Lends ``path`` again: its sample has been copied out."""
-        if path is not None:
-            with self._lock:
-                self._free.append(path)
-
-    def retire(self, path: str | None) -> None:
-        """Deletes ``path`` for good: a request on it may still be writing (e.g. it timed out)."""
+        """Lends ``path`` again: its sample has been copied out (``None`` is ignored)."""
         if path is None:
             return
         with self._lock:
+            if path not in self._lent:
+                raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
+            self._lent.discard(path)
+            self._free.append(path)
+
+    def retire(self, path: str | None) -> None:
+        """Deletes lent slot ``path`` for good: a request on it may still be writing."""
+        if path is None:
+            return
+        with self._lock:
+            if path not in self._lent:
+                raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
+            self._lent.discard(path)
             self._paths.discard(path)
             self._maps.pop(path, None)
-        _unlink_all({path})
+        _unlink_all({path}, self._owner)
 
     def close(self) -> None:
         """Deletes every slot file; the pool then lends new ones if used again."""
         with self._lock:
             self._free.clear()
+            self._lent.clear()
             self._maps.clear()
-            _unlink_all(self._paths)
+            _unlink_all(self._paths, self._owner)
 
 
-def _unlink_all(paths: set[str]) -> None:
+def _unlink_all(paths: set[str], owner: int) -> None:
+    """Deletes ``paths`` when called in the process that made them (not in a forked child)."""
+    if os.getpid() != owner:
+        return
     for path in list(paths):
         try:
             os.unlink(path)
@@ -137,9 +155,12 @@ def _unlink_all(paths: set[str]) -> None:
 class SlotWriter:
     """The service's side: maps the slots it is asked to write into, a few at a time.
 
+    It writes only into regular files directly in ``/dev/shm`` whose names start with
+    ``PREFIX``, owned by its own user and with one link: never through a symbolic link.
+
     Args:
-        max_open (int, optional): slots kept mapped; the least recently written is unmapped
-            beyond that. Defaults to 32.
+        max_open (int, optional): slots kept mapped, ``>= 1``; the least recently written is
+            unmapped beyond that. Defaults to 8.
 
     Examples:
         >>> from torchrl_ext.distributed.slots import SlotWriter
@@ -147,9 +168,10 @@ class SlotWriter:
         True
     """
 
-    def __init__(self, max_open: int = 32) -> None:
-        self.max_open = max_open
+    def __init__(self, max_open: int = 8) -> None:
+        self.max_open = check_int("max_open", max_open, minimum=1)
         self._maps: OrderedDict[str, tuple[int, mmap.mmap]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def map(self, path: str, nbytes: int) -> np.ndarray | None:
         """A writable view of the first ``nbytes`` of slot ``path``, grown if needed.
@@ -157,37 +179,43 @@ class SlotWriter:
         Returns ``None`` when ``path`` is not a slot this process can open (another node's)
         or grow (``/dev/shm`` full), so the caller sends the sample through Ray instead.
         """
+        if not isinstance(path, str):
+            raise TypeError(f"slot must be a str path, got slot={path!r}.")
         if not is_slot_path(path):
             raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={path!r}.")
-        try:
-            stat = os.stat(path)
-        except OSError:
-            self._maps.pop(path, None)
-            return None
-        held = self._maps.get(path)
-        if held is None or held[0] != stat.st_ino or len(held[1]) < nbytes:
-            held = self._open(path, stat, nbytes)
+        nbytes = check_int("nbytes", nbytes, minimum=0)
+        with self._lock:
+            held = self._open(path, nbytes, self._maps.pop(path, None))
             if held is None:
                 return None
-        self._maps[path] = held
-        self._maps.move_to_end(path)
-        while len(self._maps) > self.max_open:
-            self._maps.popitem(last=False)
-        return np.frombuffer(held[1], dtype=np.uint8, count=nbytes)
+            self._maps[path] = held
+            while len(self._maps) > self.max_open:
+                self._maps.popitem(last=False)
+            return np.frombuffer(held[1], dtype=np.uint8, count=nbytes)
 
     @staticmethod
-    def _open(path: str, stat: os.stat_result, nbytes: int) -> tuple[int, mmap.mmap] | None:
+    def _open(
+        path: str, nbytes: int, held: tuple[int, mmap.mmap] | None
+    ) -> tuple[int, mmap.mmap] | None:
+        """``held`` if it still maps ``path`` with room for ``nbytes``, else a new map."""
         try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except (OSError, ValueError):  # missing here, a link, or an unusable name
             return None
         try:
-            size = max(stat.st_size, nbytes, 1)
-            if stat.st_size < size:
+            info = os.fstat(fd)
+            if not (
+                stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
+            ):
+                return None
+            if held is not None and held[0] == info.st_ino and len(held[1]) >= nbytes:
+                return held
+            size = max(info.st_size, nbytes, 1)
+            if info.st_size < size:
                 # Reserve the pages now: on a full /dev/shm this fails here, and the sample
                 # goes back through Ray, instead of a write into the map killing the process.
                 os.posix_fallocate(fd, 0, size)
-            return stat.st_ino, mmap.mmap(fd, size)
+            return info.st_ino, mmap.mmap(fd, size)
         except OSError:
             return None
         finally:

@@ -45,7 +45,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
-from torchrl_ext._checks import check_int
+from torchrl_ext._checks import check_float, check_int
 from torchrl_ext.objectives import RecurrentGAE
 
 LoggerKind = Literal["csv", "tensorboard", "wandb"]
@@ -339,6 +339,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.check_ints("frames", "num_envs", "steps", "hidden", "eval_episodes")
+        self.seed = check_int("seed", self.seed, minimum=0)
+        self.lr = check_float("lr", self.lr, 0.0, open_minimum=True)
+        self.gamma = check_float("gamma", self.gamma, 0.0, 1.0)
+        self.max_grad_norm = check_float(
+            "max_grad_norm", self.max_grad_norm, 0.0, open_minimum=True
+        )
         if self.frames < self.frames_per_batch:
             raise ValueError(
                 f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
@@ -389,6 +395,10 @@ class PPOConfig(TrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.check_ints("epochs")
+        self.clip = check_float("clip", self.clip, 0.0, open_minimum=True)
+        self.lmbda = check_float("lmbda", self.lmbda, 0.0, 1.0)
+        self.entropy_coeff = check_float("entropy_coeff", self.entropy_coeff, 0.0)
+        self.critic_coeff = check_float("critic_coeff", self.critic_coeff, 0.0)
 
 
 def seeded(seed: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
