@@ -111,25 +111,26 @@ class SlotPool:
 
     def release(self, path: str | None) -> None:
         """Lends ``path`` again: its sample has been copied out (``None`` is ignored)."""
-        if path is None:
-            return
-        with self._lock:
-            if path not in self._lent:
-                raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
-            self._lent.discard(path)
-            self._free.append(path)
+        if path is not None:
+            with self._lock:
+                self._take_back(path)
+                self._free.append(path)
 
     def retire(self, path: str | None) -> None:
         """Deletes lent slot ``path`` for good: a request on it may still be writing."""
         if path is None:
             return
         with self._lock:
-            if path not in self._lent:
-                raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
-            self._lent.discard(path)
+            self._take_back(path)
             self._paths.discard(path)
             self._maps.pop(path, None)
         _unlink_all({path}, self._owner)
+
+    def _take_back(self, path: str) -> None:
+        """Marks lent slot ``path`` as no longer lent (call with the lock held)."""
+        if path not in self._lent:
+            raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
+        self._lent.discard(path)
 
     def close(self) -> None:
         """Deletes every slot file; the pool then lends new ones if used again."""
