@@ -25,8 +25,8 @@ from torchrl.modules import LSTMModule, QValueModule
 from torchrl_ext import Sequence
 from torchrl_ext.data import FastLazyTensorStorage
 from torchrl_ext.distributed import SamplePrefetcher, pack_tensordict, prioritized_ray_buffer
-from torchrl_ext.distributed.packing import _fill, _layout, packed_nbytes
-from torchrl_ext.distributed.slots import SlotPool, SlotWriter
+from torchrl_ext.distributed.packing import _pack
+from torchrl_ext.distributed.slots import SlotPool
 
 BURN_IN, LENGTH, BATCH = 8, 16, 64  # windows of 24 steps, 64 per sample
 OBS, HIDDEN = 2, 64
@@ -176,7 +176,6 @@ class _Echo:
 
     def __init__(self, sample: TensorDict) -> None:
         self.sample = sample
-        self.writer = SlotWriter()
 
     def nothing(self) -> None:
         return None
@@ -193,9 +192,7 @@ class _Echo:
 
     def slot(self, path: str):
         """The packed sample written into the caller's shared-memory slot; schema returned."""
-        flats, packed = _layout(self.sample)
-        _fill(self.writer.map(path, packed_nbytes(packed)), flats, packed.schema)
-        return packed
+        return _pack(self.sample, path)
 
 
 def transport_floor(sample: TensorDict, rounds: int) -> dict[str, float]:
@@ -205,6 +202,7 @@ def transport_floor(sample: TensorDict, rounds: int) -> dict[str, float]:
     echo, slots = _Echo.remote(sample), SlotPool()
     ray.get(echo.nothing.remote(), timeout=120)
     args = {"slot": (slots.acquire(),)}
+    assert ray.get(echo.slot.remote(*args["slot"]), timeout=120).data is None, "slot not written"
     out = {}
     for name in ("nothing", "whole", "first_states", "packed", "slot"):
         times = []

@@ -193,10 +193,14 @@ class TestSamplePackedIntoSlot:
 
     def test_slot_checked_before_sampling(self):
         rb = filled_buffer()
+        rb.set_rng(torch.Generator().manual_seed(0))
+        expected = rb.sample_packed()
+        rb.set_rng(torch.Generator().manual_seed(0))
         with pytest.raises(ValueError, match="got slot='/tmp/x'"):
             rb.sample_packed(slot="/tmp/x")
         with pytest.raises(TypeError, match="got slot=3"):
             rb.sample_packed(slot=3)
+        assert np.array_equal(rb.sample_packed().data, expected.data)  # no draw was spent
 
     def test_unpack_needs_the_bytes(self):
         packed = filled_buffer().sample_packed()

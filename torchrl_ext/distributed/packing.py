@@ -24,7 +24,7 @@ from tensordict import TensorDict, TensorDictBase, is_leaf_nontensor
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._checks import check_optional_int
-from torchrl_ext.distributed.slots import PREFIX, SHM_DIR, SlotWriter, is_slot_path
+from torchrl_ext.distributed.slots import SlotWriter, check_slot
 
 _ALIGN = 8  # every entry starts on an 8-byte boundary, so each view keeps its dtype's alignment
 
@@ -72,8 +72,18 @@ def pack_tensordict(td: TensorDictBase) -> PackedTensorDict:
     """
     if not isinstance(td, TensorDictBase):
         raise TypeError(f"td must be a TensorDict, got td={type(td).__name__}.")
+    return _pack(td, slot=None)
+
+
+def _pack(td: TensorDictBase, slot: str | None) -> PackedTensorDict:
+    """``td`` packed into ``slot`` (``data`` ``None``), else into a new array (``data``)."""
     flats, packed = _layout(td)
-    data = np.zeros(packed_nbytes(packed), dtype=np.uint8)
+    nbytes = packed_nbytes(packed)
+    data = None if slot is None else _SLOT_WRITER.map(slot, nbytes)
+    if data is not None:
+        _fill(data, flats, packed.schema)
+        return packed
+    data = np.zeros(nbytes, dtype=np.uint8)
     _fill(data, flats, packed.schema)
     return packed._replace(data=data)
 
@@ -83,8 +93,12 @@ def packed_nbytes(packed: PackedTensorDict) -> int:
     if not packed.schema:
         return 0
     _, dtype, shape, offset = packed.schema[-1]
-    nbytes = shape.numel() * dtype.itemsize
-    return offset + nbytes + (-nbytes % _ALIGN)
+    return offset + _padded(shape.numel() * dtype.itemsize)
+
+
+def _padded(nbytes: int) -> int:
+    """``nbytes`` rounded up to the next entry boundary."""
+    return nbytes + (-nbytes % _ALIGN)
 
 
 def _layout(td: TensorDictBase) -> tuple[list[torch.Tensor], PackedTensorDict]:
@@ -97,7 +111,7 @@ def _layout(td: TensorDictBase) -> tuple[list[torch.Tensor], PackedTensorDict]:
         flat = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
         schema.append((key, value.dtype, value.shape, offset))
         flats.append(flat)
-        offset += flat.numel() + (-flat.numel() % _ALIGN)
+        offset += _padded(flat.numel())
     rest = td.select(*others) if others else None
     device = None if td.device is None else str(td.device)
     return flats, PackedTensorDict(None, tuple(schema), td.batch_size, device, rest)
@@ -188,19 +202,8 @@ class PackedSampleReplayBuffer(TensorDictReplayBuffer):
             node), they are in ``data`` as without a slot.
         """
         batch_size = check_optional_int("batch_size", batch_size, minimum=1)
-        if slot is not None and not isinstance(slot, str):
-            raise TypeError(f"slot must be a str path or None, got slot={slot!r}.")
-        if slot is not None and not is_slot_path(slot):
-            raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={slot!r}.")
-        sample = self.sample(batch_size)
-        if slot is None:
-            return pack_tensordict(sample)
-        flats, packed = _layout(sample)
-        data = _SLOT_WRITER.map(slot, packed_nbytes(packed))
-        if data is None:
-            return pack_tensordict(sample)
-        _fill(data, flats, packed.schema)
-        return packed
+        slot = None if slot is None else check_slot(slot)  # before the draw moves the sampler
+        return _pack(self.sample(batch_size), slot)
 
 
 #: The slots this process's replay service writes into (one service per Ray actor process).

@@ -34,12 +34,7 @@ from torchrl.data import PrioritizedSampler, ReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.sample_units import SampleUnit
 
-from torchrl_ext._checks import (
-    check_float,
-    check_int,
-    check_key,
-    check_optional_int,
-)
+from torchrl_ext._checks import check_float, check_int, check_key, check_optional_int
 from torchrl_ext.data.storages import FastLazyTensorStorage
 from torchrl_ext.distributed.packing import (
     PackedSampleReplayBuffer,
@@ -100,6 +95,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         super().__init__(*args, replay_buffer_cls=replay_buffer_cls, **kwargs)
         self._packed = _packing_supported(replay_buffer_cls) and self.transport_kind == "ray"
         self._slots = SlotPool()
+        self._warned_slot = False
 
     def __reduce__(self) -> tuple:
         return (_received, (self.client(),))
@@ -154,7 +150,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
 
     def _warn_slot_unused(self) -> None:
         """Says once that samples come through Ray's object store, not this node's slots."""
-        if not getattr(self, "_warned_slot", False):
+        if not self._warned_slot:
             self._warned_slot = True
             warnings.warn(
                 "the replay service cannot write into this learner's /dev/shm slots (it runs "
@@ -190,8 +186,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
                 "replay_buffer_cls=PackedSampleReplayBuffer and transport='ray' "
                 "(prioritized_ray_buffer builds one)."
             )
-        batch_size = check_optional_int("batch_size", batch_size, minimum=1)
-        return batch_size
+        return check_optional_int("batch_size", batch_size, minimum=1)
 
 
 def _received(client: Any) -> Any:

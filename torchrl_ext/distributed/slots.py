@@ -35,13 +35,18 @@ SHM_DIR = "/dev/shm"
 PREFIX = "torchrl_ext-sample-"
 
 
-def is_slot_path(path: object) -> bool:
-    """Whether ``path`` names a slot: a file directly in ``/dev/shm`` named ``PREFIX...``."""
-    return (
-        isinstance(path, str)
-        and os.path.dirname(path) == SHM_DIR
-        and os.path.basename(path).startswith(PREFIX)
-    )
+def check_slot(slot: object) -> str:
+    """``slot`` if it names a slot: a ``str`` path directly in ``/dev/shm``, named ``PREFIX...``.
+
+    Raises:
+        TypeError: if ``slot`` is not a ``str``.
+        ValueError: if it names any other file.
+    """
+    if not isinstance(slot, str):
+        raise TypeError(f"slot must be a str path, got slot={slot!r}.")
+    if os.path.dirname(slot) != SHM_DIR or not os.path.basename(slot).startswith(PREFIX):
+        raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={slot!r}.")
+    return slot
 
 
 class SlotPool:
@@ -98,8 +103,7 @@ class SlotPool:
     def read(self, path: str, nbytes: int) -> np.ndarray:
         """The first ``nbytes`` of lent slot ``path``, a read-only view (copy before release)."""
         nbytes = check_int("nbytes", nbytes, minimum=0)
-        if path not in self._lent:
-            raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
+        self._check_lent(path)
         if nbytes == 0:
             return np.zeros(0, dtype=np.uint8)
         view = self._maps.get(path)
@@ -130,9 +134,12 @@ class SlotPool:
 
     def _take_back(self, path: str) -> None:
         """Marks lent slot ``path`` as no longer lent (call with the lock held)."""
+        self._check_lent(path)
+        self._lent.discard(path)
+
+    def _check_lent(self, path: str) -> None:
         if path not in self._lent:
             raise ValueError(f"path must be a slot this pool has lent, got path={path!r}.")
-        self._lent.discard(path)
 
     def close(self) -> None:
         """Deletes every slot file; the pool then lends new ones if used again."""
@@ -182,10 +189,7 @@ class SlotWriter:
         Returns ``None`` when ``path`` is not a slot this process can open (another node's)
         or grow (``/dev/shm`` full), so the caller sends the sample through Ray instead.
         """
-        if not isinstance(path, str):
-            raise TypeError(f"slot must be a str path, got slot={path!r}.")
-        if not is_slot_path(path):
-            raise ValueError(f"slot must be a file {SHM_DIR}/{PREFIX}..., got slot={path!r}.")
+        path = check_slot(path)
         nbytes = check_int("nbytes", nbytes, minimum=0)
         with self._lock:
             held = self._open(path, nbytes, self._maps.pop(path, None))
