@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from torchrl_ext.objectives import _segments
-from torchrl_ext.objectives._segments import gather_steps, plan_segments, plan_segments_torch
+from torchrl_ext.objectives._segments import plan_segments, plan_segments_torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 PLANNERS = {"compiled": plan_segments, "torch": plan_segments_torch}
@@ -195,24 +195,3 @@ class TestPlanners:
         is_init, done = flags(2, 5, 0.2, seed=6)
         plan_segments(is_init, done, None)
         assert calls == [1]
-
-
-class TestGatherSteps:
-    """Rows of the row steps and of their next observations, placed where the calls read them."""
-
-    @pytest.mark.parametrize(
-        ("dtype", "features"),
-        [(torch.float32, (8,)), (torch.float64, ()), (torch.uint8, (3, 4, 5)), (torch.bool, (2,))],
-    )
-    def test_equals_join_and_select(self, dtype, features):
-        """Checked against a row-by-row loop."""
-        is_init, done = flags(5, 23, 0.1, seed=7)
-        plan = plan_segments(is_init, done, None)
-        gen = torch.Generator().manual_seed(8)
-        root, final = (
-            (torch.rand(5 * 23, *features, generator=gen) * 100).to(dtype) for _ in range(2)
-        )
-        rows = [*root, *final]
-        expected = torch.stack([rows[int(r)] for r in plan.reads])
-        out = gather_steps(root, final, plan.reads, plan.index[5 * 23 :])
-        assert out.dtype == dtype and torch.equal(out, expected)

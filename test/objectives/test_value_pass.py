@@ -15,7 +15,8 @@ from torch import nn
 from torchrl.modules import LSTMModule
 
 from torchrl_ext.objectives import RecurrentGAE
-from torchrl_ext.objectives._value_pass import ValuePass
+from torchrl_ext.objectives._segments import plan_segments
+from torchrl_ext.objectives._value_pass import ValuePass, _gather_steps
 
 OBS, HIDDEN = 3, 6
 
@@ -112,3 +113,27 @@ class TestTail:
         a, b = per_call(rollout()), joined(rollout())
         for key in ("state_value", ("next", "state_value"), "advantage"):
             torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-6)
+
+
+class TestGatherSteps:
+    """Rows of the row steps and of their next observations, placed where the calls read them."""
+
+    @pytest.mark.parametrize(
+        ("dtype", "features"),
+        [(torch.float32, (8,)), (torch.float64, ()), (torch.uint8, (3, 4, 5)), (torch.bool, (2,))],
+    )
+    def test_equals_join_and_select(self, dtype, features):
+        """Checked against a row-by-row loop."""
+        gen = torch.Generator().manual_seed(7)
+        done = torch.rand(5, 23, generator=gen) < 0.1
+        is_init = torch.zeros_like(done)
+        is_init[:, 1:] = done[:, :-1]
+        plan = plan_segments(is_init, done, None)
+        gen = torch.Generator().manual_seed(8)
+        root, final = (
+            (torch.rand(5 * 23, *features, generator=gen) * 100).to(dtype) for _ in range(2)
+        )
+        rows = [*root, *final]
+        expected = torch.stack([rows[int(r)] for r in plan.reads])
+        out = _gather_steps(root, final, plan.reads, plan.index[5 * 23 :])
+        assert out.dtype == dtype and torch.equal(out, expected)

@@ -26,7 +26,7 @@ compiled loop for CPU tensors (:mod:`torchrl_ext.objectives._kernels.segment_pla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -66,19 +66,14 @@ class Plan:
     reads: torch.Tensor  # [N * T + B] what each position reads: a row step i, or N * T + i for
     # the final observation ("next") of row step i
     calls: list[Call]  # in the order to run them
+    num_segments: int = field(init=False)
+    size: int = field(init=False)  # steps in all: N * T + B
+    pool_size: int = field(init=False)  # initial states, then the states each call reached
 
-    @property
-    def num_segments(self) -> int:
-        return int(self.first.numel())
-
-    @property
-    def pool_size(self) -> int:
-        """Rows of the state pool: initial states, then the states each call reached."""
-        return self.num_segments + sum(call.lanes for call in self.calls)
-
-    @property
-    def size(self) -> int:
-        return int(self.index.numel())
+    def __post_init__(self) -> None:
+        self.num_segments = int(self.first.numel())
+        self.size = int(self.index.numel())
+        self.pool_size = self.num_segments + sum(call.lanes for call in self.calls)
 
 
 def boot_steps(done: torch.Tensor) -> torch.Tensor:
@@ -93,22 +88,6 @@ def plan_segments(is_init: torch.Tensor, done: torch.Tensor, chunk_len: int | No
     if is_init.device.type == "cpu":
         return _plan_cpu(is_init, done, chunk_len)
     return plan_segments_torch(is_init, done, chunk_len)
-
-
-def gather_steps(
-    root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor, boot_positions: torch.Tensor
-) -> torch.Tensor:
-    """The critic's inputs in the calls' layout: row ``p`` is row ``reads[p]`` of both, stacked.
-
-    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations;
-    ``boot_positions`` (the plan's ``index[N * T:]``) are the few positions that read
-    ``final``. Gathering from ``root`` and then overwriting those positions copies half the
-    rows that joining ``root`` and ``final`` before one gather would.
-    """
-    n_steps = root.shape[0]
-    steps = root.index_select(0, reads.clamp(max=n_steps - 1))
-    boot_reads = reads.index_select(0, boot_positions) - n_steps
-    return steps.index_copy_(0, boot_positions, final.index_select(0, boot_reads))
 
 
 # ------------------------------------------------------------------ torch (any device)

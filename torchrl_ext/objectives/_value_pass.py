@@ -27,14 +27,7 @@ from tensordict.utils import unravel_key
 from torch import nn
 from torchrl.modules import GRUModule, LSTMModule
 
-from torchrl_ext.objectives._layout import flat_rows, next_key
-from torchrl_ext.objectives._segments import (
-    Call,
-    Plan,
-    boot_steps,
-    gather_steps,
-    plan_segments,
-)
+from torchrl_ext.objectives._segments import Call, Plan, boot_steps, plan_segments
 
 _RECURRENT = (LSTMModule, GRUModule)
 
@@ -83,17 +76,14 @@ class ValuePass:
         state_keys = {k for m in self.recurrent for k in m.in_keys[1:]}
         self.obs_keys = [k for k in network.in_keys if k not in state_keys and k != "is_init"]
 
-    def direct_input_sizes(self) -> dict:
-        """Critic inputs read directly by a recurrent layer, mapped to its ``input_size``."""
-        return {
+        # what the caller checks before a run: the inputs a recurrent layer reads directly,
+        # with its input_size, and the stored states' keys with their per-step shapes
+        self.input_sizes = {
             module.in_keys[0]: _layer(module).input_size
             for module in self.recurrent
             if module.in_keys[0] in self.obs_keys
         }
-
-    def stored_state_shapes(self) -> dict:
-        """The keys of the states read in ``"stored"`` mode, mapped to their per-step shape."""
-        return {
+        self.state_shapes = {
             key: shape
             for module in self.recurrent
             for key, shape in zip(_state_keys(module), state_shapes(module), strict=True)
@@ -101,8 +91,8 @@ class ValuePass:
 
     def run(
         self,
-        td: TensorDictBase,
-        layout: tuple[int, int],
+        inputs: dict,
+        states: dict,
         is_init: torch.Tensor,
         done: torch.Tensor,
         value_key,
@@ -112,8 +102,10 @@ class ValuePass:
         """Returns ``(value, next_value)``, both ``[N, T, *value_shape]``.
 
         Args:
-            td (TensorDictBase): the rollout.
-            layout (tuple of int): ``(batch_ndim, time_dim)`` of ``td``.
+            inputs (dict): each key of :attr:`obs_keys` mapped to its ``(root, final)`` rows
+                (``[N * T, *feature]``: the observations and the next observations).
+            states (dict): in ``"stored"`` mode, each stored state's key mapped to its
+                ``[N * T, num_layers, size]`` rows; else empty.
             is_init (torch.Tensor): bool ``[N, T]``.
             done (torch.Tensor): bool ``[N, T]``.
             value_key (NestedKey): where the critic writes its value.
@@ -124,12 +116,12 @@ class ValuePass:
         if self.recurrent:
             plan = plan_segments(is_init, done, chunk_len)
             boot_idx = plan.boot_idx
-            flat = self._flat_inputs(td, layout, boot_idx, plan)
-            out = self._run_planned(flat, td, layout, plan, initial_state, value_key)
+            flat = _critic_inputs(inputs, boot_idx, plan)
+            out = self._run_planned(flat, states, plan, initial_state, value_key)
             out = _take(out, plan.index)
         else:
             boot_idx = boot_steps(done)
-            out = self.network(self._flat_inputs(td, layout, boot_idx, None)).get(value_key)
+            out = self.network(_critic_inputs(inputs, boot_idx, None)).get(value_key)
         value = out[: n_rows * steps]
         next_value = torch.empty_like(value)
         next_value[:-1] = value[1:]
@@ -137,35 +129,8 @@ class ValuePass:
         shape = (n_rows, steps, *out.shape[1:])
         return value.reshape(shape), next_value.reshape(shape)
 
-    def _flat_inputs(
-        self,
-        td: TensorDictBase,
-        layout: tuple[int, int],
-        boot_idx: torch.Tensor,
-        plan: Plan | None,
-    ) -> TensorDictBase:
-        """The critic's inputs: rows then bootstrap steps, or where the plan's calls read them."""
-        flat = None
-        for key in self.obs_keys:
-            root = flat_rows(td.get(key), *layout).flatten(0, 1)
-            final = flat_rows(td.get(next_key(key)), *layout).flatten(0, 1)
-            if plan is None:
-                steps = torch.cat([root, final[boot_idx]])
-            else:
-                steps = gather_steps(root, final, plan.reads, plan.index[root.shape[0] :])
-            if flat is None:
-                flat = TensorDict(batch_size=[steps.shape[0]], device=steps.device)
-            flat.set(key, steps)
-        return flat
-
     def _run_planned(
-        self,
-        flat: TensorDictBase,
-        td: TensorDictBase,
-        layout: tuple[int, int],
-        plan: Plan,
-        initial_state: str,
-        value_key,
+        self, flat: TensorDictBase, states: dict, plan: Plan, initial_state: str, value_key
     ) -> torch.Tensor:
         """Runs the critic's leaves over the calls' layout; returns the values there."""
         for i, module in enumerate(self.leaves):
@@ -174,9 +139,9 @@ class ValuePass:
                 continue
             if i == self.last_recurrent and self.direct_tail:
                 tail = functools.partial(self._tail_call, module.out_keys[0], flat, value_key)
-                values = self._run_recurrent(module, flat, td, layout, plan, initial_state, tail)
+                values = self._run_recurrent(module, flat, states, plan, initial_state, tail)
                 return torch.cat(values)
-            outputs = self._run_recurrent(module, flat, td, layout, plan, initial_state)
+            outputs = self._run_recurrent(module, flat, states, plan, initial_state)
             flat.set(module.out_keys[0], torch.cat(outputs))
         return flat.get(value_key)
 
@@ -198,8 +163,7 @@ class ValuePass:
         self,
         key,
         shape: tuple[int, int],
-        td: TensorDictBase,
-        layout: tuple[int, int],
+        states: dict,
         plan: Plan,
         initial_state: str,
         like: torch.Tensor,
@@ -210,7 +174,7 @@ class ValuePass:
         if initial_state == "zeros":
             pool[:, : plan.num_segments] = 0
             return pool
-        stored = flat_rows(td.get(key), *layout).flatten(0, 1)[plan.first]
+        stored = states[key][plan.first]
         keep = plan.continues.reshape(-1, *([1] * (stored.ndim - 1)))
         stored = torch.where(keep, stored, torch.zeros_like(stored))
         pool[:, : plan.num_segments] = stored.transpose(0, 1)
@@ -220,8 +184,7 @@ class ValuePass:
         self,
         module: TensorDictModuleBase,
         flat: TensorDictBase,
-        td: TensorDictBase,
-        layout: tuple[int, int],
+        states: dict,
         plan: Plan,
         initial_state: str,
         then: Callable[[Call, torch.Tensor], torch.Tensor] | None = None,
@@ -235,12 +198,42 @@ class ValuePass:
         layer = _layer(module)
         x = flat.get(module.in_keys[0])
         pools = [
-            self._initial_state(key, shape, td, layout, plan, initial_state, x)
+            self._initial_state(key, shape, states, plan, initial_state, x)
             for key, shape in zip(_state_keys(module), state_shapes(module), strict=True)
         ]
         if then is None:
             return [_call_layer(layer, x, call, pools, is_lstm) for call in plan.calls]
         return [then(call, _call_layer(layer, x, call, pools, is_lstm)) for call in plan.calls]
+
+
+def _critic_inputs(inputs: dict, boot_idx: torch.Tensor, plan: Plan | None) -> TensorDictBase:
+    """The critic's inputs: rows then bootstrap steps, or where the plan's calls read them."""
+    flat = None
+    for key, (root, final) in inputs.items():
+        if plan is None:
+            steps = torch.cat([root, final[boot_idx]])
+        else:
+            steps = _gather_steps(root, final, plan.reads, plan.index[root.shape[0] :])
+        if flat is None:
+            flat = TensorDict(batch_size=[steps.shape[0]], device=steps.device)
+        flat.set(key, steps)
+    return flat
+
+
+def _gather_steps(
+    root: torch.Tensor, final: torch.Tensor, reads: torch.Tensor, boot_positions: torch.Tensor
+) -> torch.Tensor:
+    """The critic's inputs in the calls' layout: row ``p`` is row ``reads[p]`` of both, stacked.
+
+    ``root`` holds the ``N * T`` row steps' inputs and ``final`` their next observations;
+    ``boot_positions`` (the plan's ``index[N * T:]``) are the few positions that read
+    ``final``. Gathering from ``root`` and then overwriting those positions copies half the
+    rows that joining ``root`` and ``final`` before one gather would.
+    """
+    n_steps = root.shape[0]
+    steps = root.index_select(0, reads.clamp(max=n_steps - 1))
+    boot_reads = reads.index_select(0, boot_positions) - n_steps
+    return steps.index_copy_(0, boot_positions, final.index_select(0, boot_reads))
 
 
 def state_shapes(module: TensorDictModuleBase) -> list[tuple[int, int]]:

@@ -26,10 +26,10 @@ from torchrl.objectives.value import ValueEstimatorBase
 from torchrl_ext._checks import (
     check_choice,
     check_float,
+    check_int,
     check_key,
     check_optional_int,
 )
-from torchrl_ext.objectives._layout import flat_rows, next_key, unflat_rows
 from torchrl_ext.objectives._scan import ScanResult, Workspace, derive_is_init, gae_scan
 from torchrl_ext.objectives._value_pass import ValuePass
 
@@ -87,6 +87,28 @@ class _Rollout:
         return self.is_init
 
 
+def _next_key(key: NestedKey) -> tuple[str, ...]:
+    """Returns ``("next", *key)``."""
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def _flat_rows(x: torch.Tensor, batch_ndim: int, time_dim: int) -> torch.Tensor:
+    """Views ``x`` (``[*batch, *feature]``) as ``[N, T, *feature]`` with time second."""
+    if batch_ndim == 2 and time_dim == 1:
+        return x  # already [N, T, *feature] (the common case, kept free of view overhead)
+    x = x.movedim(time_dim, batch_ndim - 1)
+    return x.reshape(-1, *x.shape[batch_ndim - 1 :])
+
+
+def _unflat_rows(y: torch.Tensor, batch_shape: torch.Size, time_dim: int) -> torch.Tensor:
+    """Inverse of :func:`_flat_rows` for a tensor with features ``y.shape[2:]``."""
+    batch_ndim = len(batch_shape)
+    if batch_ndim == 2 and time_dim == 1:
+        return y
+    moved = [s for i, s in enumerate(batch_shape) if i != time_dim] + [batch_shape[time_dim]]
+    return y.reshape(*moved, *y.shape[2:]).movedim(batch_ndim - 1, time_dim)
+
+
 def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
     value = td.get(key, None)
     if value is None:
@@ -141,13 +163,13 @@ def _check_same_step_layout(
     """Raises unless ``obs`` and its ``("next", ...)`` entry agree per step (they are joined)."""
     if obs.dtype != final.dtype:
         raise TypeError(
-            f"{key!r} has dtype={obs.dtype} but {next_key(key)!r} has dtype={final.dtype}; "
+            f"{key!r} has dtype={obs.dtype} but {_next_key(key)!r} has dtype={final.dtype}; "
             "the critic reads both, so they must match."
         )
     if obs.shape[batch_dims:] != final.shape[batch_dims:]:
         raise ValueError(
             f"{key!r} has shape {tuple(obs.shape[batch_dims:])} per step but "
-            f"{next_key(key)!r} has {tuple(final.shape[batch_dims:])}; the critic reads both, "
+            f"{_next_key(key)!r} has {tuple(final.shape[batch_dims:])}; the critic reads both, "
             "so they must match."
         )
 
@@ -354,11 +376,11 @@ class RecurrentGAE(ValueEstimatorBase):
     def in_keys(self) -> list[NestedKey]:
         """Entries read: reward, flags, and values or the value network's inputs."""
         keys = self._tensor_keys
-        out = [next_key(keys.reward), next_key(keys.done), next_key(keys.terminated)]
+        out = [_next_key(keys.reward), _next_key(keys.done), _next_key(keys.terminated)]
         if self._value_pass is None:
-            return [*out, keys.value, next_key(keys.value)]
+            return [*out, keys.value, _next_key(keys.value)]
         obs = self._value_pass.obs_keys
-        return [*out, *obs, *(next_key(k) for k in obs)]
+        return [*out, *obs, *(_next_key(k) for k in obs)]
 
     @property
     def out_keys(self) -> list[NestedKey]:
@@ -366,7 +388,7 @@ class RecurrentGAE(ValueEstimatorBase):
         keys = self._tensor_keys
         out = [keys.advantage, keys.value_target, keys.is_init]
         if self._value_pass is not None:
-            out += [keys.value, next_key(keys.value)]
+            out += [keys.value, _next_key(keys.value)]
         return out
 
     def value_estimate(
@@ -446,9 +468,10 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 "RecurrentGAE needs a tensordict with a time batch dim, got batch_size=()."
             )
-        time_dim = check_optional_int("time_dim", time_dim)
         if time_dim is None:
             time_dim = self.time_dim
+        else:
+            time_dim = check_int("time_dim", time_dim)
         if time_dim is None:
             names = td.names
             time_dim = names.index("time") if "time" in names else batch_dims - 1
@@ -466,16 +489,16 @@ class RecurrentGAE(ValueEstimatorBase):
         keys = self._tensor_keys
         tdim = self._resolve_time_dim(td, time_dim)
         layout = (td.batch_dims, tdim)
-        reward_key = next_key(keys.reward)
+        reward_key = _next_key(keys.reward)
         reward = _get(td, reward_key, "reward")
         _check_float(reward_key, reward)
-        reward = flat_rows(reward, *layout)
+        reward = _flat_rows(reward, *layout)
         flags = {}
         for name in ("terminated", "done"):
-            key = next_key(getattr(keys, name))
+            key = _next_key(getattr(keys, name))
             flag = _get(td, key, name)
             _check_flag(key, flag)
-            flag = flat_rows(flag, *layout)
+            flag = _flat_rows(flag, *layout)
             _check_broadcast(key, flag, reward.shape[2:], reward_key)
             flags[name] = flag
         is_init, first_is_init = self._is_init(td, layout, flags["done"])
@@ -498,7 +521,7 @@ class RecurrentGAE(ValueEstimatorBase):
         if given is not None:
             _check_flag(key, given)
             _check_per_step(key, given, td.batch_size)
-            given = flat_rows(given, *layout)
+            given = _flat_rows(given, *layout)
             return _per_step(given), None
         n_rows = done.shape[0]
         carry = self._carry
@@ -518,17 +541,17 @@ class RecurrentGAE(ValueEstimatorBase):
         keys = self._tensor_keys
         if self._value_pass is None:
             values = []
-            for key in (keys.value, next_key(keys.value)):
+            for key in (keys.value, _next_key(keys.value)):
                 value = _get(td, key, "value")
                 _check_float(key, value)
-                values.append(flat_rows(value, *rollout.layout))
+                values.append(_flat_rows(value, *rollout.layout))
             return values[0], values[1]
-        self._check_network_inputs(td)
+        inputs, states = self._critic_rows(td, rollout.layout)
         ctx = params.to_module(self.value_network) if params is not None else nullcontext()
         with ctx:
             return self._value_pass.run(
-                td,
-                rollout.layout,
+                inputs,
+                states,
                 rollout.derived_is_init(),
                 rollout.done_rows,
                 keys.value,
@@ -536,32 +559,41 @@ class RecurrentGAE(ValueEstimatorBase):
                 self.chunk_len,
             )
 
-    def _check_network_inputs(self, td: TensorDictBase) -> None:
-        """Checks what the value pass itself joins and feeds to layers it calls directly.
+    def _critic_rows(self, td: TensorDictBase, layout: tuple[int, int]) -> tuple[dict, dict]:
+        """The value pass's inputs, checked, as ``[N * T, ...]`` rows.
+
+        Returns ``({key: (obs, next obs)}, {stored state key: state})``, the states only in
+        ``"stored"`` mode. Checked here is what the value pass joins and feeds to layers it
+        calls directly.
 
         Errors raised by the critic's other modules on their inputs reach the caller as those
         modules raise them.
         """
-        sizes = self._value_pass.direct_input_sizes()
-        for key in self._value_pass.obs_keys:
+        value_pass = self._value_pass
+        inputs = {}
+        for key in value_pass.obs_keys:
             obs = _get(td, key, "value_network input")
-            final = _get(td, next_key(key), "value_network input")
+            final = _get(td, _next_key(key), "value_network input")
             _check_same_step_layout(key, obs, final, td.batch_dims)
-            if key in sizes:
-                _check_layer_input(key, obs, sizes[key])
+            if key in value_pass.input_sizes:
+                _check_layer_input(key, obs, value_pass.input_sizes[key])
+            inputs[key] = tuple(_flat_rows(x, *layout).flatten(0, 1) for x in (obs, final))
+        states = {}
         if self.initial_state == "stored":
-            for key, shape in self._value_pass.stored_state_shapes().items():
+            for key, shape in value_pass.state_shapes.items():
                 state = _get(td, key, "stored recurrent state (initial_state='stored')")
                 _check_stored_state(key, state, td.batch_size, shape)
+                states[key] = _flat_rows(state, *layout).flatten(0, 1)
+        return inputs, states
 
     def _scan(self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor) -> ScanResult:
         keys = self._tensor_keys
         reward = rollout.reward
-        for key, x in ((keys.value, value), (next_key(keys.value), next_value)):
+        for key, x in ((keys.value, value), (_next_key(keys.value), next_value)):
             if x.shape != reward.shape:
                 raise ValueError(
                     f"{key!r} has shape {tuple(x.shape[2:])} per step but "
-                    f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
+                    f"{_next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
                 )
         feature = reward.shape[2:]
         inputs = (reward, value, next_value, rollout.terminated, rollout.done)
@@ -570,9 +602,8 @@ class RecurrentGAE(ValueEstimatorBase):
         first_is_init = rollout.first_is_init if rollout.is_init is None else None
         scan = gae_scan(inputs, self.gamma, self.lmbda, first_is_init, self._workspace)
         if scan.nonfinite:
-            _raise_on_nonfinite(
-                {next_key(keys.reward): reward, keys.value: value, next_key(keys.value): next_value}
-            )
+            named = {_next_key(keys.reward): reward, keys.value: value}
+            _raise_on_nonfinite({**named, _next_key(keys.value): next_value})
         if scan.is_init is not None:
             rollout.is_init = scan.is_init
         if scan.advantage.shape == reward.shape:
@@ -592,14 +623,14 @@ class RecurrentGAE(ValueEstimatorBase):
     ) -> None:
         keys = self._tensor_keys
         batch_shape, tdim = rollout.batch_shape, rollout.time_dim
-        td.set(keys.advantage, unflat_rows(scan.advantage, batch_shape, tdim))
-        td.set(keys.value_target, unflat_rows(scan.value_target, batch_shape, tdim))
+        td.set(keys.advantage, _unflat_rows(scan.advantage, batch_shape, tdim))
+        td.set(keys.value_target, _unflat_rows(scan.value_target, batch_shape, tdim))
         if self._value_pass is not None:
-            td.set(keys.value, unflat_rows(value, batch_shape, tdim))
-            td.set(next_key(keys.value), unflat_rows(next_value, batch_shape, tdim))
+            td.set(keys.value, _unflat_rows(value, batch_shape, tdim))
+            td.set(_next_key(keys.value), _unflat_rows(next_value, batch_shape, tdim))
         if rollout.is_init_derived:
             is_init = rollout.is_init.unsqueeze(-1)
-            td.set(keys.is_init, unflat_rows(is_init, batch_shape, tdim))
+            td.set(keys.is_init, _unflat_rows(is_init, batch_shape, tdim))
 
 
 def carry_recurrent_state(
@@ -656,7 +687,7 @@ def carry_recurrent_state(
     _check_flag(done_key, done)
     last = rollout[(slice(None),) * (tdim % rollout.batch_dims) + (-1,)]
     done_last = done.select(tdim % rollout.batch_dims, -1)
-    states = {key: _get(last, next_key(key), "recurrent state") for key in state_keys}
+    states = {key: _get(last, _next_key(key), "recurrent state") for key in state_keys}
     out = last.empty()
     for key, state in states.items():
         reset = done_last.reshape(
