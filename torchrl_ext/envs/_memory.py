@@ -70,3 +70,25 @@ def empty_output(
     if out.device.type == "cpu" and out.numel() * out.element_size() >= 2 * _HUGE_PAGE:
         _advise_huge_pages(out)
     return out
+
+
+def empty_outputs(
+    layouts: Sequence[tuple[Sequence[int], torch.dtype]], device: torch.device | str
+) -> list[torch.Tensor]:
+    """:func:`empty_output` for every ``(shape, dtype)`` of ``layouts``: all outputs of a call.
+
+    Args:
+        layouts (sequence of (shape, dtype)): shape and dtype of each tensor, in order.
+        device (torch.device or str): the device of all of them.
+
+    Returns:
+        One fresh, uninitialized, contiguous tensor per layout, in order.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.envs._memory import empty_outputs
+        >>> obs, done = empty_outputs([((4, 8, 3), torch.float32), ((4, 8, 1), torch.bool)], "cpu")
+        >>> obs.shape, done.dtype
+        (torch.Size([4, 8, 3]), torch.bool)
+    """
+    return [empty_output(shape, dtype, device) for shape, dtype in layouts]

@@ -43,7 +43,7 @@ from torchrl_ext.envs._kernels.common import (
     stream_key,
     uniform_range,
 )
-from torchrl_ext.envs._memory import empty_output
+from torchrl_ext.envs._memory import empty_outputs
 
 # Helpers re-exported for writing new envs' kernels: per-env counter-based random streams
 # (``stream_key``, ``uniform_range``), episode bookkeeping (``Episodes``, ``begin_episode``,
@@ -1155,30 +1155,37 @@ class WarpEnv(EnvBase):
         """
         return self.action_spec.rand((steps,)).movedim(0, 1)
 
-    def _rollout_outputs(self, steps: int) -> dict:
-        n, dev = self.num_envs, self.device
+    def _rollout_outputs(self, steps: int) -> tuple[dict, dict]:
+        """Fresh ``[N, T]`` outputs, shaped as the step buffers, allocated in one call.
 
-        def empty(spec: Any) -> torch.Tensor:
-            return empty_output((n, steps, *spec.shape[1:]), spec.dtype, dev)
-
+        Returns the kernel's outputs (``"root"`` and ``"next"`` observation dicts, ``"reward"``
+        and the three done flags) and the root's done flags, all False.
+        """
+        t = self._t
+        flags = [t[key] for key in _DONE_KEYS]
+        buffers = [*t["root"].values(), *t["next"].values(), t["reward"], *flags, *flags]
+        layouts = [((self.num_envs, steps, *b.shape[1:]), b.dtype) for b in buffers]
+        fresh = iter(empty_outputs(layouts, self.device))
         out = {
-            "root": {k: empty(self.observation_spec[k]) for k in self._obs_keys},
-            "next": {k: empty(self.observation_spec[k]) for k in self._obs_keys},
-            "reward": empty(self.reward_spec),
+            "root": {k: next(fresh) for k in self._obs_keys},
+            "next": {k: next(fresh) for k in self._obs_keys},
+            "reward": next(fresh),
         }
-        for key in _DONE_KEYS:
-            out[key] = empty_output((n, steps, 1), torch.bool, dev)
-        return out
+        out.update((key, next(fresh)) for key in _DONE_KEYS)
+        root_flags = {key: next(fresh).zero_() for key in _DONE_KEYS}
+        return out, root_flags
 
     def _fast_rollout(self, steps: int, tensordict: TensorDictBase | None) -> TensorDictBase:
         self.reset(tensordict)
         actions = self._random_actions(steps)
-        out = self._rollout_outputs(steps)
+        out, root_flags = self._rollout_outputs(steps)
         views = _with_flags(_warp_views(out, _env_time))
         self._launch_now(self._steps_launches(_env_time(actions), views, False, 0))
-        return self._rollout_td(actions, out, steps)
+        return self._rollout_td(actions, out, root_flags, steps)
 
-    def _rollout_td(self, actions: torch.Tensor, out: dict, steps: int) -> TensorDictBase:
+    def _rollout_td(
+        self, actions: torch.Tensor, out: dict, root_flags: dict, steps: int
+    ) -> TensorDictBase:
         batch = torch.Size([self.num_envs, steps])
         nxt = dict(out["next"])
         nxt["reward"] = out["reward"]
@@ -1186,8 +1193,7 @@ class WarpEnv(EnvBase):
             nxt[key] = out[key]
         root = dict(out["root"])
         root[self.action_key] = actions
-        for key in _DONE_KEYS:
-            root[key] = empty_output((self.num_envs, steps, 1), torch.bool, self.device).zero_()
+        root.update(root_flags)
         root["next"] = TensorDict(nxt, batch_size=batch, device=self.device)
         td = TensorDict(root, batch_size=batch, device=self.device)
         td.refine_names(..., "time")
