@@ -32,20 +32,23 @@ class VectorStateEnv(WarpEnv):
         self._state = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self._wp_state = wp.from_torch(self._state)
         self._wp_params = pack_params(self.kernels.params, self._param_values(), self.dtype)
+        # fixed by the constructor's arguments: every launch recipe reads these attributes
+        self._observe_mode = self._obs_mode()
+        self._wp_episodes = self.buffers["episodes"]
 
     state = _live_view("_state", "The ``[num_envs, D]`` physical state (columns: see the class).")
 
     def _inputs(self, first: wp.array) -> list:
-        return [self._wp_state, first, self._wp_params, self.buffers["episodes"]]
+        return [self._wp_state, first, self._wp_params, self._wp_episodes]
 
     def _reset_launches(self) -> list[Launch]:
-        inputs = [*self._inputs(self.buffers["mask"]), self._obs_mode()]
+        inputs = [*self._inputs(self._wp["mask"]), self._observe_mode]
         return [(self.kernels.reset, [*inputs, self._slots["root"]["observation"]])]
 
     def _steps_launches(
         self, actions: wp.array, out: dict, reset_last: bool, root_from: int
     ) -> list[Launch]:
-        limits = [self.step_limit, int(reset_last), root_from, self._obs_mode()]
+        limits = [self._limit, int(reset_last), root_from, self._observe_mode]
         observations = [out["root"]["observation"], out["next"]["observation"]]
         inputs = [*self._inputs(actions), *limits, *observations, out["reward"], out["flags"]]
         return [(self.kernels.steps, inputs)]
