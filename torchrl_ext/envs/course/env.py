@@ -46,11 +46,12 @@ class _RegenerateCommand:
 
     def __init__(self, env: CourseEnv, mask: wp.array) -> None:
         self.env = env
-        self.mask = mask
+        self.generator = env.generator
+        self.mask = self.generator.check_mask(mask)  # checked once, replayed as it is
 
     def launch(self) -> None:
         skip = self.env._may_skip_regeneration()
-        self.env.generator.regenerate(self.mask, advance=True, skip_empty=skip)
+        self.generator._regenerate(self.mask, "advance", skip_empty=skip)
 
 
 class CourseEnv(NanActionChecks, WarpEnv):
@@ -375,12 +376,12 @@ class CourseEnv(NanActionChecks, WarpEnv):
         or a torch capture registered with ``conditional=True``), and otherwise runs with its
         kernel returning early for unmasked envs: the same arrays either way.
         """
-        if not self.sync_free:
+        if not self._sync_free:
             return True
-        registration = interop.active(self.warp_device)
+        registration = interop.active(self._wp_device)
         if registration is not None:
             return registration.conditional
-        return self.warp_device.is_capturing
+        return self._wp_device.is_capturing
 
     # ------------------------------------------------------------------ the two masks
     def regenerate(self, mask: torch.Tensor | wp.array | None = None, advance: bool = True) -> None:

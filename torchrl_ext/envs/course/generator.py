@@ -471,9 +471,14 @@ class CourseGenerator:
             [False, True, False] [1, 0, 1]
         """
         epoch = "advance" if check_bool("advance", advance) else "keep"
-        every = mask is None
-        mask = self._all_envs if every else self.check_mask(mask)
-        if every or not (skip_empty and self._can_skip()):
+        if mask is None:
+            self._rebuild(self._all_envs, epoch)
+            return
+        self._regenerate(self.check_mask(mask), epoch, skip_empty)
+
+    def _regenerate(self, mask: wp.array, epoch: EpochChange, skip_empty: bool) -> None:
+        """:meth:`regenerate` with a mask already checked by :meth:`check_mask`."""
+        if not (skip_empty and self._can_skip()):
             self._rebuild(mask, epoch)
             return
         wp.launch(K.clear_flag, dim=1, inputs=[self._any], device=self.device)
