@@ -118,6 +118,7 @@ class SignallingEnv(WarpEnv):
         self.vocab = check_int("vocab", vocab, minimum=2, maximum=2**20)
         self.delay = check_int("delay", delay, minimum=0, maximum=2**20)
         self.rewards = check_choice("rewards", rewards, ("shared", "per_agent"))
+        # set while step_and_maybe_reset holds both groups' actions checked in the joint buffer
         self._actions_loaded = False
         super().__init__(num_envs, device, seed, max_steps=None, dtype=dtype, capture=capture)
         self._set_group_specs()
@@ -227,7 +228,6 @@ class SignallingEnv(WarpEnv):
         joint = self._t["action"]
         for column, action in enumerate(actions):
             joint[:, column].copy_(action)
-        self._actions_loaded = True
 
     def _checked_action(self, key: tuple, action: Any) -> torch.Tensor:
         name = ".".join(key)
@@ -245,13 +245,18 @@ class SignallingEnv(WarpEnv):
         self._actions_loaded = False
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._load_group_actions(tensordict)
-        return super()._step(tensordict)
+        if self._actions_loaded:  # step_and_maybe_reset loaded them, then fell back to TorchRL's
+            self._actions_loaded = False
+        else:
+            self._load_group_actions(tensordict)
+        return self._step_loaded()
 
     def _step_and_maybe_reset(
         self, tensordict: TensorDictBase
     ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Load both groups' actions once, for the base's fused step or TorchRL's step it runs."""
         self._load_group_actions(tensordict)
+        self._actions_loaded = True
         try:
             return super()._step_and_maybe_reset(tensordict)
         finally:

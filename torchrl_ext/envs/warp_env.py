@@ -911,6 +911,10 @@ class WarpEnv(EnvBase):
     # ------------------------------------------------------------------ TorchRL API
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._load_action(tensordict.get(self._action_leaf_key))
+        return self._step_loaded()
+
+    def _step_loaded(self) -> TensorDictBase:
+        """Step every env on the action buffer as it is; the fresh ``"next"`` outputs."""
         self._run("step")
         return self._next_td()
 
