@@ -1167,7 +1167,8 @@ class WarpEnv(EnvBase):
         """
         t = self._t
         flags = [t[key] for key in _DONE_KEYS]
-        buffers = [*t["root"].values(), *t["next"].values(), t["reward"], *flags, *flags]
+        obs = [t[group][k] for group in ("root", "next") for k in self._obs_keys]
+        buffers = [*obs, t["reward"], *flags, *flags]
         layouts = [((self.num_envs, steps, *b.shape[1:]), b.dtype) for b in buffers]
         fresh = iter(empty_outputs(layouts, self.device))
         out = {
