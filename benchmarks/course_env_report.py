@@ -7,7 +7,7 @@ flags, masked regeneration of the envs whose episode ended (new courses), respaw
 ones and the next observations. Actions are random in ``[-1, 1]`` (redrawn outside the timed
 region), so envs crash, finish and time out as in training. Columns:
 
-- ``kernels eager``: the step's launches one by one (``env._run("step_autoreset")``);
+- ``kernels eager``: the step's launches one by one (``env._launcher.run("step_autoreset")``);
 - ``kernels captured``: replay of the step recorded into one Warp graph;
 - ``torchrl eager`` / ``torchrl captured``: ``env.step_and_maybe_reset(td)``, which adds the action
   copy and the output TensorDicts;
@@ -40,7 +40,7 @@ def make_step(num_envs: int, mode: str) -> tuple[Callable[[], None], Callable[[]
     def new_actions() -> None:
         action = torch.rand(num_envs, 2, generator=gen) * 2 - 1
         if mode.startswith("kernels"):
-            env._load_action(action)
+            env._layout.actions["action"].copy_(action)
         else:
             state["root"]["action"] = action
 
@@ -49,7 +49,7 @@ def make_step(num_envs: int, mode: str) -> tuple[Callable[[], None], Callable[[]
 
     new_actions()
     if mode.startswith("kernels"):
-        return (lambda: env._run("step_autoreset")), new_actions, env
+        return (lambda: env._launcher.run("step_autoreset")), new_actions, env
     return torchrl_step, new_actions, env
 
 

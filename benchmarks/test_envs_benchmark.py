@@ -167,8 +167,8 @@ def _ours_graph_step(n: int, steps: int, device: str = "cpu") -> Callable[[], No
 
     def run() -> None:
         for a in actions:
-            env._t["action"].copy_(a)
-            env._run("step_autoreset")
+            env._layout.actions["action"].copy_(a)
+            env._launcher.run("step_autoreset")
 
     timed = _synced(run, device)
     timed()

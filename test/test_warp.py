@@ -109,7 +109,7 @@ class TestWarpOutput:
         proc, report = _run_library(tmp_path, TORCHRL_EXT_VERBOSE="1")
         assert report["log_level"] == wp.LOG_INFO
         assert f"Warp {report['version']} initialized" in proc.stdout
-        assert "Module torchrl_ext.envs._kernels.cartpole" in proc.stdout
+        assert "Module torchrl_ext.envs.cartpole" in proc.stdout
         assert "Module torchrl_ext.objectives._kernels.gae_scan" in proc.stdout
         assert "load on device 'cpu'" in proc.stdout
 

@@ -204,8 +204,8 @@ class TestCartPoleEnv:
             (torch.ones(4, 2, dtype=torch.int64), ValueError, r"action.shape=\(4, 2\)"),
             (torch.ones(4, 1, dtype=torch.int64), ValueError, r"action.shape=\(4, 1\)"),
             (torch.ones(4, dtype=torch.float32), TypeError, "action.dtype"),
-            (torch.tensor([0, 1, 2, 0]), ValueError, "action entry 2"),
-            (torch.tensor([0, -1, 1, 0]), ValueError, "action entry -1"),
+            (torch.tensor([0, 1, 2, 0]), ValueError, "got an entry 2"),
+            (torch.tensor([0, -1, 1, 0]), ValueError, "got an entry -1"),
         ]
         for action, err, match in cases:
             with pytest.raises(err, match=match):
@@ -214,11 +214,11 @@ class TestCartPoleEnv:
                 env.step_and_maybe_reset(root.clone().set("action", action))
             assert torch.equal(env.state, before)
         with pytest.raises(TypeError, match="action"):
-            env._load_action([0, 1, 0, 1])
+            env._load_actions({"action": [0, 1, 0, 1]})
         with pytest.raises(ValueError, match=r"action.shape=\(3,\)"):
-            env._load_action(torch.ones(3, dtype=torch.int64))
+            env._load_actions({"action": torch.ones(3, dtype=torch.int64)})
         with pytest.raises(ValueError, match=r"action\.device=meta"):
-            env._load_action(torch.ones(4, dtype=torch.int64, device="meta"))
+            env._load_actions({"action": torch.ones(4, dtype=torch.int64, device="meta")})
         assert torch.equal(env.state, before)
 
     @pytest.mark.parametrize(

@@ -413,7 +413,7 @@ class TestGatesEnv:
                 td, root = env.step_and_maybe_reset(root)
                 steps.append(td["next"].clone())
             outs.append(torch.stack(steps))
-        assert envs[1]._graphs
+        assert envs[1]._launcher.graphs
         for key in outs[0].keys(True, True):
             assert torch.equal(outs[0][key], outs[1][key]), key
         for key, value in envs[0].state_dict().items():
@@ -500,7 +500,7 @@ class TestInputs:
             env.reset()
             env.buffers["action"].numpy()[:] = 0.7  # the fused step reads the action buffer
         with wp.ScopedCapture(device="cpu", force_module_load=False) as capture:
-            for cmd in captured._launch_list("step_autoreset"):
+            for cmd in captured._launcher.commands_of("step_autoreset"):
                 cmd.launch()
         gen = torch.Generator().manual_seed(1)
         for _ in range(12):
@@ -510,7 +510,7 @@ class TestInputs:
                 env.inputs["regen_mask"].copy_(regen)
                 env.inputs["reset_mask"].copy_(reset)
             wp.capture_launch(capture.graph)
-            eager._run("step_autoreset")
+            eager._launcher.run("step_autoreset")
             for key, value in eager.state_dict().items():
                 assert torch.equal(value, captured.state_dict()[key]), key
         assert int(captured.generation.sum()) > 0

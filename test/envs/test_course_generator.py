@@ -551,7 +551,7 @@ class TestBadInput:
             CourseGenerator(**kwargs)
 
     def test_course_params_fields_are_the_kernel_struct_fields(self):
-        from torchrl_ext.envs.course._kernels import generator as kernels
+        from torchrl_ext.envs.course._kernels import courses as kernels
 
         names = [f.name for f in dataclasses.fields(CourseParams)]
         assert names == list(kernels.Params.vars)

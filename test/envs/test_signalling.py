@@ -5,10 +5,16 @@ import torch
 from scipy import stats
 from signalling_reference import Game, target_of
 from torchrl.collectors import Collector
-from torchrl.envs import InitTracker, TransformedEnv
+from torchrl.envs import EnvBase, InitTracker, TransformedEnv
 from torchrl.envs.utils import check_env_specs
 
 from torchrl_ext.envs import SignallingEnv
+
+
+class _StockSignalling(SignallingEnv):
+    """The same kernels behind TorchRL's generic step / partial-reset merge (the oracle path)."""
+
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
 
 
 def _actions(root, speaker, listener):
@@ -244,6 +250,25 @@ class TestSignallingEnv:
         done = data["next", "done"][..., 0]
         assert torch.equal(data["is_init"][:, 1:, 0], done[:, :-1])
         assert torch.equal(done, (torch.arange(9) % 3 == 2).expand(4, 9))
+
+    @pytest.mark.parametrize("rewards", ["shared", "per_agent"])
+    def test_rollout_fast_path_equals_generic_steps(self, rewards):
+        """The one-kernel rollout equals TorchRL's generic step-then-reset on the same actions."""
+        fast = SignallingEnv(6, seed=3, vocab=4, delay=1, rewards=rewards)
+        stock = _StockSignalling(6, seed=3, vocab=4, delay=1, rewards=rewards)
+        data = fast.rollout(20, break_when_any_done=False)
+        assert data.names[-1] == "time"
+        root = stock.reset()
+        for t in range(20):
+            for group in ("speaker", "listener"):
+                root[group, "action"] = data[group, "action"][:, t]
+            step, root = stock.step_and_maybe_reset(root)
+            now = data[:, t]
+            for key in step.keys(True, True):
+                assert torch.equal(now.get(key), step.get(key)), (t, key)
+        assert torch.equal(fast.target, stock.target)
+        assert torch.equal(fast.token, stock.token)
+        assert int(data["next", "done"].sum()) == 6 * 6
 
     def test_collector_batches_groups(self):
         env = SignallingEnv(4, seed=0, vocab=3, delay=1)

@@ -25,6 +25,7 @@ from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
 from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv
+from torchrl_ext.envs._base import fused
 from torchrl_ext.envs._kernels.common import make_struct
 from torchrl_ext.envs.warp_env import (
     begin_episode,
@@ -151,8 +152,8 @@ def _assert_td_equal(a, b):
 
 
 def _snapshot(env):
-    t = env._t
-    return [env.state.clone(), t["steps"].clone(), t["episode"].clone()]
+    lay = env._layout
+    return [env.state.clone(), lay.steps.clone(), lay.episode.clone()]
 
 
 def _random_actions(env, steps, seed):
@@ -253,7 +254,7 @@ class TestWarpEnv:
         assert not bool(out["done"].any())
         # a fresh env whose episode counters match draws the same reset states
         twin = PendulumEnv(N, seed=1) if pendulum else CartPoleEnv(N, seed=1, max_steps=None)
-        twin._t["episode"].copy_(episode)
+        twin._layout.episode.copy_(episode)
         twin.reset()
         assert torch.equal(twin.state[m], new_state[m])
 
@@ -352,8 +353,8 @@ class TestWarpEnv:
         root["action"] = torch.ones(N, dtype=torch.int64)
         root.clear_device_()
         root["elsewhere"] = torch.zeros(N, device="meta")
-        assert not env._on_env_device(root)
-        assert env._on_env_device(root.exclude("elsewhere"))
+        assert not fused.takes_fast_path(env, root)
+        assert fused.takes_fast_path(env, root.exclude("elsewhere"))
 
     @pytest.mark.parametrize("env_cls", [CartPoleEnv, PendulumEnv])
     def test_rand_action_is_torchrl_draw_set_in_place(self, env_cls):
@@ -593,7 +594,7 @@ class TestWarpEnv:
         for (a, ra), (b, rb) in zip(_drive(eager, actions), _drive(graph, actions), strict=True):
             _assert_td_equal(a, b)
             _assert_td_equal(ra, rb)
-        assert set(graph._graphs) == {"reset", "step_autoreset"}
+        assert set(graph._launcher.graphs) == {"reset", "step_autoreset"}
         mask = torch.arange(N, device=device).remainder(3).eq(0).view(N, 1)
         for env in (eager, graph):
             env.reset(TensorDict({"_reset": mask}, [N], device=device))
@@ -606,10 +607,10 @@ class TestWarpEnv:
         actions = _random_actions(env, 6, seed=25)
         _drive(env, actions[:3])
         fresh = env.state.clone()
-        env._state = fresh
-        env._wp_state = wp.from_torch(fresh)
+        env._physics.arrays["state"] = fresh
+        env._physics.bind()
         env._forget_launches()
-        assert env._graphs == {} and env._commands == {}
+        assert env._launcher.graphs == {} and env._launcher.commands == {}
         env.set_seed(24)  # restart the episode counts so both envs draw the same episodes
         runs = _drive(env, actions), _drive(twin, actions)
         for (a, ra), (b, rb) in zip(*runs, strict=True):
@@ -621,17 +622,17 @@ class TestWarpEnv:
         env = CartPoleEnv(N, seed=13, max_steps=6)
         twin = CartPoleEnv(N, seed=13, max_steps=6)
         root, root_twin = env.reset(), twin.reset()
-        cmds = env._launch_list("step_autoreset")
+        cmds = env._launcher.commands_of("step_autoreset")
         with wp.ScopedCapture(device="cpu") as cap:
             for cmd in cmds:
                 cmd.launch()
         for a in _random_actions(env, 20, seed=14):
-            env._t["action"].copy_(a)
+            env._layout.actions["action"].copy_(a)
             wp.capture_launch(cap.graph)
             root_twin["action"] = a
             td, root_twin = twin.step_and_maybe_reset(root_twin)
-            assert torch.equal(env._t["next"]["observation"], td["next", "observation"])
-            assert torch.equal(env._t["root"]["observation"], root_twin["observation"])
+            assert torch.equal(env._layout.next["observation"], td["next", "observation"])
+            assert torch.equal(env._layout.root["observation"], root_twin["observation"])
         assert torch.equal(env.state, twin.state)
         assert root is not None
 
@@ -643,8 +644,8 @@ class TestWarpEnv:
         for (td, root), (ftd, froot) in zip(runs, frozen, strict=True):
             _assert_td_equal(td, ftd)
             _assert_td_equal(root, froot)
-        buffers = {t.data_ptr() for t in env._t["next"].values()} | {
-            t.data_ptr() for t in env._t["root"].values()
+        buffers = {t.data_ptr() for t in env._layout.next.values()} | {
+            t.data_ptr() for t in env._layout.root.values()
         }
         td, root = runs[-1]
         assert td["next", "observation"].data_ptr() not in buffers
@@ -1031,27 +1032,18 @@ class TestNamedParams:
 
     def test_every_env_constant_is_a_struct_field(self):
         from torchrl_ext.envs import cartpole, pendulum
-        from torchrl_ext.envs._kernels import cartpole as cartpole_kernels
-        from torchrl_ext.envs._kernels import pendulum as pendulum_kernels
 
-        pairs = (
-            (cartpole._cartpole_params, cartpole_kernels),
-            (pendulum._pendulum_params, pendulum_kernels),
-        )
-        for make, kernels in pairs:
-            values = make()
-            for scalar in (wp.float32, wp.float64):
-                assert list(kernels.PARAMS[scalar].vars) == list(values)
-
-    def test_vector_kernels_refuse_other_state_sizes(self):
-        from torchrl_ext.envs._kernels import cartpole as k
-        from torchrl_ext.envs._kernels.vector_state import make_kernels
-
-        with pytest.raises(ValueError, match="size=3"):
-            make_kernels(3, k.PARAMS, k._reset_box, k._dynamics, k._observe, __name__)
+        for env, make in (
+            (CartPoleEnv(2, seed=0), cartpole._cartpole_params),
+            (PendulumEnv(2, seed=0, dtype=torch.float64), pendulum._pendulum_params),
+        ):
+            fields = env._physics.params._cls.vars
+            assert set(make()) <= set(fields)
+            scalar = wp.float64 if env.dtype == torch.float64 else wp.float32
+            assert all(fields[name].type is scalar for name in make())
 
     def test_cartpole_constants_match_gymnasium_by_name(self):
         env = CartPoleEnv(2, seed=0, dtype=torch.float64)
-        p = env._wp_params
+        p = env._physics.params
         assert (p.gravity, p.masspole, p.total_mass, p.length) == (9.8, 0.1, 1.1, 0.5)
         assert (p.polemass_length, p.force_mag, p.tau, p.x_limit) == (0.05, 10.0, 0.02, 2.4)

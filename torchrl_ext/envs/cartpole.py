@@ -10,7 +10,7 @@ from torchrl.data import Categorical, Composite, Unbounded
 from torchrl_ext._checks import check_bool
 from torchrl_ext.envs._kernels import cartpole as _k
 from torchrl_ext.envs._memory import empty_output
-from torchrl_ext.envs._vector_state import VectorStateEnv
+from torchrl_ext.envs.warp_env import WarpEnv, WarpFunctions, state_view
 
 __all__ = ["CartPoleEnv"]
 
@@ -48,7 +48,7 @@ def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor
     return flips.view(-1)[:total].view(num_envs, steps)
 
 
-class CartPoleEnv(VectorStateEnv):
+class CartPoleEnv(WarpEnv):
     """Batched cart-pole with gymnasium ``CartPole-v1`` dynamics, simulated in Warp kernels.
 
     Each env balances a pole on a cart by pushing left (action 0) or right (action 1) with a
@@ -88,7 +88,7 @@ class CartPoleEnv(VectorStateEnv):
         (True, False)
     """
 
-    kernels = _k.KERNELS
+    functions = WarpFunctions(_k.start, _k.advance, _k.observe)
 
     def __init__(
         self,
@@ -115,22 +115,14 @@ class CartPoleEnv(VectorStateEnv):
         self.action_spec = Categorical(2, shape=(n,), dtype=torch.int64, device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
-    def _param_values(self) -> dict[str, float]:
-        return _cartpole_params()
+    def _state_arrays(self) -> dict:
+        return {"state": (float, (4,))}
 
-    def _obs_mode(self) -> int:
-        return int(self.observe_velocity)
+    def _constants(self) -> dict[str, float | int]:
+        return {**_cartpole_params(), "observe_velocity": int(self.observe_velocity)}
 
-    def _random_actions(self, steps: int) -> torch.Tensor:
+    state = state_view("state", "The ``[num_envs, 4]`` state ``(x, x_dot, theta, theta_dot)``.")
+
+    def _random_actions(self, steps: int) -> dict:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""
-        return _coin_flips(self.num_envs, steps, self.device)
-
-    def _check_action_values(self, action: torch.Tensor) -> None:
-        low, high = torch.aminmax(action)
-        low, high = int(low), int(high)
-        if low < 0 or high > 1:
-            bad = low if low < 0 else high
-            raise ValueError(f"action entries must be 0 or 1, got an action entry {bad}.")
-
-    def _action_fault(self, action: torch.Tensor) -> torch.Tensor:
-        return ((action < 0) | (action > 1)).any()
+        return {"action": _coin_flips(self.num_envs, steps, self.device)}

@@ -8,8 +8,7 @@ import torch
 from torchrl.data import Bounded, Composite, Unbounded
 
 from torchrl_ext.envs._kernels import pendulum as _k
-from torchrl_ext.envs._vector_state import VectorStateEnv
-from torchrl_ext.envs.warp_env import NanActionChecks
+from torchrl_ext.envs.warp_env import WarpEnv, WarpFunctions, state_view
 
 __all__ = ["PendulumEnv"]
 
@@ -35,7 +34,7 @@ def _pendulum_params() -> dict[str, float]:
     }
 
 
-class PendulumEnv(NanActionChecks, VectorStateEnv):
+class PendulumEnv(WarpEnv):
     """Batched inverted pendulum with gymnasium ``Pendulum-v1`` dynamics, simulated in Warp kernels.
 
     The action is a torque in ``[-2, 2]``; values outside are clipped (as gymnasium does), NaN
@@ -68,7 +67,7 @@ class PendulumEnv(NanActionChecks, VectorStateEnv):
         True
     """
 
-    kernels = _k.KERNELS
+    functions = WarpFunctions(_k.start, _k.advance, _k.observe)
 
     def __init__(
         self,
@@ -94,5 +93,10 @@ class PendulumEnv(NanActionChecks, VectorStateEnv):
         )
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
-    def _param_values(self) -> dict[str, float]:
+    def _state_arrays(self) -> dict:
+        return {"state": (float, (2,))}
+
+    def _constants(self) -> dict[str, float]:
         return _pendulum_params()
+
+    state = state_view("state", "The ``[num_envs, 2]`` state ``(theta, theta_dot)``.")

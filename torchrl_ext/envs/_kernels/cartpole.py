@@ -1,4 +1,4 @@
-"""Warp physics of the cart-pole; its reset and ``T``-step kernels come from ``vector_state``.
+"""Warp physics of the cart-pole: the three functions the env base builds its kernels from.
 
 The dynamics reproduce gymnasium's ``CartPole-v1`` operation by operation (same constants, same
 evaluation order, explicit Euler), so a float64 simulation matches gymnasium bit for bit. The
@@ -11,29 +11,7 @@ from typing import Any
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import (
-    param_structs,
-)
-from torchrl_ext.envs._kernels.vector_state import make_kernels
-
-PARAMS = param_structs(
-    "CartPoleParams",
-    (
-        "gravity",
-        "masspole",
-        "total_mass",
-        "length",
-        "polemass_length",
-        "force_mag",
-        "tau",
-        "theta_limit",
-        "x_limit",
-        "four_thirds",
-        "reset_low",
-        "reset_high",
-    ),
-    __name__,
-)
+from torchrl_ext.envs._kernels.common import uniform_range
 
 
 @wp.func
@@ -61,21 +39,31 @@ def _dynamics(s: Any, action: wp.int64, p: Any):
 
 
 @wp.func
-def _reset_box(p: Any):
-    """``[low, high)^4``."""
+def start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: every state component uniform in ``[reset_low, reset_high)``."""
     low, high = wp.float64(p.reset_low), wp.float64(p.reset_high)
-    return wp.vector(low, low, low, low), wp.vector(high, high, high, high)
+    for c in range(4):
+        s.state[i, c] = s.state.dtype(uniform_range(key, c, low, high))
 
 
 @wp.func
-def _observe(obs: wp.array3d(dtype=Any), i: int, t: int, s: Any, full: int):
-    """The state (``full``), or ``(x, theta)``."""
-    if full != 0:
+def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """One step of env ``i`` under ``a.action[i, t]``; returns the reward and termination."""
+    state = s.state
+    now = wp.vector(state[i, 0], state[i, 1], state[i, 2], state[i, 3])
+    new, reward, fell = _dynamics(now, a.action[i, t], p)
+    for c in range(4):
+        state[i, c] = new[c]
+    return reward, fell
+
+
+@wp.func
+def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+    """The state (``p.observe_velocity``), or ``(x, theta)``."""
+    obs = o.observation
+    if p.observe_velocity != 0:
         for c in range(4):
-            obs[i, t, c] = s[c]
+            obs[i, t, c] = s.state[i, c]
     else:
-        obs[i, t, 0] = s[0]
-        obs[i, t, 1] = s[2]
-
-
-KERNELS = make_kernels(4, PARAMS, _reset_box, _dynamics, _observe, __name__)
+        obs[i, t, 0] = s.state[i, 0]
+        obs[i, t, 1] = s.state[i, 2]

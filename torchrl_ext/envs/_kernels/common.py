@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 import warp as wp
 
 _M1 = wp.constant(wp.uint32(0x85EBCA6B))
@@ -160,6 +161,36 @@ def make_struct(struct_type: Any, /, **fields: Any) -> Any:
     for name, value in fields.items():
         setattr(instance, name, value)
     return instance
+
+
+def pack_params(structs: Mapping[Any, type], values: Mapping[str, float], dtype: Any) -> Any:
+    """Fill the struct of ``dtype`` from :func:`param_structs` with ``values``, field by name.
+
+    Each Python float is rounded once to ``dtype``, so float64 constants are exactly the doubles
+    a NumPy reference computes with.
+
+    Args:
+        structs (Mapping): the ``{wp.float32: ..., wp.float64: ...}`` structs of
+            :func:`param_structs`.
+        values (Mapping[str, float]): a value for every field, by field name.
+        dtype (torch.dtype): ``torch.float32`` or ``torch.float64``.
+
+    Returns:
+        A struct instance, passed to kernels by value.
+
+    Raises:
+        ValueError: unless ``values`` names exactly the struct's fields.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.envs._kernels.common import pack_params, param_structs
+        >>> structs = param_structs("Demo", ("mass", "dt"), __name__)
+        >>> p = pack_params(structs, {"dt": 0.1, "mass": 2.0}, torch.float64)
+        >>> p.mass, p.dt
+        (2.0, 0.1)
+    """
+    struct = structs[wp.float64 if dtype == torch.float64 else wp.float32]
+    return make_struct(struct, **{name: float(value) for name, value in values.items()})
 
 
 def param_structs(name: str, names: Sequence[str], module: str) -> dict[Any, type]:

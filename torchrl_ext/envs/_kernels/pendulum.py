@@ -1,4 +1,4 @@
-"""Warp physics of the pendulum; its reset and ``T``-step kernels come from ``vector_state``.
+"""Warp physics of the pendulum: the three functions the env base builds its kernels from.
 
 The dynamics follow gymnasium's ``Pendulum-v1``: torque clipped to ``[-max_torque, max_torque]``,
 explicit Euler on ``(theta, theta_dot)`` with the angular velocity clipped to ``max_speed``; the
@@ -12,29 +12,7 @@ from typing import Any
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import (
-    param_structs,
-)
-from torchrl_ext.envs._kernels.vector_state import make_kernels
-
-PARAMS = param_structs(
-    "PendulumParams",
-    (
-        "max_speed",
-        "max_torque",
-        "dt",
-        "gravity_coef",
-        "torque_coef",
-        "reset_theta",
-        "reset_theta_dot",
-        "pi",
-        "two_pi",
-        "cost_speed",
-        "cost_torque",
-        "zero",
-    ),
-    __name__,
-)
+from torchrl_ext.envs._kernels.common import uniform_range
 
 
 @wp.func
@@ -59,18 +37,25 @@ def _dynamics(s: Any, action: Any, p: Any):
 
 
 @wp.func
-def _reset_box(p: Any):
-    """Angle in ``[-pi, pi)``, speed in ``[-1, 1)``."""
+def start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: angle uniform in ``[-pi, pi)``, speed in ``[-1, 1)``."""
     th, thdot = wp.float64(p.reset_theta), wp.float64(p.reset_theta_dot)
-    return wp.vector(-th, -thdot), wp.vector(th, thdot)
+    s.state[i, 0] = s.state.dtype(uniform_range(key, 0, -th, th))
+    s.state[i, 1] = s.state.dtype(uniform_range(key, 1, -thdot, thdot))
 
 
 @wp.func
-def _observe(obs: wp.array3d(dtype=Any), i: int, t: int, s: Any, obs_mode: int):
+def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """One step of env ``i`` under the torque ``a.action[i, t]``; never terminates."""
+    new, reward, ended = _dynamics(wp.vector(s.state[i, 0], s.state[i, 1]), a.action[i, t], p)
+    s.state[i, 0] = new[0]
+    s.state[i, 1] = new[1]
+    return reward, ended
+
+
+@wp.func
+def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
     """``(cos theta, sin theta, theta_dot)``."""
-    obs[i, t, 0] = wp.cos(s[0])
-    obs[i, t, 1] = wp.sin(s[0])
-    obs[i, t, 2] = s[1]
-
-
-KERNELS = make_kernels(2, PARAMS, _reset_box, _dynamics, _observe, __name__)
+    o.observation[i, t, 0] = wp.cos(s.state[i, 0])
+    o.observation[i, t, 1] = wp.sin(s.state[i, 0])
+    o.observation[i, t, 2] = s.state[i, 1]

@@ -17,28 +17,29 @@ import warp as wp
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
+import torchrl_ext.envs.interop as interop
 from torchrl_ext._checks import check_choice, check_float, check_int
-from torchrl_ext.envs import interop
-from torchrl_ext.envs._kernels.common import make_struct
+from torchrl_ext.envs._base.saved import require as _require
+from torchrl_ext.envs._kernels.common import make_struct, pack_params
+from torchrl_ext.envs.course._kernels import car as _car
 from torchrl_ext.envs.course._kernels import env as _k
+from torchrl_ext.envs.course._kernels.env_gates import GATES_OBSERVATION_SIZE
 from torchrl_ext.envs.course.config import CarConfig, CourseParams, _or_default
 from torchrl_ext.envs.course.generator import MIN_POINTS, MODES, CourseGenerator
-from torchrl_ext.envs.warp_env import (
-    Launch,
-    NanActionChecks,
-    WarpEnv,
-    _live_view,
-    _require,
-    pack_params,
-)
+from torchrl_ext.envs.warp_env import Launch, WarpEnv
 
 __all__ = ["CourseEnv"]
 
 _CRASH_MODES = ("respawn", "regenerate")
-_OUTPUT_KEYS = tuple(_k.Outputs.vars)
+_OUTPUT_KEYS = tuple(_car.Outputs.vars)
 """The observation keys, as the fields of the kernels' output struct."""
 _INPUTS = ("regen_mask", "reset_mask")
 _MASKS = ("zero_mask", "all_mask")
+
+
+def _live_view(attribute: str, doc: str) -> property:
+    """A read-only property returning ``self.<attribute>``, a tensor the env updates in place."""
+    return property(lambda env: getattr(env, attribute), doc=f"{doc} A live view.")
 
 
 class _RegenerateCommand:
@@ -54,7 +55,14 @@ class _RegenerateCommand:
         self.generator._regenerate(self.mask, "advance", skip_empty=skip)
 
 
-class CourseEnv(NanActionChecks, WarpEnv):
+def _rebuild(cls: type, args: tuple, settings: dict, state: dict) -> CourseEnv:
+    """Unpickle a CourseEnv: build it with its settings, then load its saved state."""
+    env = cls(*args, **settings)
+    env.load_state_dict(state)
+    return env
+
+
+class CourseEnv(WarpEnv):
     """A kinematic car drives procedurally generated closed courses; finished courses regenerate.
 
     Each env has its own course (:class:`~torchrl_ext.envs.course.CourseGenerator`; env ``i``'s
@@ -147,6 +155,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         [False, True]
     """
 
+    #: The car's state and the auto-reset masks, saved by :meth:`state_dict` (see there).
     _saved_arrays = ("pose", "track", "counts", "regen_mask", "respawn_mask")
 
     def __init__(
@@ -206,7 +215,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
 
     def _obs_size(self) -> int:
-        return _k.GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
+        return GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
 
     def _allocate_state(self) -> None:
         n, dev = self.num_envs, self.device
@@ -216,12 +225,12 @@ class CourseEnv(NanActionChecks, WarpEnv):
             params=self._params,
             num_points=self.num_points,
             max_checkpoints=self.max_checkpoints,
-            device=str(self._wp_device),
+            device=str(self.warp_device),
             mode=self.mode,
         )
         self._pose = torch.zeros(n, 4, dtype=torch.float32, device=dev)
         self._track = torch.zeros(n, 3, dtype=torch.float32, device=dev)
-        self._counts = torch.zeros(n, _k.NUM_COUNTS, dtype=torch.int32, device=dev)
+        self._counts = torch.zeros(n, _car.NUM_COUNTS, dtype=torch.int32, device=dev)
         self._regen_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._respawn_mask = torch.zeros(n, dtype=torch.int32, device=dev)
         self._zero_mask = torch.zeros(n, dtype=torch.int32, device=dev)
@@ -232,7 +241,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
             for name in (*self._saved_arrays, *_MASKS)
         }
         self._w.update({f"inputs.{k}": wp.from_torch(v) for k, v in self._inputs.items()})
-        self._car_params = pack_params(_k.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
+        self._car_params = pack_params(_car.CAR_PARAMS, dataclasses.asdict(self.car), torch.float32)
         # load the generator's mask-reduction kernels before any capture records them
         self._generator.regenerate(self._w["zero_mask"])
 
@@ -241,17 +250,18 @@ class CourseEnv(NanActionChecks, WarpEnv):
         with self._on_torch_stream():  # env i's course seed: seed + i, wrapped to int64
             self._generator.generate(int(np.array(self.seed, dtype=np.uint64).astype(np.int64)))
         self._respawn_now(self._w["all_mask"])
-        self._t["episode"].zero_()
+        self._layout.episode.zero_()
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
         """The base's state, the :attr:`inputs` and every course array.
 
-        The base's includes the :attr:`_saved_arrays`: the car's pose, progress and counters, and
-        the regeneration and respawn masks, saved because a step writes them and the auto-reset
+        The :attr:`_saved_arrays` are the car's pose, progress and counters, and the
+        regeneration and respawn masks, saved because a step writes them and the auto-reset
         of the same step reads them (they are cheap). The :attr:`inputs` are saved because every
         step reads them and the env never rewrites them.
         """
         state = super()._state_tensors()
+        state.update((name, getattr(self, f"_{name}")) for name in self._saved_arrays)
         for name, tensor in self._inputs.items():
             state[f"inputs.{name}"] = tensor
         for name, view in self._generator.views.items():
@@ -261,7 +271,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         """The base's checks, plus the counters the kernels index course arrays with."""
         super()._check_state_values(state)
-        passed, segment = state["counts"][:, _k.PASSED], state["counts"][:, _k.SEGMENT]
+        passed, segment = state["counts"][:, _car.PASSED], state["counts"][:, _car.SEGMENT]
         _require("counts", passed, passed >= 0, "checkpoints passed are >= 0")
         segments = self.max_checkpoints if self.mode == "gates" else self.num_points
         in_range = (segment >= 0) & (segment < segments)
@@ -322,7 +332,7 @@ class CourseEnv(NanActionChecks, WarpEnv):
             gates=int(self.mode == "gates"),
             collision=self.collision,
         )
-        car = make_struct(_k.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
+        car = make_struct(_car.Car, pose=w["pose"], track=w["track"], counts=w["counts"])
         ends = make_struct(
             _k.Ends,
             request_regenerate=w["inputs.regen_mask"],
@@ -331,12 +341,12 @@ class CourseEnv(NanActionChecks, WarpEnv):
             respawn_mask=w["respawn_mask"],
             steps=b["steps"],
             reward=b["reward"],
-            flags=self._slots["flags"],
+            flags=self.buffers["flags"],
         )
         return [self._car_params, rules, car, self._generator.arrays, ends]
 
-    def _outputs(self, which: str) -> _k.Outputs:
-        return make_struct(_k.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
+    def _outputs(self, which: str) -> _car.Outputs:
+        return make_struct(_car.Outputs, **{key: self.buffers[which][key] for key in _OUTPUT_KEYS})
 
     def _step_launches(self, autoreset: bool) -> list[Launch]:
         inputs = [*self._shared_inputs(), self.buffers["action"], int(autoreset)]
@@ -378,10 +388,10 @@ class CourseEnv(NanActionChecks, WarpEnv):
         """
         if not self._sync_free:
             return True
-        registration = interop.active(self._wp_device)
+        registration = interop.active(self.warp_device)
         if registration is not None:
             return registration.conditional
-        return self._wp_device.is_capturing
+        return self.warp_device.is_capturing
 
     # ------------------------------------------------------------------ the two masks
     def regenerate(self, mask: torch.Tensor | wp.array | None = None, advance: bool = True) -> None:
@@ -448,7 +458,29 @@ class CourseEnv(NanActionChecks, WarpEnv):
         Returns:
             The same keys as :meth:`reset` returns.
         """
-        return self._root_td()
+        return self._layout.root_td()
+
+    def __reduce__(self) -> tuple:
+        """Pickle (and deepcopy) as the constructor's settings plus :meth:`state_dict`.
+
+        The course generator's Warp arrays cannot be pickled: the copy builds them again, then
+        loads every course array, the car and the counters from the saved state.
+        """
+        settings = {
+            "params": self._params,
+            "num_points": self.num_points,
+            "max_checkpoints": self.max_checkpoints,
+            "num_rays": self.num_rays,
+            "laps": self.laps,
+            "crash": self.crash,
+            "car": self.car,
+            "max_steps": self.max_steps,
+            "capture": self.capture,
+            "mode": self.mode,
+            "collision": self.collision,
+        }
+        args = (self.num_envs, str(self.device), self.seed)
+        return (_rebuild, (type(self), args, settings, self.state_dict()))
 
     def _mask_or_all(self, mask: torch.Tensor | wp.array | None) -> wp.array:
         return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)

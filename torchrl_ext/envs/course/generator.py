@@ -3,15 +3,15 @@
 A :class:`CourseGenerator` owns, on its Warp device, one closed course per env: a centerline of
 fixed size, its arc-length table, a track width, checkpoints along the arc length and a gate (a bar
 across the centerline between two posts) at each checkpoint. A course is a pure
-function of the env's effective seed (:func:`effective_seed` of its ``(seed, epoch)``) and of the
-parameters it was built with; an env-owning class (``CourseEnv``) calls
-:meth:`CourseGenerator.regenerate` with its stable mask, inside its step graph if it captures one.
+function of the env's effective seed (:func:`~torchrl_ext.envs.course.effective_seed` of its
+``(seed, epoch)``) and of the parameters it was built with; an env-owning class (``CourseEnv``)
+calls :meth:`CourseGenerator.regenerate` with its stable mask, inside its step graph if it captures
+one. This module owns the generator's arrays, their construction and their regeneration; the
+checks of its arguments live in ``_checks``, its geometry queries on the gates in ``_queries``.
 """
 
 from __future__ import annotations
 
-import enum
-import numbers
 from collections.abc import Sequence
 from typing import Literal
 
@@ -19,12 +19,16 @@ import numpy as np
 import torch
 import warp as wp
 
-from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_tensor
+from torchrl_ext._checks import check_bool, check_choice, check_int
 from torchrl_ext.envs._kernels.common import make_struct
+from torchrl_ext.envs.course import _checks, _queries
 from torchrl_ext.envs.course._kernels import generator as K
-from torchrl_ext.envs.course.config import CourseParams, _check_param, _or_default
+from torchrl_ext.envs.course._kernels.courses import Courses, Params
+from torchrl_ext.envs.course._kernels.draws import NUM_DRAWS
+from torchrl_ext.envs.course._kernels.validity import MIN_CHECKPOINTS
+from torchrl_ext.envs.course.config import CourseParams, _or_default
 
-__all__ = ["CourseDefect", "CourseGenerator", "effective_seed"]
+__all__ = ["CourseGenerator"]
 
 MODES = ("track", "gates")
 """What a course is made of: a track of ``width`` or a sequence of gates of ``gate_width``."""
@@ -32,93 +36,13 @@ MODES = ("track", "gates")
 MIN_POINTS = 16
 """Fewest centerline points accepted: two per period of the highest harmonic."""
 
-_MIX_1 = 0xBF58476D1CE4E5B9
-_MIX_2 = 0x94D049BB133111EB
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-class CourseDefect(enum.IntFlag):
-    """Why a course is unusable; the bits of :attr:`CourseGenerator.defects`.
-
-    Examples:
-        >>> from torchrl_ext.envs.course import CourseDefect
-        >>> bits = CourseDefect(3)
-        >>> print(CourseDefect.TIGHT_TURN in bits, CourseDefect.BAD_PARAMS in bits)
-        True False
-    """
-
-    SELF_INTERSECTING = 1
-    """Two non-adjacent edges of the centerline polygon cross."""
-    TIGHT_TURN = 2
-    """A radius of curvature of the centerline is below half the track width."""
-    TOO_FEW_CHECKPOINTS = 4
-    """The course is too short for two checkpoints at the spacing."""
-    TOO_MANY_CHECKPOINTS = 8
-    """The course needs more checkpoints than ``max_checkpoints`` slots."""
-    BAD_PARAMS = 16
-    """A parameter is out of range or not finite (written directly into a parameter view)."""
-    CROSSING_GATES = 32
-    """Two gate bars cross each other (gates mode only)."""
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX_1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX_2)
-    return z ^ (z >> np.uint64(31))
-
-
-def _as_int64(name: str, value: int | torch.Tensor) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integers, got {name}.dtype={value.dtype}.")
-        return value.detach().to("cpu", torch.int64)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int or an integer tensor, got {name}={value!r}.")
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f"{name} must fit in int64, got {name}={value!r}.")
-    return torch.tensor(value, dtype=torch.int64)
-
-
-def effective_seed(seed: int | torch.Tensor, epoch: int | torch.Tensor) -> int | torch.Tensor:
-    """The seed that rebuilds the course of ``(seed, epoch)`` at epoch 0 in a fresh generator.
-
-    Epoch 0 is the seed itself; a later epoch is a 64-bit counter-based hash of the pair (SplitMix64
-    mixing), the same one the kernels use, so no two seeds alias however large they are.
-
-    Args:
-        seed (int or torch.Tensor): int64 seed(s).
-        epoch (int or torch.Tensor): epoch(s) ``>= 0``, broadcast against ``seed``.
-
-    Returns:
-        An int for int inputs, else a CPU int64 tensor of the broadcast shape.
-
-    Raises:
-        TypeError: for a non-integer seed or epoch.
-        ValueError: for a negative epoch or an int outside int64.
-
-    Examples:
-        >>> from torchrl_ext.envs.course import effective_seed
-        >>> print(effective_seed(7, 0) == 7, effective_seed(7, 1) == effective_seed(7, 2))
-        True False
-    """
-    seeds, epochs = torch.broadcast_tensors(_as_int64("seed", seed), _as_int64("epoch", epoch))
-    if bool((epochs < 0).any()):
-        raise ValueError(f"epoch must be >= 0, got epoch={epoch!r}.")
-    bits = seeds.numpy().astype(np.uint64).reshape(-1)
-    steps = epochs.numpy().astype(np.uint64).reshape(-1)
-    hashed = _mix64(_mix64(bits) ^ (steps * np.uint64(_GOLDEN)))
-    result = np.where(steps == 0, bits, hashed).astype(np.int64).reshape(seeds.shape)
-    if isinstance(seed, int) and isinstance(epoch, int):
-        return int(result)
-    return torch.from_numpy(result)
-
 
 EpochChange = Literal["keep", "advance", "restart"]
 """What a rebuild does to a masked env's epoch first: keep it, add 1, or restart it at 0."""
 
 _EPOCH_CHANGES = {"keep": K.EPOCH_KEEP, "advance": K.EPOCH_ADVANCE, "restart": K.EPOCH_RESTART}
 
-_PARAM_NAMES = tuple(K.Params.vars)
+_PARAM_NAMES = tuple(Params.vars)
 _STATE_ARRAYS = ("seed", "epoch", "generation", "valid", "defects")
 _GEOMETRY = ("centerline", "arc_length", "checkpoints", "checkpoint_count")
 _COURSE_ARRAYS = (*_GEOMETRY, *_PARAM_NAMES, "coefficients", "posts")
@@ -197,7 +121,7 @@ class CourseGenerator:
         self._torch_device = torch.device(wp.device_to_torch(self.device))
         self.num_envs = check_int("num_envs", num_envs, 1)
         self.num_points = check_int("num_points", num_points, MIN_POINTS)
-        self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, K.MIN_CHECKPOINTS)
+        self.max_checkpoints = check_int("max_checkpoints", max_checkpoints, MIN_CHECKPOINTS)
         self.mode = check_choice("mode", mode, MODES)
         if self.device.is_capturing:
             raise RuntimeError(
@@ -206,24 +130,9 @@ class CourseGenerator:
                 "capture, then record regenerate() inside it."
             )
         params = _or_default("params", params, CourseParams)
-        self._allocate(self._seeds(seed), params)
+        self._allocate(_checks.seed_column(seed, self.num_envs), params)
         self.views = {name: wp.to_torch(getattr(self, name)) for name in self.array_names()}
         self.regenerate(advance=False)
-
-    def _column(self, name: str, value: int | torch.Tensor) -> torch.Tensor:
-        """A CPU int64 ``[num_envs]`` column: an int for every env, or a tensor of one per env."""
-        column = _as_int64(name, value)
-        if isinstance(value, torch.Tensor) and tuple(column.shape) != (self.num_envs,):
-            raise ValueError(
-                f"{name} must have shape ({self.num_envs},), got {name}.shape={tuple(value.shape)}."
-            )
-        return column.expand(self.num_envs)
-
-    def _seeds(self, seed: int | torch.Tensor) -> np.ndarray:
-        column = self._column("seed", seed).numpy()
-        if isinstance(seed, torch.Tensor):
-            return column.copy()
-        return np.arange(self.num_envs, dtype=np.int64) + column  # wraps around int64
 
     def _allocate(self, seeds: np.ndarray, params: CourseParams) -> None:
         n, p, m, dev = self.num_envs, self.num_points, self.max_checkpoints, self.device
@@ -232,7 +141,7 @@ class CourseGenerator:
             setattr(self, name, wp.zeros(n, dtype=wp.int64, device=dev))
         for name in ("valid", "defects", "checkpoint_count"):
             setattr(self, name, wp.zeros(n, dtype=wp.int32, device=dev))
-        for name, field in K.Params.vars.items():
+        for name, field in Params.vars.items():
             dtype = field.type.dtype  # int32 or float32, as the CourseParams field's type
             setattr(self, name, wp.zeros(n, dtype=dtype, device=dev))
             setattr(self, f"param_{name}", wp.full(n, getattr(params, name), dtype, device=dev))
@@ -240,17 +149,17 @@ class CourseGenerator:
         self.arc_length = wp.zeros((n, p + 1), dtype=wp.float32, device=dev)
         self.checkpoints = wp.zeros((n, m), dtype=wp.vec2f, device=dev)
         self.posts = wp.zeros((n, m, 2), dtype=wp.vec2f, device=dev)
-        self.coefficients = wp.zeros((n, K.NUM_DRAWS), dtype=wp.float32, device=dev)
+        self.coefficients = wp.zeros((n, NUM_DRAWS), dtype=wp.float32, device=dev)
         self._all_envs = wp.ones(n, dtype=wp.int32, device=dev)
         self._any = wp.zeros(1, dtype=wp.int32, device=dev)
         self._next_params = self._param_struct("param_")
         names = [name for name in _STATE_ARRAYS + _COURSE_ARRAYS if name not in _PARAM_NAMES]
         arrays = {name: getattr(self, name) for name in names}
-        self.arrays = make_struct(K.Courses, params=self._param_struct(""), **arrays)
+        self.arrays = make_struct(Courses, params=self._param_struct(""), **arrays)
 
-    def _param_struct(self, prefix: str) -> K.Params:
+    def _param_struct(self, prefix: str) -> Params:
         arrays = {name: getattr(self, prefix + name) for name in _PARAM_NAMES}
-        return make_struct(K.Params, **arrays)
+        return make_struct(Params, **arrays)
 
     @staticmethod
     def array_names() -> tuple[str, ...]:
@@ -314,68 +223,16 @@ class CourseGenerator:
             >>> print(gen.views["param_width"].tolist(), gen.views["width"].tolist())
             [2.0, 2.0, 3.0] [2.0, 2.0, 2.0]
         """
-        index = self._env_index(env_ids)
+        index = _checks.env_index(env_ids, self.num_envs)
         count = self.num_envs if index is None else int(index.numel())
-        columns = {name: self._param_column(name, value, count) for name, value in values.items()}
+        columns = {
+            name: _checks.param_column(name, value, count, self.views)
+            for name, value in values.items()
+        }
         # every argument is checked above: from here on nothing raises, so a call is all-or-nothing
         rows = slice(None) if index is None else index
         for name, column in columns.items():
             self.views[f"param_{name}"][rows] = column
-
-    def _env_index(self, env_ids: torch.Tensor | Sequence[int] | None) -> torch.Tensor | None:
-        """``env_ids`` as a CPU int64 ``[k]`` tensor of distinct envs, or ``None`` for all."""
-        if env_ids is None:
-            return None
-        if isinstance(env_ids, torch.Tensor):
-            index = _as_int64("env_ids", env_ids)
-            if index.dim() > 1:
-                raise ValueError(
-                    f"env_ids must be 0-d or 1-d, got env_ids.shape={tuple(index.shape)}."
-                )
-            index = index.reshape(-1)
-        elif isinstance(env_ids, Sequence) and not isinstance(env_ids, str):
-            try:
-                ids = [check_int("env_ids", i) for i in env_ids]
-            except TypeError:
-                raise TypeError(
-                    f"env_ids must hold ints, got env_ids={env_ids!r}; pass env indices, "
-                    "e.g. [0, 2]."
-                ) from None
-            index = torch.tensor(ids, dtype=torch.int64).reshape(-1)
-        else:
-            raise TypeError(
-                f"env_ids must be None, an integer tensor or a sequence of int, got "
-                f"env_ids={env_ids!r}."
-            )
-        if bool(((index < 0) | (index >= self.num_envs)).any()):
-            raise ValueError(
-                f"env_ids must be in [0, {self.num_envs}), got env_ids={index.tolist()!r}."
-            )
-        if int(index.unique().numel()) != int(index.numel()):
-            raise ValueError(f"env_ids must be distinct, got env_ids={index.tolist()!r}.")
-        return index
-
-    def _param_column(self, name: str, value: float | torch.Tensor, count: int) -> torch.Tensor:
-        """``value`` checked and converted to the ``[count]`` column written to ``param_<name>``."""
-        if name not in _PARAM_NAMES:
-            raise TypeError(
-                f"unknown course parameter {name!r}; expected one of {sorted(_PARAM_NAMES)}."
-            )
-        if isinstance(value, bool) or (
-            isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.is_complex())
-        ):
-            raise TypeError(f"{name} must be a real number or tensor, got {name}={value!r}.")
-        if not isinstance(value, (numbers.Real, torch.Tensor)):
-            raise TypeError(f"{name} must be a number or a tensor, got {name}={value!r}.")
-        _check_param(name, value)
-        target = self.views[f"param_{name}"]
-        column = torch.as_tensor(value).detach().to(target.device, target.dtype)
-        if column.dim() > 1 or column.numel() not in (1, count):
-            raise ValueError(
-                f"{name} must be a scalar or have shape ({count},) (one value per selected env), "
-                f"got {name}.shape={tuple(column.shape)}."
-            )
-        return column.reshape(-1).expand(count)
 
     def check_mask(self, mask: wp.array | torch.Tensor) -> wp.array:
         """Validate a regeneration mask and return it as a Warp array sharing its memory.
@@ -398,32 +255,7 @@ class CourseGenerator:
             >>> print(gen.check_mask(torch.zeros(2, dtype=torch.int32)).shape)
             (2,)
         """
-        if isinstance(mask, torch.Tensor):
-            check_tensor("mask", mask, torch.int32, [(self.num_envs,)], self._torch_device)
-            contiguous = mask.is_contiguous()
-        elif isinstance(mask, wp.array):
-            self._check_warp_mask(mask)
-            contiguous = mask.is_contiguous
-        else:
-            raise TypeError(
-                "mask must be a wp.array or a torch.Tensor, "
-                f"got mask of type {type(mask).__name__}."
-            )
-        # checked before a tensor becomes a Warp array, which some layouts would crash
-        if not contiguous:
-            raise ValueError("mask must be contiguous, got a strided mask.")
-        return wp.from_torch(mask, dtype=wp.int32) if isinstance(mask, torch.Tensor) else mask
-
-    def _check_warp_mask(self, mask: wp.array) -> None:
-        """:func:`~torchrl_ext._checks.check_tensor`'s dtype, shape and device checks, in Warp."""
-        if mask.dtype != wp.int32:
-            raise TypeError(f"mask must have dtype int32, got mask.dtype={mask.dtype.__name__}.")
-        if mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"mask must have shape {(self.num_envs,)}, got mask.shape={mask.shape}."
-            )
-        if str(mask.device) != str(self.device):
-            raise ValueError(f"mask must be on {self.device}, got mask.device={mask.device}.")
+        return _checks.check_mask(mask, self.num_envs, self.device, self._torch_device)
 
     def regenerate(
         self,
@@ -548,21 +380,11 @@ class CourseGenerator:
             >>> print(torch.equal(gen.views["centerline"][0], other.views["centerline"][0]))
             True
         """
-        seed_column, epoch_column = torch.from_numpy(self._seeds(seeds)), self._epochs(epochs)
+        seed_column = torch.from_numpy(_checks.seed_column(seeds, self.num_envs))
+        epoch_column = _checks.epoch_column(epochs, self.num_envs)
         self.views["seed"].copy_(seed_column)
         self.views["epoch"].copy_(epoch_column)
         self._rebuild(self._all_envs, "keep")
-
-    def _epochs(self, epochs: int | torch.Tensor) -> torch.Tensor:
-        column = self._column("epochs", epochs)
-        if bool((column < 0).any()):
-            raise ValueError(f"epochs must be >= 0, got epochs={epochs!r}.")
-        return column
-
-    def _positions(self, positions: torch.Tensor) -> wp.array:
-        shape = (self.num_envs, 2)
-        check_tensor("positions", positions, torch.float32, [shape], self._torch_device)
-        return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
 
     def frame(self, positions: torch.Tensor) -> torch.Tensor:
         """Locate one point per env on its gates' centerline (the polyline through the gates).
@@ -587,16 +409,9 @@ class CourseGenerator:
             >>> print(gen.frame(start).abs().max().item() < 1e-5)
             True
         """
-        points = self._positions(positions)
-        out = torch.zeros(self.num_envs, 2, dtype=torch.float32, device=positions.device)
-        wp.launch(
-            K.locate_on_gates,
-            dim=self.num_envs,
-            inputs=[self.arrays, points],
-            outputs=[wp.from_torch(out, dtype=wp.vec2f)],
-            device=self.device,
+        return _queries.frame(
+            self.arrays, positions, self.num_envs, self.device, self._torch_device
         )
-        return out
 
     def hit_posts(self, positions: torch.Tensor, collision: float) -> torch.Tensor:
         """Per env, whether a point touches a post: a disc of radius ``collision`` around it.
@@ -620,17 +435,9 @@ class CourseGenerator:
             >>> print(gen.hit_posts(left_post, collision=0.1).tolist())
             [1, 1]
         """
-        radius = check_float("collision", collision, minimum=0.0, open_minimum=True)
-        points = self._positions(positions)
-        hit = torch.zeros(self.num_envs, dtype=torch.int32, device=positions.device)
-        wp.launch(
-            K.touch_posts,
-            dim=self.num_envs,
-            inputs=[self.arrays, points, radius],
-            outputs=[wp.from_torch(hit)],
-            device=self.device,
+        return _queries.hit_posts(
+            self.arrays, positions, collision, self.num_envs, self.device, self._torch_device
         )
-        return hit
 
     def capture_regenerate(
         self,

@@ -1,0 +1,100 @@
+"""The env package stays readable: no module over 500 lines, no import cycle, one door upstream.
+
+Imports are read statically: ``from a.b import c`` is an edge to ``a.b.c`` when that is a module
+of the package, else to ``a.b``; importing a submodule is not an edge to its package.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import torchrl_ext
+
+ROOT = Path(torchrl_ext.__file__).parent
+ENVS = ROOT / "envs"
+
+#: Private TorchRL / TensorDict names the envs need; they are reached only through _compat.
+PRIVATE_UPSTREAM = (
+    "_new_unsafe",
+    "_set_str",
+    "_step_mdp",
+    "_post_step_mdp_hooks",
+    "_torchrl_native_autoreset",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _edges(path: Path, modules: dict[str, Path]) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module in modules:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if sub in modules else node.module)
+    return out
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (a list of modules), or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_in_the_envs():
+    modules = _modules()
+    graph = {
+        name: _edges(path, modules)
+        for name, path in modules.items()
+        if name.startswith("torchrl_ext.envs")
+    }
+    assert _cycle(graph) is None
+
+
+@pytest.mark.parametrize("path", sorted(ENVS.rglob("*.py")), ids=lambda p: str(p.relative_to(ENVS)))
+def test_no_env_module_over_500_lines(path):
+    assert len(path.read_text().splitlines()) <= 500
+
+
+@pytest.mark.parametrize("path", sorted(ENVS.rglob("*.py")), ids=lambda p: str(p.relative_to(ENVS)))
+def test_private_upstream_names_only_through_compat(path):
+    source = path.read_text()
+    tree = ast.parse(source)
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_UPSTREAM
+    }
+    assert not used, f"{path.name} uses {sorted(used)}: go through torchrl_ext._compat"

@@ -1,0 +1,117 @@
+"""Loading actions: every action entry checked against its spec, then copied into its buffer.
+
+Checks run before anything is copied, so a refused action leaves the env as it was. Value checks
+come from the spec: a categorical entry must lie in its range, a float entry must not be NaN.
+With ``sync_free`` the value checks run on the device and only set a fault flag (see
+:attr:`~torchrl_ext.envs.WarpEnv.sync_free`); the host never waits for the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torchrl.data import Bounded, Categorical, MultiCategorical, TensorSpec
+
+from torchrl_ext._checks import check_tensor
+from torchrl_ext.envs._base.arguments import FLOAT_DTYPES
+
+
+def key_name(key: Any) -> str:
+    """A TensorDict key as one str: nested keys joined with dots."""
+    return key if isinstance(key, str) else ".".join(key)
+
+
+def _upper(spec: TensorSpec) -> int | torch.Tensor | None:
+    """The exclusive upper bound of a categorical spec's values, else ``None``."""
+    if isinstance(spec, MultiCategorical):
+        return spec.nvec
+    if isinstance(spec, Categorical):
+        return spec.space.n
+    return None
+
+
+def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
+    """Raise ``ValueError`` for a categorical value out of range or a NaN float."""
+    upper = _upper(spec)
+    if upper is not None:
+        bad = (action < 0) | (action >= upper)
+        if bool(bad.any()):
+            value = int(action[bad][0])
+            bound = (
+                upper
+                if isinstance(upper, int)
+                else int(torch.broadcast_to(upper, action.shape)[bad][0])
+            )
+            raise ValueError(f"{name} entries must lie in [0, {bound}), got an entry {value}.")
+    elif action.dtype in FLOAT_DTYPES:
+        nan = torch.isnan(action)
+        if bool(nan.any()):
+            index = tuple(int(i) for i in nan.nonzero()[0])
+            raise ValueError(f"{name} must not contain NaN, got {name}[{index}]=nan.")
+
+
+def fault(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor | None:
+    """The device-side form of :func:`check_values`: a 0-dim bool, no host read."""
+    upper = _upper(spec)
+    if upper is not None:
+        return ((action < 0) | (action >= upper)).any()
+    if action.dtype in FLOAT_DTYPES:
+        return torch.isnan(action).any()
+    return None
+
+
+def load_actions(
+    tensordict: Any,
+    buffers: dict[Any, torch.Tensor],
+    device: torch.device,
+    check: Callable[[Any, torch.Tensor], None] | None,
+    faults: Callable[[Any, torch.Tensor], torch.Tensor | None] | None,
+    flag: torch.Tensor,
+) -> None:
+    """Check every action entry of ``tensordict``, then copy them into ``buffers``.
+
+    Args:
+        tensordict: the step's input (a TensorDict or mapping).
+        buffers (dict): action key to the env's buffer (its dtype and shape are required).
+        device (torch.device): the env's device.
+        check (callable, optional): ``check(key, action)`` raises for bad values (host path).
+        faults (callable, optional): ``faults(key, action)``, a 0-dim device bool (sync-free
+            path), or'ed into ``flag``. Exactly one of ``check`` and ``faults`` is given.
+        flag (torch.Tensor): the env's fault flag.
+    """
+    loaded = []
+    for key, buffer in buffers.items():
+        name = key_name(key)
+        action = tensordict.get(key, None)
+        if action is None:
+            names = ", ".join(key_name(k) for k in buffers)
+            raise ValueError(
+                f"the input tensordict has no {name} entry; set every action entry ({names})."
+            )
+        check_tensor(name, action, buffer.dtype, [buffer.shape], device)
+        if check is not None:
+            check(key, action)
+        else:
+            found = faults(key, action)
+            if found is not None:
+                flag.logical_or_(found)
+        loaded.append((buffer, action))
+    for buffer, action in loaded:
+        buffer.copy_(action)
+
+
+def draw(spec: TensorSpec, sync_free: bool, device: torch.device) -> torch.Tensor:
+    """``spec.rand()``, clamped on the device when ``sync_free``.
+
+    TorchRL's bounded float draw checks ``(out > high).any()`` before clamping (a host read);
+    the sync-free draw clamps with ``where``, bitwise the same values from the same RNG.
+    """
+    if not (sync_free and isinstance(spec, Bounded) and spec.dtype in FLOAT_DTYPES):
+        return spec.rand()
+    low, high = spec.space.low, spec.space.high
+    out = torch.zeros(spec.shape, dtype=spec.dtype, device=device).uniform_()
+    out = out * (high - low) + low
+    out = torch.where(out > high, high.expand_as(out), out)
+    return torch.where(out < low, low.expand_as(out), out)

@@ -1,0 +1,191 @@
+"""The generated side of an env: its declared state arrays, constants and kernel recipes.
+
+An env that declares ``start``, ``advance`` and ``observe`` (see
+:class:`~torchrl_ext.envs.WarpEnv`) hands them to :class:`GeneratedPhysics`, which allocates the
+state arrays it declared, packs its constants into a struct passed by value, and builds the
+launch recipes of the reset, the step, the fused step and the ``T``-step rollout from the two
+kernels of :func:`~torchrl_ext.envs._base.kernels.make_kernels`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import torch
+import warp as wp
+
+from torchrl_ext.envs._base.kernels import field_name, make_kernels, struct_type
+from torchrl_ext.envs._base.launcher import Launch
+from torchrl_ext.envs._base.layout import Layout, env_time, time_slot
+from torchrl_ext.envs._kernels.common import make_struct
+
+#: The value of a declared constant: a float (stored in the env's float dtype), int or bool.
+Constant = float | int | bool
+
+
+class WarpFunctions(NamedTuple):
+    """The three ``wp.func`` functions of an env (see :class:`~torchrl_ext.envs.WarpEnv`).
+
+    Args:
+        start: ``start(state, params, i, key)`` begins an episode of env ``i``.
+        advance: ``advance(state, params, actions, i, t, step) -> (reward, terminated)``.
+        observe: ``observe(state, params, obs, i, t, step)`` writes env ``i``'s observation.
+    """
+
+    start: Any
+    advance: Any
+    observe: Any
+
+
+def _struct_of(module: str, stem: str, views: Mapping[Any, wp.array]) -> Any:
+    """An instance of a struct type with one array field per view, named by :func:`field_name`."""
+    fields = tuple((field_name(k), v.dtype, v.ndim) for k, v in views.items())
+    values = dict(zip((name for name, _, _ in fields), views.values(), strict=True))
+    return make_struct(struct_type(module, stem, fields), **values)
+
+
+def _constant_type(name: str, value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, bool | int):
+        return wp.int32
+    if isinstance(value, float):
+        return wp.float64 if dtype == torch.float64 else wp.float32
+    raise TypeError(f"constant {name!r} must be a float, int or bool, got {type(value).__name__}.")
+
+
+class GeneratedPhysics:
+    """State arrays, constants and recipes of an env written as three Warp functions.
+
+    Args:
+        env_type (type): the env class; its ``start``, ``advance`` and ``observe`` are used and
+            its module holds the generated kernels.
+        layout (Layout): the env's buffers.
+        arrays (Mapping[str, tuple]): declared state, ``name -> (torch dtype, per-env shape)``.
+        constants (Mapping[str, float | int | bool]): the values the functions read from
+            ``params``.
+        dtype (torch.dtype): the env's float dtype (of float constants).
+        limit (int): the time limit (``2**31 - 1``: none).
+        truncates_terminal (bool): whether a step that terminates at the limit is truncated too.
+    """
+
+    def __init__(
+        self,
+        env_type: type,
+        layout: Layout,
+        arrays: Mapping[str, tuple[torch.dtype, tuple[int, ...]]],
+        constants: Mapping[str, Constant],
+        dtype: torch.dtype,
+        limit: int,
+        truncates_terminal: bool,
+    ) -> None:
+        n, dev = layout.num_envs, layout.device
+        self.limits = [limit, int(truncates_terminal)]
+        self.env_type = env_type
+        self.module = env_type.__module__
+        self.stem = env_type.__name__
+        self.layout = layout
+        self.arrays = {
+            name: torch.zeros((n, *shape), dtype=kind, device=dev)
+            for name, (kind, shape) in arrays.items()
+        }
+        self.constants = dict(constants) or {"unused": 0}  # a Warp struct needs a field
+        self.dtype = dtype
+        self.kernels = make_kernels(*env_type.functions, self.module, self.stem)
+        self.bind()
+
+    def bind(self) -> None:
+        """Build the structs of Warp views the kernels take (again after unpickling)."""
+        kinds = tuple(
+            (name, _constant_type(name, value, self.dtype), 0)
+            for name, value in self.constants.items()
+        )
+        params = struct_type(self.module, f"{self.stem}Params", kinds)
+        self.params = make_struct(params, **self.constants)
+        self.state = _struct_of(
+            self.module, f"{self.stem}State", {k: wp.from_torch(v) for k, v in self.arrays.items()}
+        )
+        lay = self.layout
+        self.slots = {
+            "actions": self.struct("Actions", {k: time_slot(v) for k, v in lay.actions.items()}),
+            "next": self.struct("Obs", {k: time_slot(v) for k, v in lay.next.items()}),
+            "root": self.struct("Obs", {k: time_slot(v) for k, v in lay.root.items()}),
+            "reward": wp.from_torch(lay.reward_rows),  # [L, N, 1]: one time slot
+        }
+
+    def __getstate__(self) -> dict:
+        drop = ("params", "state", "slots", "kernels")
+        return {k: v for k, v in self.__dict__.items() if k not in drop}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.kernels = make_kernels(*self.env_type.functions, self.module, self.stem)
+        self.bind()
+
+    def struct(self, role: str, views: Mapping[Any, wp.array]) -> Any:
+        return _struct_of(self.module, f"{self.stem}{role}", views)
+
+    # ------------------------------------------------------------------ recipes
+    def reset_recipes(self) -> list[Launch]:
+        lay = self.layout
+        inputs = [self.state, self.params, lay.views["episodes"], lay.views["mask"]]
+        return [(self.kernels.reset, [*inputs, self.slots["root"]])]
+
+    def step_recipes(self, autoreset: bool) -> list[Launch]:
+        """One step on ``[N, 1]`` views of the step buffers; the fused step with ``autoreset``."""
+        s, lay = self.slots, self.layout
+        root_from = 1 if autoreset else 2  # state 1 is the post-step one; 2 does not exist
+        return [
+            self._steps(
+                s["actions"],
+                autoreset,
+                root_from,
+                1,
+                s["root"],
+                s["next"],
+                s["reward"],
+                lay.slot_flags,
+            )
+        ]
+
+    def rollout_recipe(self, actions: dict, out: dict) -> Launch:
+        """``T`` steps from the current state into fresh env-major ``[N, T]`` outputs.
+
+        ``out`` holds ``"root"`` and ``"next"`` observation dicts, ``"reward"`` (``[L, N, T]``)
+        and the three flags (``[N, T]`` each); root slot ``t`` is state ``t``.
+        """
+        steps = out["reward"].shape[-1]
+        return self._steps(
+            self.struct("Actions", {k: env_time(v) for k, v in actions.items()}),
+            False,
+            0,
+            steps,
+            self.struct("Obs", {k: env_time(v) for k, v in out["root"].items()}),
+            self.struct("Obs", {k: env_time(v) for k, v in out["next"].items()}),
+            wp.from_torch(out["reward"]),
+            self.layout.flags_struct(
+                {k: env_time(out[k]) for k in ("done", "terminated", "truncated")}
+            ),
+        )
+
+    def _steps(
+        self,
+        actions: Any,
+        reset_last: bool,
+        root_from: int,
+        root_slots: int,
+        root: Any,
+        nxt: Any,
+        reward: wp.array,
+        flags: Any,
+    ) -> Launch:
+        episodes = self.layout.views["episodes"]
+        head = [
+            self.state,
+            self.params,
+            actions,
+            episodes,
+            *self.limits,
+            int(reset_last),
+            root_from,
+        ]
+        return (self.kernels.steps, [*head, root_slots, root, nxt, reward, flags])
