@@ -17,14 +17,13 @@ from typing import Any, ClassVar
 
 import torch
 import warp as wp
-from torchrl.data import Categorical, Composite
 
 from torchrl_ext._checks import check_bool, check_int, check_optional_int
 from torchrl_ext.envs._base import actions, saved
 from torchrl_ext.envs._base.actions import key_name as _key_name
 from torchrl_ext.envs._base.arguments import check_device, check_float_dtype, check_seed
 from torchrl_ext.envs._base.launcher import Launch, Launcher
-from torchrl_ext.envs._base.layout import DONE_KEYS, Layout
+from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
 from torchrl_ext.envs._base.physics import GeneratedPhysics, WarpFunctions
 from torchrl_ext.envs._base.shim import TorchRLShim
 from torchrl_ext.envs._kernels.common import (
@@ -202,9 +201,14 @@ class WarpEnv(TorchRLShim):
         self._sync_free = device.type == "cuda"
         self._action_faults = torch.zeros((), dtype=torch.bool, device=device)
         self._make_specs()
-        self.full_done_spec = self._done_spec()
+        groups = self._done_groups()
+        self.full_done_spec = done_spec(num_envs, device, groups)
         self._layout = Layout(
-            self.observation_spec, self.full_action_spec, self.full_reward_spec, device
+            self.observation_spec,
+            self.full_action_spec,
+            self.full_reward_spec,
+            groups,
+            device,
         )
         self._physics = self._generated_physics()
         self._launcher = Launcher(device, num_envs, self._recipes, capture)
@@ -305,11 +309,11 @@ class WarpEnv(TorchRLShim):
         return self._layout.views
 
     # ------------------------------------------------------------------ allocation
-    def _done_spec(self) -> Composite:
-        flag = Categorical(2, shape=(self.num_envs, 1), dtype=torch.bool, device=self.device)
-        return Composite(
-            {key: flag.clone() for key in DONE_KEYS}, shape=(self.num_envs,), device=self.device
-        )
+    def _done_groups(self) -> list[str]:
+        """The groups whose done entries :meth:`_make_specs` declared (none if it set none)."""
+        if "full_done_spec" not in self.output_spec.keys():
+            return []
+        return done_groups(self.full_done_spec)
 
     def _generated_physics(self) -> GeneratedPhysics | None:
         functions = type(self).functions

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import warp as wp
 from tensordict import TensorDict
-from torchrl.data import Composite
+from torchrl.data import Categorical, Composite
 
 from torchrl_ext._compat import new_tensordict_unchecked
 from torchrl_ext.envs._kernels.common import Episodes, Flags, make_struct
@@ -83,6 +83,43 @@ def _check_rewards(keys: list, specs: list, num_envs: int) -> None:
             )
 
 
+def done_groups(done_spec: Composite) -> list[str]:
+    """The groups a done spec names flags in: ``("g", "done")`` and the like, one level deep.
+
+    Raises:
+        ValueError: for a nested done entry that is not ``(group, flag)`` with a flag of
+            ``done``, ``terminated`` or ``truncated``.
+    """
+    groups: list[str] = []
+    for key in done_spec.keys(True, True):
+        if isinstance(key, str):
+            continue
+        if len(key) != 2 or key[1] not in DONE_KEYS:
+            raise ValueError(
+                f"done entries must be ('<group>', flag) with flag in {list(DONE_KEYS)}, "
+                f"got {key!r}."
+            )
+        if key[0] not in groups:
+            groups.append(key[0])
+    return groups
+
+
+def done_spec(num_envs: int, device: torch.device, groups: list[str]) -> Composite:
+    """The three flags at the root, and under every group of ``groups``.
+
+    Every env's episode ends for all its groups at once: a group's flags are the env's.
+    """
+    flag = Categorical(2, shape=(num_envs, 1), dtype=torch.bool, device=device)
+
+    def flags() -> Composite:
+        return Composite({key: flag.clone() for key in DONE_KEYS}, shape=(num_envs,), device=device)
+
+    spec = flags()
+    for group in groups:
+        spec[group] = flags()
+    return spec
+
+
 class Layout:
     """Every buffer of an env of ``num_envs`` envs, allocated from its specs.
 
@@ -90,6 +127,7 @@ class Layout:
         observation_spec (Composite): the env's observation specs (leaves ``[N, ...]``).
         action_spec (Composite): the env's full action spec.
         reward_spec (Composite): the env's full reward spec: every leaf ``[N, 1]``, one dtype.
+        groups (list of str): the groups that carry a copy of the done flags.
         device (torch.device): where the buffers live.
     """
 
@@ -98,6 +136,7 @@ class Layout:
         observation_spec: Composite,
         action_spec: Composite,
         reward_spec: Composite,
+        groups: list[str],
         device: torch.device,
     ) -> None:
         self.num_envs = n = observation_spec.shape[0]
@@ -106,7 +145,11 @@ class Layout:
         self.obs_keys = list(observation_spec.keys(True, True))
         self.action_keys = list(action_spec.keys(True, True))
         self.reward_keys = list(reward_spec.keys(True, True))
-        self.produced_keys = frozenset(self.obs_keys) | frozenset(DONE_KEYS)
+        self.done_groups = groups
+        group_flags = [(g, key) for g in groups for key in DONE_KEYS]
+        self.produced_keys = (
+            frozenset(self.obs_keys) | frozenset(DONE_KEYS) | frozenset(group_flags)
+        )
         self.next = {k: observation_spec[k].zero() for k in self.obs_keys}
         self.root = {k: observation_spec[k].zero() for k in self.obs_keys}
         self.actions = {k: action_spec[k].zero() for k in self.action_keys}
@@ -176,10 +219,16 @@ class Layout:
         self.seed.assign(np.array(words, dtype=np.uint32))
 
     # ------------------------------------------------------------------ outputs
-    def fresh_flags(self, copy: bool) -> dict[str, torch.Tensor]:
-        """Fresh done/terminated/truncated: copies of the step's flags, or all False."""
+    def fresh_flags(self, copy: bool) -> dict[Any, torch.Tensor]:
+        """Fresh done/terminated/truncated: copies of the step's flags, or all False.
+
+        The root's, then every done group's (``(group, flag)`` keys), each its own tensor.
+        """
         flags = self.flag_buffer.clone() if copy else torch.zeros_like(self.flag_buffer)
-        return dict(zip(DONE_KEYS, flags.unbind(0), strict=True))
+        out: dict[Any, torch.Tensor] = dict(zip(DONE_KEYS, flags.unbind(0), strict=True))
+        for group in self.done_groups:
+            out.update(zip(((group, k) for k in DONE_KEYS), flags.clone().unbind(0), strict=True))
+        return out
 
     def fresh_obs(self, which: str) -> dict[str, torch.Tensor]:
         """Copies of the ``"next"`` or ``"root"`` observation buffers."""

@@ -45,6 +45,9 @@ def rollout_td(layout: Layout, actions: dict, out: dict, root_flags: dict) -> Te
     root = dict(out["root"])
     root.update(actions)
     root.update(root_flags)
+    for group in layout.done_groups:  # a group's flags are copies of the env's
+        nxt.update(((group, key), out[key].clone()) for key in DONE_KEYS)
+        root.update(((group, key), root_flags[key].clone()) for key in DONE_KEYS)
     root = nested(root)
     root["next"] = TensorDict(nested(nxt), batch_size=batch, device=layout.device)
     td = TensorDict(root, batch_size=batch, device=layout.device)
