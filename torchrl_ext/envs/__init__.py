@@ -5,7 +5,7 @@ Importing this package initializes Warp, quietly (:mod:`torchrl_ext._warp`; set
 """
 
 from torchrl_ext import _warp
-from torchrl_ext.envs import course, interop
+from torchrl_ext.envs import course, interop, popgym
 from torchrl_ext.envs.cartpole import CartPoleEnv
 from torchrl_ext.envs.course import (
     CarConfig,
@@ -36,6 +36,7 @@ __all__ = [
     "course",
     "effective_seed",
     "interop",
+    "popgym",
     "render_frame",
     "render_frames",
 ]

@@ -1,0 +1,122 @@
+"""What every POPGym port shares: difficulty presets, constructor, specs and state checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
+
+import torch
+from torchrl.data import Categorical, Composite, MultiCategorical, TensorSpec, Unbounded
+
+from torchrl_ext._checks import check_choice
+from torchrl_ext.envs._base.saved import require
+from torchrl_ext.envs.warp_env import WarpEnv
+
+Difficulty = Literal["easy", "medium", "hard"]
+DIFFICULTIES = ("easy", "medium", "hard")
+
+T = TypeVar("T")
+
+
+def preset(difficulty: Any, presets: Mapping[str, T]) -> T:
+    """The preset of ``difficulty`` ("easy", "medium" or "hard"), checked.
+
+    Raises:
+        TypeError: if ``difficulty`` is not a str.
+        ValueError: if it names no difficulty.
+
+    Examples:
+        >>> from torchrl_ext.envs.popgym._common import preset
+        >>> preset("medium", {"easy": 1, "medium": 8, "hard": 16})
+        8
+    """
+    return presets[check_choice("difficulty", difficulty, DIFFICULTIES)]
+
+
+class PopGymEnv(WarpEnv):
+    """Base of the POPGym ports: a :class:`~torchrl_ext.envs.WarpEnv` sized by a difficulty.
+
+    A subclass declares :attr:`presets` (``"easy"``, ``"medium"`` and ``"hard"``: POPGym's
+    ``Easy``, ``Medium`` and ``Hard`` classes) and :meth:`_configure`, which sets the env's sizes
+    from the chosen preset and returns its time limit; it has no constructor of its own.
+
+    Args:
+        num_envs (int): number of envs.
+        device (torch.device or str, optional): device of state and outputs. Defaults to ``"cpu"``.
+        seed (int, optional): 64-bit seed. Defaults to ``None`` (drawn from torch's generator).
+
+    Keyword Args:
+        difficulty (str, optional): ``"easy"``, ``"medium"`` or ``"hard"``: the preset (see the
+            env's docstring). Defaults to ``"easy"``.
+        dtype (torch.dtype, optional): float dtype of state, observations and rewards
+            (``torch.float32`` or ``torch.float64``). Defaults to ``torch.float32``.
+        capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
+    """
+
+    #: The preset of each difficulty, handed to :meth:`_configure`.
+    presets: ClassVar[Mapping[str, Any]]
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        *,
+        difficulty: Difficulty = "easy",
+        dtype: torch.dtype = torch.float32,
+        capture: bool = False,
+    ) -> None:
+        max_steps = self._configure(preset(difficulty, type(self).presets))
+        self.difficulty = difficulty
+        super().__init__(num_envs, device, seed, max_steps=max_steps, dtype=dtype, capture=capture)
+
+    def _configure(self, preset: Any) -> int | None:
+        """Set the env's sizes from ``preset``; return the time limit (``None``: none)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _configure(preset).")
+
+    # ------------------------------------------------------------------ specs
+    def _discrete(self, n: int) -> Categorical:
+        """One int64 choice in ``[0, n)`` per env."""
+        return Categorical(n, shape=(self.num_envs,), dtype=torch.int64, device=self.device)
+
+    def _multi(self, nvec: Sequence[int]) -> MultiCategorical:
+        """``len(nvec)`` int64 choices per env, the ``j``-th in ``[0, nvec[j])``."""
+        shape = (self.num_envs, len(nvec))
+        return MultiCategorical(list(nvec), shape=shape, dtype=torch.int64, device=self.device)
+
+    def _set_specs(self, observation: TensorSpec, action: TensorSpec) -> None:
+        """The ``"observation"`` entry, the action and a ``[N, 1]`` reward of the env's dtype."""
+        n, dev = self.num_envs, self.device
+        self.observation_spec = Composite(observation=observation, shape=(n,), device=dev)
+        self.action_spec = action
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
+
+
+# ---------------------------------------------------------------------- state-value checks
+def require_range(
+    name: str, values: torch.Tensor, low: float, high: float, what: str, *, closed: bool = False
+) -> None:
+    """``values`` lie in ``[low, high)`` (``[low, high]`` if ``closed``)."""
+    ok = (values >= low) & ((values <= high) if closed else (values < high))
+    require(name, values, ok, f"{what} lie in [{low}, {high}{']' if closed else ')'}")
+
+
+def require_key(name: str, values: torch.Tensor) -> None:
+    """``values`` are random-stream keys: uint32."""
+    require(name, values, (values >= 0) & (values < 2**32), "stream keys are uint32")
+
+
+def require_in(name: str, values: torch.Tensor, allowed: tuple[int, ...]) -> None:
+    """Every entry of ``values`` is one of ``allowed``."""
+    ok = torch.zeros_like(values, dtype=torch.bool)
+    for value in allowed:
+        ok |= values == value
+    require(name, values, ok, f"entries are one of {allowed}")
+
+
+def require_permutations(name: str, decks: torch.Tensor) -> None:
+    """Each row of ``decks`` is a permutation of ``0 .. N-1``."""
+    n = decks.shape[-1]
+    ids = torch.arange(n, dtype=decks.dtype, device=decks.device)
+    ok = (decks.sort(dim=-1).values == ids).all(dim=-1, keepdim=True).expand_as(decks)
+    require(name, decks, ok, f"each row is a permutation of 0..{n - 1}")

@@ -1,0 +1,1 @@
+"""Warp functions of POPGym's tasks, one module per family."""

@@ -1,0 +1,189 @@
+"""Warp functions of POPGym's board and bandit games: MultiarmedBandit, MineSweeper, Battleship.
+
+Every random draw comes from the episode's stream ``key`` (a hash of ``(seed, env, episode)``).
+
+**MultiarmedBandit.** ``probs[k]`` is arm ``k``'s payout probability, drawn at the start of an
+episode as a float32 uniform on the 2**-24 grid of ``[0, 1)`` (draws ``0 .. K-1``). Step ``n``
+of the episode pays out iff draw ``K + n`` is below the chosen arm's probability, so every step
+draws fresh. The stream's ``key`` is kept in the state for the steps; ``payout`` is the last
+observation.
+
+**MineSweeper.** ``grid[r, c]`` is 0 (clear), 1 (mine) or 2 (viewed). The mines form a uniformly
+random subset of the cells (Floyd's sampling, one draw per mine). The observation ``last`` is
+the number of mines in the 3x3 block around (and including) the last cell clicked.
+
+**Battleship.** ``board`` marks ship cells, ``guesses`` the cells shot at, ``hits`` the ship
+cells hit. Ships of sizes 2, 3, 3, 4 are placed in turn as POPGym places them: a random start
+cell, axis and direction (four draws per try), retried until the ship lies on the board without
+touching the box of an earlier ship's cells. ``last`` is the last observation (1: a hit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from torchrl_ext.envs._kernels.common import uniform64
+
+_GRID24 = wp.constant(wp.float64(16777216.0))
+MINE = wp.constant(1)
+VIEWED = wp.constant(2)
+SHIPS = wp.constant(4)
+
+
+@wp.func
+def uniform_int(key: wp.uint32, draw: int, n: int) -> int:
+    """The ``draw``-th draw of ``key`` as an int uniform in ``[0, n)``."""
+    return wp.min(int(uniform64(key, draw) * wp.float64(n)), n - 1)
+
+
+# ----------------------------------------------------------------------------- MultiarmedBandit
+@wp.func
+def bandit_start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: draw every arm's payout probability; keep the stream for the steps."""
+    for k in range(s.probs.shape[1]):
+        grid = wp.floor(uniform64(key, k) * _GRID24)
+        s.probs[i, k] = wp.float32(grid / _GRID24)
+    s.key[i] = wp.int64(key)
+    s.payout[i] = wp.int32(0)
+
+
+@wp.func
+def bandit_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """Pull arm ``a.action[i, t]``: pays ``1/L`` with its probability, else costs ``1/L``."""
+    arms = s.probs.shape[1]
+    u = uniform64(wp.uint32(s.key[i]), arms + step)
+    paid = u < wp.float64(s.probs[i, int(a.action[i, t])])
+    s.payout[i] = wp.where(paid, wp.int32(1), wp.int32(0))
+    return wp.where(paid, p.win, p.loss), False
+
+
+@wp.func
+def bandit_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+    """Whether the last pull paid out (0 at the start)."""
+    o.observation[i, t] = o.observation.dtype(s.payout[i])
+
+
+# ---------------------------------------------------------------------------------- MineSweeper
+@wp.func
+def mines_start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: clear the grid and lay ``p.mines`` mines on distinct random cells."""
+    height, width = s.grid.shape[1], s.grid.shape[2]
+    cells = height * width
+    for c in range(cells):
+        s.grid[i, c // width, c % width] = wp.int32(0)
+    for j in range(cells - p.mines, cells):
+        pick = uniform_int(key, j - (cells - p.mines), j + 1)
+        if s.grid[i, pick // width, pick % width] == wp.int32(MINE):
+            pick = j
+        s.grid[i, pick // width, pick % width] = wp.int32(MINE)
+    s.last[i] = wp.int32(0)
+
+
+@wp.func
+def mines_around(s: Any, i: int, row: int, col: int) -> int:
+    """Mines in the 3x3 block centred on ``(row, col)``, the cell itself included."""
+    height, width = s.grid.shape[1], s.grid.shape[2]
+    count = wp.int32(0)
+    for r in range(wp.max(row - 1, 0), wp.min(row + 2, height)):
+        for c in range(wp.max(col - 1, 0), wp.min(col + 2, width)):
+            if s.grid[i, r, c] == wp.int32(MINE):
+                count += 1
+    return count
+
+
+@wp.func
+def all_clear_viewed(s: Any, i: int) -> bool:
+    """Whether no clear cell is left unviewed."""
+    clear = wp.int32(0)
+    for r in range(s.grid.shape[1]):
+        for c in range(s.grid.shape[2]):
+            if s.grid[i, r, c] == wp.int32(0):
+                clear += 1
+    return clear == 0
+
+
+@wp.func
+def mines_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """Click cell ``a.action[i, t]`` = (row, col): a mine ends the episode, a viewed cell costs."""
+    row, col = int(a.action[i, t, 0]), int(a.action[i, t, 1])
+    cell = s.grid[i, row, col]
+    reward = p.success
+    terminated = False
+    if cell == wp.int32(MINE):
+        reward = p.fail
+        terminated = True
+    elif cell == wp.int32(VIEWED):
+        reward = p.bad
+    else:
+        s.grid[i, row, col] = wp.int32(VIEWED)
+    s.last[i] = wp.int32(mines_around(s, i, row, col))
+    return reward, terminated or all_clear_viewed(s, i)
+
+
+@wp.func
+def last_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+    """The last observation kept in ``last``."""
+    o.observation[i, t] = o.observation.dtype(s.last[i])
+
+
+# ----------------------------------------------------------------------------------- Battleship
+@wp.func
+def box_is_free(s: Any, i: int, r0: int, c0: int, r1: int, c1: int) -> bool:
+    """Whether no ship lies in the box ``[r0, r1] x [c0, c1]``."""
+    taken = wp.int32(0)
+    for r in range(r0, r1 + 1):
+        for c in range(c0, c1 + 1):
+            taken += int(s.board[i, r, c])
+    return taken == 0
+
+
+@wp.func
+def place_ship(s: Any, i: int, key: wp.uint32, size: int, first_draw: int) -> int:
+    """Place one ship of ``size`` cells by rejection, from draw ``first_draw``; return the next."""
+    b = s.board.shape[1]
+    draw = int(first_draw)
+    placed = wp.int32(0)
+    while placed == 0:
+        r0, c0 = uniform_int(key, draw, b), uniform_int(key, draw + 1, b)
+        axis, sign = uniform_int(key, draw + 2, 2), uniform_int(key, draw + 3, 2)
+        draw += 4
+        delta = (size - 1) * (1 - 2 * sign)
+        r1 = r0 + wp.where(axis == 0, delta, 0)
+        c1 = c0 + wp.where(axis == 1, delta, 0)
+        if r1 >= 0 and r1 < b and c1 >= 0 and c1 < b:
+            lo_r, hi_r = wp.min(r0, r1), wp.max(r0, r1)
+            lo_c, hi_c = wp.min(c0, c1), wp.max(c0, c1)
+            if box_is_free(s, i, lo_r, lo_c, hi_r, hi_c):
+                for r in range(lo_r, hi_r + 1):
+                    for c in range(lo_c, hi_c + 1):
+                        s.board[i, r, c] = wp.int32(1)
+                placed = 1
+    return draw
+
+
+@wp.func
+def battleship_start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: an empty sea, then ships of sizes 2, 3, 3 and 4 placed in that order."""
+    b = s.board.shape[1]
+    for r in range(b):
+        for c in range(b):
+            s.board[i, r, c] = wp.int32(0)
+            s.guesses[i, r, c] = wp.int32(0)
+    draw = wp.int32(0)
+    for k in range(SHIPS):
+        draw = place_ship(s, i, key, 2 + (k + 1) // 2, draw)
+    s.hits[i] = wp.int32(0)
+    s.last[i] = wp.int32(0)
+
+
+@wp.func
+def battleship_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """Shoot at ``a.action[i, t]`` = (row, col); a hit is a ship cell not shot at before."""
+    row, col = int(a.action[i, t, 0]), int(a.action[i, t, 1])
+    hit = s.board[i, row, col] != wp.int32(0) and s.guesses[i, row, col] == wp.int32(0)
+    s.guesses[i, row, col] = wp.int32(1)
+    s.hits[i] = s.hits[i] + wp.where(hit, wp.int32(1), wp.int32(0))
+    s.last[i] = wp.where(hit, wp.int32(1), wp.int32(0))
+    return wp.where(hit, p.hit, p.miss), s.hits[i] == wp.int32(p.needed_hits)

@@ -1,0 +1,133 @@
+"""Warp functions of POPGym's card-guessing games: HigherLower and Concentration.
+
+Both games shuffle a deck once per episode (:func:`~torchrl_ext.envs.popgym._kernels.deck.shuffle`
+on the draws ``0 .. N-2`` of the episode's stream) and draw nothing afterwards.
+
+**HigherLower.** The ``[N]`` row ``deck`` is the shuffled deck; after ``step`` steps the current
+card is ``deck[N - 1 - step]`` (cards are dealt from the end) and the observation is its rank.
+A step deals the next card; the guess (0: higher, 1: lower) earns ``+1/N`` if right, ``-1/N``
+if wrong and 0 on a tie. The episode terminates on the step that deals the last card but one,
+after ``N - 1`` steps.
+
+**Concentration.** ``deck[c]`` is the card lying face down at position ``c``; its value is its
+colour or its rank. ``face_up[c]`` marks matched positions, ``in_play`` is the position flipped
+first in the current pair (``-1`` between pairs) and ``shown_first``/``shown_second`` the
+positions flipped in the last step's pair (``-1`` if none), which the observation reveals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from torchrl_ext.envs.popgym._kernels.deck import colour, rank, shuffle
+
+
+# ---------------------------------------------------------------------------------- HigherLower
+@wp.func
+def current_card(s: Any, i: int, step: int) -> int:
+    """The card on the table of env ``i`` after ``step`` steps (clamped to the deck)."""
+    n = s.deck.shape[1]
+    return int(s.deck[i, wp.max(n - 1 - step, 0)])
+
+
+@wp.func
+def higher_lower_start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: shuffle the deck."""
+    shuffle(s.deck, i, key, 0)
+
+
+@wp.func
+def higher_lower_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """Deal the next card and score the guess ``a.action[i, t]`` (0: higher, 1: lower)."""
+    n = s.deck.shape[1]
+    now = rank(current_card(s, i, step))
+    nxt = rank(current_card(s, i, step + 1))
+    guess_higher = a.action[i, t] == wp.int64(0)
+    reward = p.zero
+    if nxt != now:
+        reward = wp.where((nxt > now) == guess_higher, p.right, p.wrong)
+    return reward, n - 1 - step <= 1
+
+
+@wp.func
+def higher_lower_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+    """The rank of the current card."""
+    o.observation[i, t] = o.observation.dtype(rank(current_card(s, i, step)))
+
+
+# -------------------------------------------------------------------------------- Concentration
+@wp.func
+def card_value(s: Any, p: Any, i: int, position: int) -> int:
+    """The value matched at ``position``: the card's rank or colour."""
+    card = int(s.deck[i, position])
+    value = colour(card)
+    if p.by_rank != 0:
+        value = rank(card)
+    return value
+
+
+@wp.func
+def concentration_start(s: Any, p: Any, i: int, key: wp.uint32):
+    """A new episode: shuffle the deck, every card face down, no pair in play."""
+    shuffle(s.deck, i, key, 0)
+    for c in range(s.deck.shape[1]):
+        s.face_up[i, c] = wp.int32(0)
+    s.in_play[i] = wp.int32(-1)
+    s.shown_first[i] = wp.int32(-1)
+    s.shown_second[i] = wp.int32(-1)
+
+
+@wp.func
+def all_face_up(s: Any, i: int) -> bool:
+    """Whether every card of env ``i`` is matched."""
+    down = wp.int32(0)
+    for c in range(s.face_up.shape[1]):
+        if s.face_up[i, c] == wp.int32(0):
+            down += 1
+    return down == 0
+
+
+@wp.func
+def concentration_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    """Flip the card at position ``a.action[i, t]``; score a finished or invalid pair.
+
+    Flipping a matched card costs ``fail`` per card in play and ends the pair; a second flip
+    scores ``success`` for two distinct positions of equal value (both stay face up, and the
+    episode terminates once all are) and ``2 * fail`` otherwise; a first flip scores 0.
+    """
+    x = int(a.action[i, t])
+    first = int(s.in_play[i])
+    pair = first >= 0
+    if not pair:
+        first = x
+    s.shown_first[i] = wp.int32(first)
+    s.shown_second[i] = wp.where(pair, wp.int32(x), wp.int32(-1))
+    s.in_play[i] = wp.int32(-1)
+    reward = p.zero
+    terminated = False
+    if s.face_up[i, x] != 0 or s.face_up[i, first] != 0:
+        reward = wp.where(pair, p.fail + p.fail, p.fail)
+    elif pair:
+        if x != first and card_value(s, p, i, x) == card_value(s, p, i, first):
+            reward = p.success
+            s.face_up[i, x] = wp.int32(1)
+            s.face_up[i, first] = wp.int32(1)
+            terminated = all_face_up(s, i)
+        else:
+            reward = p.fail + p.fail
+    else:
+        s.in_play[i] = wp.int32(x)
+    return reward, terminated
+
+
+@wp.func
+def concentration_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+    """The value of every matched or just-flipped card; ``facedown`` for the others."""
+    first, second = int(s.shown_first[i]), int(s.shown_second[i])
+    for c in range(s.deck.shape[1]):
+        value = p.facedown
+        if s.face_up[i, c] != 0 or c == first or c == second:
+            value = card_value(s, p, i, c)
+        o.observation[i, t, c] = o.observation.dtype(value)

@@ -1,0 +1,230 @@
+"""POPGym's bandit and board games on Warp: MultiarmedBandit, MineSweeper and Battleship.
+
+Each env draws its hidden state (arm probabilities, mines, ships) from the counter-based stream
+of ``(seed, env, episode)``; the hidden state is declared state, so :meth:`state_dict` exposes it
+and :meth:`load_state_dict` can set it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from torchrl_ext.envs._base.saved import require
+from torchrl_ext.envs.popgym._common import PopGymEnv, require_in, require_key, require_range
+from torchrl_ext.envs.popgym._kernels import games as _k
+from torchrl_ext.envs.warp_env import WarpFunctions, state_view
+
+__all__ = ["BattleshipEnv", "MineSweeperEnv", "MultiarmedBanditEnv"]
+
+_SHIP_SIZES = (2, 3, 3, 4)
+
+
+class _GridEnv(PopGymEnv):
+    """An env whose action is a ``(row, col)`` cell, a ``MultiCategorical`` checked per column."""
+
+    def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
+        nvec = self.full_action_spec[key].nvec.to(action.device)
+        bad = (action < 0) | (action >= nvec)
+        if bool(bad.any()):
+            env, col = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(
+                f"action[:, {col}] entries must lie in [0, {int(nvec[env, col])}), got "
+                f"action[{env}, {col}]={int(action[env, col])}."
+            )
+
+    def _action_fault(self, key: Any, action: torch.Tensor) -> torch.Tensor:
+        nvec = self.full_action_spec[key].nvec.to(action.device)
+        return ((action < 0) | (action >= nvec)).any()
+
+    def _grid_specs(self, rows: int, cols: int, observations: int) -> None:
+        self._set_specs(self._discrete(observations), self._multi([rows, cols]))
+
+
+class MultiarmedBanditEnv(PopGymEnv):
+    """POPGym's MultiarmedBandit: find the best of ``K`` arms with hidden payout probabilities.
+
+    Each episode draws every arm's payout probability uniformly in ``[0, 1)`` (float32). The
+    action pulls an arm; the observation is 1 if it paid out, else 0 (0 at the start). A payout
+    earns ``1/L``, a miss costs ``1/L``. The episode is truncated after ``L`` steps and never
+    terminates.
+
+    Presets (POPGym's ``MultiarmedBanditEasy``/``Medium``/``Hard``): ``(K, L)`` ``(10, 200)``,
+    ``(20, 400)``, ``(30, 600)``.
+
+    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.envs.popgym.games import MultiarmedBanditEnv
+        >>> env = MultiarmedBanditEnv(4, seed=0)
+        >>> root = env.reset()
+        >>> env.probs.shape, bool(((env.probs >= 0) & (env.probs < 1)).all())
+        (torch.Size([4, 10]), True)
+        >>> data = env.rollout(200, break_when_any_done=False)
+        >>> bool(data["next", "truncated"][:, -1].all()), bool(data["next", "done"][:, :-1].any())
+        (True, False)
+    """
+
+    functions = WarpFunctions(_k.bandit_start, _k.bandit_advance, _k.bandit_observe)
+    presets: ClassVar = {"easy": (10, 200), "medium": (20, 400), "hard": (30, 600)}
+
+    def _configure(self, preset: Any) -> int:
+        self.num_bandits, self.episode_length = preset
+        return self.episode_length
+
+    def _make_specs(self) -> None:
+        self._set_specs(self._discrete(2), self._discrete(self.num_bandits))
+
+    def _state_arrays(self) -> dict:
+        return {
+            "probs": (torch.float32, (self.num_bandits,)),
+            "key": torch.int64,
+            "payout": torch.int32,
+        }
+
+    def _constants(self) -> dict[str, float]:
+        return {"win": 1.0 / self.episode_length, "loss": -1.0 / self.episode_length}
+
+    probs = state_view("probs", "The ``[num_envs, K]`` float32 payout probability of each arm.")
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        super()._check_state_values(state)
+        require_range("probs", state["probs"], 0, 1, "probabilities", closed=True)
+        require_key("key", state["key"])
+        require_in("payout", state["payout"], (0, 1))
+
+
+class MineSweeperEnv(_GridEnv):
+    """POPGym's MineSweeper: view every clear cell of a grid without clicking a mine.
+
+    Each episode lays ``M`` mines on distinct uniformly random cells of an ``H x W`` grid. The
+    action clicks a cell ``(row, col)``; the observation is the number of mines in the 3x3 block
+    around it, the cell itself included (0 at the start). With ``L = H * W - M``, viewing a new
+    clear cell earns ``1/L``, clicking a viewed one costs ``0.5 / (L - 2)`` and clicking a mine
+    costs ``0.5 + 1/L`` and terminates; viewing the last clear cell terminates too. The episode
+    is truncated after ``L`` steps unless it terminates on that step: as POPGym, a step that
+    terminates at the limit is reported as terminated only (``truncates_terminal_steps`` is
+    ``False``).
+
+    Presets (POPGym's ``MineSweeperEasy``/``Medium``/``Hard``): ``(H, W, M)`` ``(4, 4, 2)``,
+    ``(6, 6, 6)``, ``(8, 8, 10)``.
+
+    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.envs.popgym.games import MineSweeperEnv
+        >>> env = MineSweeperEnv(4, seed=0)
+        >>> root = env.reset()
+        >>> env.grid.shape, (env.grid == 1).sum(dim=(1, 2)).tolist()
+        (torch.Size([4, 4, 4]), [2, 2, 2, 2])
+        >>> data = env.rollout(30, break_when_any_done=False)
+        >>> data["next", "observation"].shape, bool(data["next", "done"].any())
+        (torch.Size([4, 30]), True)
+    """
+
+    functions = WarpFunctions(_k.mines_start, _k.mines_advance, _k.last_observe)
+    presets: ClassVar = {"easy": (4, 4, 2), "medium": (6, 6, 6), "hard": (8, 8, 10)}
+    truncates_terminal_steps = False
+
+    def _configure(self, preset: Any) -> int:
+        self.height, self.width, self.num_mines = preset
+        self.episode_length = self.height * self.width - self.num_mines
+        return self.episode_length
+
+    @property
+    def num_observations(self) -> int:
+        """Size of the observation space: ``min(M + 1, 10)``."""
+        return min(self.num_mines + 1, 10)
+
+    def _make_specs(self) -> None:
+        self._grid_specs(self.height, self.width, self.num_observations)
+
+    def _state_arrays(self) -> dict:
+        return {"grid": (torch.int32, (self.height, self.width)), "last": torch.int32}
+
+    def _constants(self) -> dict[str, float | int]:
+        steps = self.episode_length
+        return {
+            "success": 1.0 / steps,
+            "fail": -0.5 - 1.0 / steps,
+            "bad": -0.5 / (steps - 2),
+            "mines": self.num_mines,
+        }
+
+    grid = state_view("grid", "The ``[num_envs, H, W]`` int32 cells: 0 clear, 1 mine, 2 viewed.")
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        super()._check_state_values(state)
+        require_in("grid", state["grid"], (0, 1, 2))
+        require_range("last", state["last"], 0, self.num_observations, "observations")
+
+
+class BattleshipEnv(_GridEnv):
+    """POPGym's Battleship: sink four hidden ships by shooting at the cells of a square board.
+
+    Each episode places ships of sizes 2, 3, 3 and 4 on a ``B x B`` board as POPGym does (random
+    start, axis and direction, retried until the ship fits and touches no earlier ship). The
+    action shoots at a cell ``(row, col)``; the observation is 1 for a hit (a ship cell not shot
+    before), else 0 (0 at the start). With ``L = B * B``, a hit earns ``1/12``, a miss costs
+    ``1 / (L - 12)``. The episode terminates when all 12 ship cells are hit and is truncated
+    after ``L`` steps, also when it terminates on that step (POPGym reports both flags then).
+
+    Presets (POPGym's ``BattleshipEasy``/``Medium``/``Hard``): ``B`` 8, 10, 12.
+
+    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.envs.popgym.games import BattleshipEnv
+        >>> env = BattleshipEnv(4, seed=0)
+        >>> root = env.reset()
+        >>> env.board.shape, env.board.sum(dim=(1, 2)).tolist()
+        (torch.Size([4, 8, 8]), [12, 12, 12, 12])
+        >>> data = env.rollout(64, break_when_any_done=False)
+        >>> bool(data["next", "done"][:, -1].all())
+        True
+    """
+
+    functions = WarpFunctions(_k.battleship_start, _k.battleship_advance, _k.last_observe)
+    presets: ClassVar = {"easy": 8, "medium": 10, "hard": 12}
+
+    def _configure(self, preset: Any) -> int:
+        self.board_size = preset
+        self.episode_length = self.board_size**2
+        return self.episode_length
+
+    @property
+    def needed_hits(self) -> int:
+        """Ship cells to hit: 12."""
+        return sum(_SHIP_SIZES)
+
+    def _make_specs(self) -> None:
+        self._grid_specs(self.board_size, self.board_size, 2)
+
+    def _state_arrays(self) -> dict:
+        cells = (self.board_size, self.board_size)
+        return {
+            "board": (torch.int32, cells),
+            "guesses": (torch.int32, cells),
+            "hits": torch.int32,
+            "last": torch.int32,
+        }
+
+    def _constants(self) -> dict[str, float | int]:
+        need = self.needed_hits
+        return {"hit": 1.0 / need, "miss": -1.0 / (self.episode_length - need), "needed_hits": need}
+
+    board = state_view("board", "The ``[num_envs, B, B]`` int32 ship cells (1).")
+    guesses = state_view("guesses", "The ``[num_envs, B, B]`` int32 cells shot at (1).")
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        super()._check_state_values(state)
+        board, guesses, hits = state["board"], state["guesses"], state["hits"]
+        require_in("board", board, (0, 1))
+        require_in("guesses", guesses, (0, 1))
+        require_in("last", state["last"], (0, 1))
+        counted = (board * guesses).sum(dim=(1, 2)).to(hits.dtype)
+        require("hits", hits, hits == counted, "hits count the ship cells shot at")
