@@ -35,15 +35,16 @@ def _upper(spec: TensorSpec) -> int | torch.Tensor | None:
 def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
     """Raise ``ValueError`` for a categorical value out of range or a NaN float."""
     upper = _upper(spec)
-    if upper is not None:
+    if isinstance(upper, int):  # one bound: one reduction, two host reads
+        low, high = (int(x) for x in torch.aminmax(action))
+        if low < 0 or high >= upper:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} entries must lie in [0, {upper}), got an entry {bad}.")
+    elif upper is not None:
         bad = (action < 0) | (action >= upper)
         if bool(bad.any()):
+            bound = int(torch.broadcast_to(upper, action.shape)[bad][0])
             value = int(action[bad][0])
-            bound = (
-                upper
-                if isinstance(upper, int)
-                else int(torch.broadcast_to(upper, action.shape)[bad][0])
-            )
             raise ValueError(f"{name} entries must lie in [0, {bound}), got an entry {value}.")
     elif action.dtype in FLOAT_DTYPES:
         nan = torch.isnan(action)

@@ -1,4 +1,4 @@
-"""The kernels every env gets from its three Warp functions: masked reset and ``T`` steps.
+r"""The kernels every env gets from its three Warp functions: masked reset and ``T`` steps.
 
 An author writes the physics of one env as three ``wp.func`` functions (see
 :class:`~torchrl_ext.envs.WarpEnv`):
@@ -15,23 +15,25 @@ what every env repeats: it counts steps and truncates at the time limit, writes 
 every reward entry and the three done flags, starts a new episode where one ended (the fused
 auto-reset) and observes the root state into the slot it belongs to. One step is this kernel
 with ``T = 1``; the fused rollout is the same kernel with ``T`` steps.
+
+Where an env did not reset, its root observation is the observation it was just given under
+``"next"``: the kernel copies it (:func:`make_copy`) instead of observing the same state again,
+which matters when observing costs more than copying (trigonometry, noise, large boards).
 """
 
 from __future__ import annotations
 
 import functools
+import linecache
 import zlib
 from typing import Any, NamedTuple
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import (
-    Episodes,
-    Flags,
-    count_step,
-    next_episode_key,
-    set_flags,
-)
+from torchrl_ext.envs._kernels.common import Episodes, Flags, next_episode_key, set_flags
+
+#: Trailing dims (after ``[N, T]``) a generated observation copy handles.
+_MAX_TRAILING = 3
 
 
 class EnvKernels(NamedTuple):
@@ -41,8 +43,56 @@ class EnvKernels(NamedTuple):
     steps: Any
 
 
+def _copy_source(fields: tuple[tuple[str, tuple[int, ...]], ...]) -> str:
+    """Python source of ``copy(src, dst, i, ts, td)``: every field's slot ``ts`` to ``td``.
+
+    The trailing sizes are constants of the source, so Warp unrolls the short loops.
+    """
+    lines = ["def copy_observation(src: Any, dst: Any, i: int, ts: int, td: int):"]
+    for name, sizes in fields:
+        index = "".join(f", c{d}" for d in range(len(sizes)))
+        indent = "    "
+        for d, size in enumerate(sizes):
+            lines.append(f"{indent}for c{d} in range({size}):")
+            indent += "    "
+        lines.append(f"{indent}dst.{name}[i, td{index}] = src.{name}[i, ts{index}]")
+    return "\n".join(lines) + "\n"
+
+
 @functools.cache
-def make_kernels(start: Any, advance: Any, observe: Any, module: str, name: str) -> EnvKernels:
+def make_copy(module: str, fields: tuple[tuple[str, tuple[int, ...]], ...]) -> Any:
+    """A ``wp.func`` copying one env's time slot between two observation structs.
+
+    Args:
+        module (str): the module it belongs to (the env's module).
+        fields (tuple): ``(field name, trailing sizes)`` of every observation array
+            (``[N, T, *sizes]`` in the kernels).
+
+    Returns:
+        ``copy_observation(src, dst, i, ts, td)``, writing ``dst.<f>[i, td] = src.<f>[i, ts]``
+        for every field (and every trailing index).
+
+    Raises:
+        ValueError: for a field name that is not an identifier, or too many trailing dims.
+    """
+    for name, sizes in fields:
+        if not name.isidentifier() or len(sizes) > _MAX_TRAILING:
+            raise ValueError(
+                f"observation entry {name!r} of shape {sizes} per env cannot be a struct field: "
+                f"a key must be an identifier, with at most {_MAX_TRAILING} dims per env."
+            )
+    source = _copy_source(fields)
+    filename = f"<torchrl_ext copy {zlib.crc32(source.encode()):08x}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"Any": Any, "__name__": module}
+    exec(compile(source, filename, "exec"), namespace)  # our own generated source, compiled by Warp
+    return wp.func(namespace["copy_observation"])
+
+
+@functools.cache
+def make_kernels(
+    start: Any, advance: Any, observe: Any, copy: Any, module: str, name: str, rewards: int
+) -> EnvKernels:
     """The masked reset kernel and the ``T``-step kernel around an env's Warp functions.
 
     Built once per set of functions (kernels are compiled once per module and argument types).
@@ -51,27 +101,28 @@ def make_kernels(start: Any, advance: Any, observe: Any, module: str, name: str)
         start (wp.func): begins an episode (see the module docstring).
         advance (wp.func): one step of one env.
         observe (wp.func): writes one env's observation.
+        copy (wp.func): copies one env's observation slot (:func:`make_copy`).
         module (str): the module the kernels belong to (the env's module).
         name (str): the stem of the kernels' names (the env's class name).
+        rewards (int): the number of reward entries, ``L`` (a constant of the kernel: an
+            unrolled loop writes them).
 
     Returns:
         ``reset(state, params, episodes, mask, root)`` begins a new episode in the envs whose
         ``mask`` entry is nonzero and observes every env into slot 0 of ``root``;
         ``steps(state, params, actions, episodes, max_steps, truncate_terminal, reset_last,
-        root_from, root_slots, root, nxt, reward, flags)`` runs ``T = flags.done.shape[1]`` steps
-        (a step that terminates at the time limit is truncated too only if
-        ``truncate_terminal``): step ``t`` applies
-        the actions of slot ``t`` and writes slot ``t`` of ``nxt``, ``reward`` (``[L, N, T]``,
-        one row per reward entry) and the flags; a done env begins a new episode before the next
-        step, and after the last one only if ``reset_last``; state ``t`` (state ``T`` is the
-        final one) is observed into ``root`` slot ``t - root_from`` when ``0 <= t - root_from <
-        root_slots``.
+        root_from, root_slots, root, nxt, reward, flags)`` runs ``T = flags.done.shape[1]``
+        steps: step ``t`` applies the actions of slot ``t`` and writes slot ``t`` of ``nxt``,
+        ``reward`` (``[L, N, T]``, one row per reward entry) and the flags (a step that
+        terminates at the time limit is truncated too only if ``truncate_terminal``); a done
+        env begins a new episode before the next step, and after the last one only if
+        ``reset_last``; state ``t`` (state ``T`` is the final one) goes to ``root`` slot
+        ``t - root_from`` when ``0 <= t - root_from < root_slots``.
     """
 
     @wp.func
-    def observe_slot(state: Any, params: Any, obs: Any, i: int, slot: int, slots: int, step: int):
-        if slot >= 0 and slot < slots:
-            observe(state, params, obs, i, slot, step)
+    def in_slots(slot: int, slots: int) -> bool:
+        return slot >= 0 and slot < slots
 
     def reset(
         state: Any,
@@ -102,24 +153,32 @@ def make_kernels(start: Any, advance: Any, observe: Any, module: str, name: str)
     ):
         i = wp.tid()
         horizon = flags.done.shape[1]
-        observe_slot(state, params, root, i, -root_from, root_slots, episodes.steps[i])
+        step = episodes.steps[i]
+        if in_slots(-root_from, root_slots):
+            observe(state, params, root, i, -root_from, step)
         for t in range(horizon):
-            r, term = advance(state, params, actions, i, t, episodes.steps[i])
-            trunc = count_step(episodes.steps, i, max_steps)
+            r, term = advance(state, params, actions, i, t, step)
+            step += 1
+            episodes.steps[i] = step
+            trunc = step >= max_steps
             if term and truncate_terminal == 0:
                 trunc = False
-            observe(state, params, nxt, i, t, episodes.steps[i])
-            for k in range(reward.shape[0]):
+            observe(state, params, nxt, i, t, step)
+            for k in range(wp.static(rewards)):
                 reward[k, i, t] = reward.dtype(r)
             set_flags(flags, i, t, term, trunc)
+            slot = t + 1 - root_from
             if (term or trunc) and (t + 1 < horizon or reset_last != 0):
                 start(state, params, i, next_episode_key(episodes, i))
-            slot = t + 1 - root_from
-            observe_slot(state, params, root, i, slot, root_slots, episodes.steps[i])
+                step = 0
+                if in_slots(slot, root_slots):
+                    observe(state, params, root, i, slot, step)
+            elif in_slots(slot, root_slots):
+                copy(nxt, root, i, t, slot)
 
     return EnvKernels(
         wp.kernel(reset, name=f"{name}_reset", module=module),
-        wp.kernel(steps, name=f"{name}_steps", module=module),
+        wp.kernel(steps, name=f"{name}_steps{rewards}", module=module),
     )
 
 

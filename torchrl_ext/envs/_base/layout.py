@@ -146,6 +146,8 @@ class Layout:
         self.action_keys = list(action_spec.keys(True, True))
         self.reward_keys = list(reward_spec.keys(True, True))
         self.done_groups = groups
+        keys = [*self.obs_keys, *self.reward_keys]
+        self.flat = not groups and all(isinstance(key, str) for key in keys)
         group_flags = [(g, key) for g in groups for key in DONE_KEYS]
         self.produced_keys = (
             frozenset(self.obs_keys) | frozenset(DONE_KEYS) | frozenset(group_flags)
@@ -234,13 +236,17 @@ class Layout:
         """Copies of the ``"next"`` or ``"root"`` observation buffers."""
         return {key: val.clone() for key, val in getattr(self, which).items()}
 
-    def fresh_rewards(self) -> dict[str, torch.Tensor]:
+    def fresh_rewards(self) -> dict[Any, torch.Tensor]:
         """Copies of the reward rows, by reward key."""
+        if len(self.reward_keys) == 1:
+            return {self.reward_keys[0]: self.reward_rows[0].clone()}
         rows = self.reward_rows.clone()
         return dict(zip(self.reward_keys, rows.unbind(0), strict=True))
 
     def td(self, source: dict) -> TensorDict:
         """A TensorDict of fresh outputs (keys may be nested)."""
+        if self.flat:
+            return new_tensordict_unchecked(source, self.batch_size, self.device)
         return make_td(source, self.batch_size, self.device)
 
     def root_td(self) -> TensorDict:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import torch
 import warp as wp
 
-from torchrl_ext.envs._base.kernels import field_name, make_kernels, struct_type
+from torchrl_ext.envs._base.kernels import field_name, make_copy, make_kernels, struct_type
 from torchrl_ext.envs._base.launcher import Launch
 from torchrl_ext.envs._base.layout import Layout, env_time, time_slot
 from torchrl_ext.envs._kernels.common import make_struct
@@ -90,7 +90,7 @@ class GeneratedPhysics:
         }
         self.constants = dict(constants) or {"unused": 0}  # a Warp struct needs a field
         self.dtype = dtype
-        self.kernels = make_kernels(*env_type.functions, self.module, self.stem)
+        self.kernels = self._kernels()
         self.bind()
 
     def bind(self) -> None:
@@ -118,8 +118,16 @@ class GeneratedPhysics:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.kernels = make_kernels(*self.env_type.functions, self.module, self.stem)
+        self.kernels = self._kernels()
         self.bind()
+
+    def _kernels(self) -> Any:
+        """The kernels around the env's functions, for its observation and reward layout."""
+        lay = self.layout
+        fields = tuple((field_name(k), time_slot(v).shape[2:]) for k, v in lay.next.items())
+        copy = make_copy(self.module, fields)
+        rewards = lay.reward_rows.shape[0]
+        return make_kernels(*self.env_type.functions, copy, self.module, self.stem, rewards)
 
     def struct(self, role: str, views: Mapping[Any, wp.array]) -> Any:
         return _struct_of(self.module, f"{self.stem}{role}", views)

@@ -15,13 +15,12 @@ from torchrl_ext.envs._kernels.common import uniform_range
 
 
 @wp.func
-def _dynamics(s: Any, action: wp.int64, p: Any):
+def _dynamics(x: Any, x_dot: Any, theta: Any, theta_dot: Any, action: wp.int64, p: Any):
     """One explicit-Euler step pushed by ``action`` (1: ``+force_mag``, 0: ``-force_mag``).
 
-    Returns the new state, the reward 1 and whether the cart left the track or the pole leans
-    past the angle limit.
+    Returns the new ``(x, x_dot, theta, theta_dot)`` and whether the cart left the track or the
+    pole leans past the angle limit.
     """
-    x, x_dot, theta, theta_dot = s[0], s[1], s[2], s[3]
     force = p.force_mag
     if action == wp.int64(0):
         force = -force
@@ -31,11 +30,15 @@ def _dynamics(s: Any, action: wp.int64, p: Any):
     denom = p.length * (p.four_thirds - p.masspole * (costheta * costheta) / p.total_mass)
     thetaacc = (p.gravity * sintheta - costheta * temp) / denom
     xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
-    x = x + p.tau * x_dot
-    theta = theta + p.tau * theta_dot
-    fell = x < -p.x_limit or x > p.x_limit or theta < -p.theta_limit or theta > p.theta_limit
-    new = wp.vector(x, x_dot + p.tau * xacc, theta, theta_dot + p.tau * thetaacc)
-    return new, 1.0, fell
+    new_x = x + p.tau * x_dot
+    new_theta = theta + p.tau * theta_dot
+    fell = (
+        new_x < -p.x_limit
+        or new_x > p.x_limit
+        or new_theta < -p.theta_limit
+        or new_theta > p.theta_limit
+    )
+    return new_x, x_dot + p.tau * xacc, new_theta, theta_dot + p.tau * thetaacc, fell
 
 
 @wp.func
@@ -49,12 +52,15 @@ def start(s: Any, p: Any, i: int, key: wp.uint32):
 @wp.func
 def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     """One step of env ``i`` under ``a.action[i, t]``; returns the reward and termination."""
-    state = s.state
-    now = wp.vector(state[i, 0], state[i, 1], state[i, 2], state[i, 3])
-    new, reward, fell = _dynamics(now, a.action[i, t], p)
-    for c in range(4):
-        state[i, c] = new[c]
-    return reward, fell
+    st = s.state
+    x, x_dot, theta, theta_dot, fell = _dynamics(
+        st[i, 0], st[i, 1], st[i, 2], st[i, 3], a.action[i, t], p
+    )
+    st[i, 0] = x
+    st[i, 1] = x_dot
+    st[i, 2] = theta
+    st[i, 3] = theta_dot
+    return 1.0, fell
 
 
 @wp.func
