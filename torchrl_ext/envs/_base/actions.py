@@ -116,3 +116,16 @@ def draw(spec: TensorSpec, sync_free: bool, device: torch.device) -> torch.Tenso
     out = out * (high - low) + low
     out = torch.where(out > high, high.expand_as(out), out)
     return torch.where(out < low, low.expand_as(out), out)
+
+
+def draw_steps(spec: TensorSpec, steps: int) -> torch.Tensor:
+    """``[T, *spec.shape]`` uniform draws from ``spec`` (torch's global generator).
+
+    A ``MultiCategorical`` entry is drawn as ``floor(u * nvec)`` for one uniform ``u`` per
+    value, every column at once; every other spec by its own ``rand``.
+    """
+    if not isinstance(spec, MultiCategorical):
+        return spec.rand((steps,))
+    nvec = spec.nvec.to(spec.device)
+    u = torch.rand((steps, *spec.shape), device=spec.device)
+    return torch.minimum((u * nvec).to(spec.dtype), nvec - 1)

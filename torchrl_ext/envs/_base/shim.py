@@ -275,10 +275,11 @@ class TorchRLShim(EnvBase):
     def _random_actions(self, steps: int) -> dict[Any, torch.Tensor]:
         """``[N, T, ...]`` random actions per action entry (torch's global generator).
 
-        The base draws ``spec.rand((T,))`` and returns its env-major view; subclasses may draw
+        The base draws ``spec.rand((T,))`` (``MultiCategorical`` entries in one uniform draw:
+        TorchRL's draws each column apart) and returns its env-major view; subclasses may draw
         the same distribution faster.
         """
         return {
-            key: self.full_action_spec[key].rand((steps,)).movedim(0, 1)
+            key: actions.draw_steps(self.full_action_spec[key], steps).movedim(0, 1)
             for key in self._layout.action_keys
         }

@@ -79,10 +79,10 @@ class PopGymEnv(WarpEnv):
         """One int64 choice in ``[0, n)`` per env."""
         return Categorical(n, shape=(self.num_envs,), dtype=torch.int64, device=self.device)
 
-    def _multi(self, nvec: Sequence[int]) -> MultiCategorical:
-        """``len(nvec)`` int64 choices per env, the ``j``-th in ``[0, nvec[j])``."""
+    def _multi(self, nvec: Sequence[int], dtype: torch.dtype = torch.int64) -> MultiCategorical:
+        """``len(nvec)`` choices per env, the ``j``-th in ``[0, nvec[j])``, of ``dtype``."""
         shape = (self.num_envs, len(nvec))
-        return MultiCategorical(list(nvec), shape=shape, dtype=torch.int64, device=self.device)
+        return MultiCategorical(list(nvec), shape=shape, dtype=dtype, device=self.device)
 
     def _set_specs(self, observation: TensorSpec, action: TensorSpec) -> None:
         """The ``"observation"`` entry, the action and a ``[N, 1]`` reward of the env's dtype."""

@@ -92,8 +92,8 @@ class ConcentrationEnv(PopGymEnv):
 
     Each episode lays ``N = 52 * num_decks`` shuffled cards face down; two cards match if they
     have the same colour (``"colors"``) or rank (``"ranks"``). The action flips the card at a
-    position. The observation shows, per position, the value of matched cards and of the cards
-    flipped in the current pair, and ``facedown`` (2 for colours, 13 for ranks) elsewhere. The
+    position. The observation (uint8) shows, per position, the value of matched cards and of the
+    cards flipped in the current pair, and ``facedown`` (2 for colours, 13 for ranks) elsewhere. The
     second flip of a pair scores ``1 / (N // 2)`` for a match (both cards stay face up) and
     ``-2 / L`` otherwise; flipping a matched card costs ``-1 / L`` per card in play and ends the
     pair; a valid first flip scores 0. ``L = ceil(2N - N / (2N - 1))``. The episode terminates
@@ -140,7 +140,9 @@ class ConcentrationEnv(PopGymEnv):
 
     def _make_specs(self) -> None:
         cards = self.num_cards
-        self._set_specs(self._multi([self.facedown + 1] * cards), self._discrete(cards))
+        # uint8: a board of up to 104 cards, each < 15, in an eighth of int64's bytes
+        board = self._multi([self.facedown + 1] * cards, torch.uint8)
+        self._set_specs(board, self._discrete(cards))
 
     def _state_arrays(self) -> dict:
         cards = (self.num_cards,)
