@@ -201,6 +201,7 @@ def _corrupt(cls):
         cases.append(("face_up", lambda s: s["face_up"].__setitem__((0, 3), 2)))
         cases.append(("in_play", lambda s: s["in_play"].__setitem__(1, 52)))
         cases.append(("shown_second", lambda s: s["shown_second"].__setitem__(1, -2)))
+        cases.append(("board", lambda s: s["board"].__setitem__((0, 7), 1 - s["board"][0, 7])))
     return cases
 
 

@@ -217,6 +217,11 @@ class BattleshipEnv(_GridEnv):
         need = self.needed_hits
         return {"hit": 1.0 / need, "miss": -1.0 / (self.episode_length - need), "needed_hits": need}
 
+    def _random_actions(self, steps: int) -> dict:
+        """``[N, T, 2]`` uniform cells, every row and column in one int draw (torch's generator)."""
+        shape = (self.num_envs, steps, 2)
+        return {"action": torch.randint(0, self.board_size, shape, device=self.device)}
+
     board = state_view("board", "The ``[num_envs, B, B]`` int32 ship cells (1).")
     guesses = state_view("guesses", "The ``[num_envs, B, B]`` int32 cells shot at (1).")
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from torchrl_ext.envs._base.saved import require
 from torchrl_ext.envs.popgym._common import (
     PopGymEnv,
     require_in,
@@ -152,6 +153,7 @@ class ConcentrationEnv(PopGymEnv):
             "in_play": torch.int32,
             "shown_first": torch.int32,
             "shown_second": torch.int32,
+            "board": (torch.uint8, cards),
         }
 
     def _constants(self) -> dict[str, float | int]:
@@ -166,6 +168,7 @@ class ConcentrationEnv(PopGymEnv):
     deck = state_view("deck", "The ``[num_envs, N]`` int32 card at each position.")
     face_up = state_view("face_up", "The ``[num_envs, N]`` int32 matched positions (1).")
     in_play = state_view("in_play", "The ``[num_envs]`` int32 first flip of the pair, or -1.")
+    board = state_view("board", "The ``[num_envs, N]`` uint8 value each position shows.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         super()._check_state_values(state)
@@ -173,3 +176,10 @@ class ConcentrationEnv(PopGymEnv):
         require_in("face_up", state["face_up"], (0, 1))
         for name in ("in_play", "shown_first", "shown_second"):
             require_range(name, state[name], -1, self.num_cards, "positions")
+        deck, board = state["deck"].long(), state["board"]
+        value = (deck // 4) % _RANKS if self.match == "ranks" else deck % _COLOURS
+        at = torch.arange(self.num_cards, device=deck.device)
+        first, second = (state[k].long().unsqueeze(-1) for k in ("shown_first", "shown_second"))
+        shown = (state["face_up"] != 0) | (at == first) | (at == second)
+        expected = torch.where(shown, value, self.facedown).to(board.dtype)
+        require("board", board, board == expected, "positions show their card iff turned up")

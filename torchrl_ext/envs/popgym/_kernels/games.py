@@ -14,8 +14,9 @@ the number of mines in the 3x3 block around (and including) the last cell clicke
 
 **Battleship.** ``board`` marks ship cells, ``guesses`` the cells shot at, ``hits`` the ship
 cells hit. Ships of sizes 2, 3, 3, 4 are placed in turn as POPGym places them: a random start
-cell, axis and direction (four draws per try), retried until the ship lies on the board without
-touching the box of an earlier ship's cells. ``last`` is the last observation (1: a hit).
+cell, axis and direction (one draw of the ``4 B**2`` combinations per try), retried until the
+ship lies on the board without touching the box of an earlier ship's cells. ``last`` is the
+last observation (1: a hit).
 """
 
 from __future__ import annotations
@@ -146,9 +147,10 @@ def place_ship(s: Any, i: int, key: wp.uint32, size: int, first_draw: int) -> in
     draw = int(first_draw)
     placed = wp.int32(0)
     while placed == 0:
-        r0, c0 = uniform_int(key, draw, b), uniform_int(key, draw + 1, b)
-        axis, sign = uniform_int(key, draw + 2, 2), uniform_int(key, draw + 3, 2)
-        draw += 4
+        pick = uniform_int(key, draw, 4 * b * b)  # one draw: start cell, axis and direction
+        draw += 1
+        r0, c0 = (pick // 4) // b, (pick // 4) % b
+        axis, sign = (pick // 2) % 2, pick % 2
         delta = (size - 1) * (1 - 2 * sign)
         r1 = r0 + wp.where(axis == 0, delta, 0)
         c1 = c0 + wp.where(axis == 1, delta, 0)
@@ -167,10 +169,10 @@ def place_ship(s: Any, i: int, key: wp.uint32, size: int, first_draw: int) -> in
 def battleship_start(s: Any, p: Any, i: int, key: wp.uint32):
     """A new episode: an empty sea, then ships of sizes 2, 3, 3 and 4 placed in that order."""
     b = s.board.shape[1]
-    for r in range(b):
-        for c in range(b):
-            s.board[i, r, c] = wp.int32(0)
-            s.guesses[i, r, c] = wp.int32(0)
+    for cell in range(b * b):
+        r, c = cell // b, cell % b
+        s.board[i, r, c] = wp.int32(0)
+        s.guesses[i, r, c] = wp.int32(0)
     draw = wp.int32(0)
     for k in range(SHIPS):
         draw = place_ship(s, i, key, 2 + (k + 1) // 2, draw)

@@ -12,7 +12,10 @@ after ``N - 1`` steps.
 **Concentration.** ``deck[c]`` is the card lying face down at position ``c``; its value is its
 colour or its rank. ``face_up[c]`` marks matched positions, ``in_play`` is the position flipped
 first in the current pair (``-1`` between pairs) and ``shown_first``/``shown_second`` the
-positions flipped in the last step's pair (``-1`` if none), which the observation reveals.
+positions flipped in the last step's pair (``-1`` if none). ``board[c]`` is what position ``c``
+shows: the card's value if it is matched or in ``shown_first``/``shown_second``, else
+``facedown``. Steps update it where cards turn (the new flips, and the last pair turning back
+face down unless matched), so observing is a copy of the row.
 """
 
 from __future__ import annotations
@@ -72,11 +75,21 @@ def card_value(s: Any, p: Any, i: int, position: int) -> int:
 def concentration_start(s: Any, p: Any, i: int, key: wp.uint32):
     """A new episode: shuffle the deck, every card face down, no pair in play."""
     shuffle(s.deck, i, key, 0)
+    down = s.board.dtype(p.facedown)
     for c in range(s.deck.shape[1]):
         s.face_up[i, c] = wp.int32(0)
+        s.board[i, c] = down
     s.in_play[i] = wp.int32(-1)
     s.shown_first[i] = wp.int32(-1)
     s.shown_second[i] = wp.int32(-1)
+
+
+@wp.func
+def turn_back(s: Any, p: Any, i: int, position: int):
+    """Turn the card at ``position`` (``-1``: none) face down again unless it is matched."""
+    if position >= 0:
+        if s.face_up[i, position] == 0:
+            s.board[i, position] = s.board.dtype(p.facedown)
 
 
 @wp.func
@@ -98,6 +111,8 @@ def concentration_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     episode terminates once all are) and ``2 * fail`` otherwise; a first flip scores 0.
     """
     x = int(a.action[i, t])
+    turn_back(s, p, i, int(s.shown_first[i]))
+    turn_back(s, p, i, int(s.shown_second[i]))
     first = int(s.in_play[i])
     pair = first >= 0
     if not pair:
@@ -119,15 +134,18 @@ def concentration_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
             reward = p.fail + p.fail
     else:
         s.in_play[i] = wp.int32(x)
+    s.board[i, first] = s.board.dtype(card_value(s, p, i, first))
+    if pair:
+        s.board[i, x] = s.board.dtype(card_value(s, p, i, x))
     return reward, terminated
 
 
 @wp.func
 def concentration_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
-    """The value of every matched or just-flipped card; ``facedown`` for the others."""
-    first, second = int(s.shown_first[i]), int(s.shown_second[i])
-    for c in range(s.deck.shape[1]):
-        value = p.facedown
-        if s.face_up[i, c] != 0 or c == first or c == second:
-            value = card_value(s, p, i, c)
-        o.observation[i, t, c] = o.observation.dtype(value)
+    """What every position shows: the row ``board[i]``."""
+    for q in range(s.board.shape[1] // 4):
+        c = 4 * q
+        o.observation[i, t, c] = s.board[i, c]
+        o.observation[i, t, c + 1] = s.board[i, c + 1]
+        o.observation[i, t, c + 2] = s.board[i, c + 2]
+        o.observation[i, t, c + 3] = s.board[i, c + 3]
