@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 import warp as wp
 
-from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, interop
+from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, interop, popgym
 from torchrl_ext.objectives._kernels import gae_scan
 
 wp.config.log_level = wp.LOG_WARNING
@@ -46,7 +46,8 @@ def _steps(env, actions: torch.Tensor) -> list[torch.Tensor]:
         td, root = env.step_and_maybe_reset(root)
         nxt = td["next"]
         flags = torch.cat([nxt[k].float() for k in ("done", "terminated", "truncated")], -1)
-        out.append(torch.cat([nxt["observation"].float(), nxt["reward"].float(), flags], -1).cpu())
+        obs = nxt["observation"].reshape(env.num_envs, -1).float()
+        out.append(torch.cat([obs, nxt["reward"].float(), flags], -1).cpu())
     return out
 
 
@@ -63,6 +64,16 @@ def _makers(envs: int) -> dict[str, Callable]:
     return {
         "cartpole": lambda dev, cap: CartPoleEnv(envs, dev, seed=0, max_steps=20, capture=cap),
         "course": lambda dev, cap: CourseEnv(envs, dev, seed=0, max_steps=20, capture=cap),
+        # generated kernels with int, board and noisy float observations
+        "popgym repeat-previous": lambda dev, cap: popgym.RepeatPreviousEnv(
+            envs, dev, seed=0, capture=cap
+        ),
+        "popgym concentration": lambda dev, cap: popgym.ConcentrationEnv(
+            envs, dev, seed=0, capture=cap
+        ),
+        "popgym noisy pendulum": lambda dev, cap: popgym.NoisyPositionOnlyPendulumEnv(
+            envs, dev, seed=0, capture=cap
+        ),
     }
 
 
