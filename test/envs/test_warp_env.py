@@ -128,6 +128,13 @@ class _CountdownEnv(WarpEnv):
         return [(_countdown_step, head + nxt + root + flags)]
 
 
+def test_hand_written_env_refuses_to_pickle_without_its_own_reduce():
+    env = _CountdownEnv(4, seed=0)
+    for copy_it in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"hand-written kernels.*__reduce__"):
+            copy_it(env)
+
+
 class _StockCountdownEnv(_CountdownEnv):
     _step_and_maybe_reset = EnvBase._step_and_maybe_reset
 

@@ -24,7 +24,7 @@ from torchrl_ext.envs._base.actions import key_name as _key_name
 from torchrl_ext.envs._base.arguments import check_device, check_float_dtype, check_seed
 from torchrl_ext.envs._base.launcher import Launch, Launcher
 from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
-from torchrl_ext.envs._base.physics import GeneratedPhysics, WarpFunctions
+from torchrl_ext.envs._base.physics import GeneratedPhysics, WarpFunctions, declared_arrays
 from torchrl_ext.envs._base.shim import TorchRLShim
 from torchrl_ext.envs._kernels.common import (
     Episodes,
@@ -61,10 +61,6 @@ __all__ = [
     "uniform_range",
 ]
 
-#: State names the base saves itself; declared state arrays may not take them.
-_RESERVED_STATE = frozenset(
-    {"seed", "steps", "episode", "done", "terminated", "truncated", "reward"}
-)
 _NO_LIMIT = 2**31 - 1
 
 
@@ -324,15 +320,7 @@ class WarpEnv(TorchRLShim):
                 f"{type(self).__name__}.functions must be WarpFunctions(start, advance, observe), "
                 f"got {type(functions).__name__}."
             )
-        arrays = {}
-        for name, kind in self._state_arrays().items():
-            if name in _RESERVED_STATE:
-                raise ValueError(
-                    f"{type(self).__name__}._state_arrays() declares {name!r}, a name the base "
-                    f"saves itself ({', '.join(sorted(_RESERVED_STATE))}); rename it."
-                )
-            dtype, shape = kind if isinstance(kind, tuple) else (kind, ())
-            arrays[name] = (self._dtype if dtype is float else dtype, tuple(shape))
+        arrays = declared_arrays(type(self).__name__, self._state_arrays(), self._dtype)
         return GeneratedPhysics(
             type(self),
             self._layout,
@@ -484,7 +472,17 @@ class WarpEnv(TorchRLShim):
             wp.synchronize_device(self.warp_device)
 
     def __getstate__(self) -> dict:
-        """Pickle (and deepcopy) the env's own attributes; Warp views are rebuilt on load."""
+        """Pickle (and deepcopy) the env's own attributes; Warp views are rebuilt on load.
+
+        Raises:
+            TypeError: for an env with hand-written kernels: its Warp state is its own, so it
+                pickles through its own ``__reduce__`` (as :class:`~torchrl_ext.envs.CourseEnv`).
+        """
+        if self._physics is None:
+            raise TypeError(
+                f"{type(self).__name__} has hand-written kernels, whose Warp state the base cannot "
+                "copy; implement __reduce__ (e.g. its constructor arguments and state_dict())."
+            )
         state = self.__dict__.copy()
         state["_launcher"] = self._launcher.capture  # recorded launches are rebuilt on load
         return state

@@ -55,14 +55,16 @@ def nested(source: dict) -> dict:
 
 
 def make_td(source: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
-    """A TensorDict of fresh tensors shaped by the env, keys nested as they are spelled."""
+    """A TensorDict of fresh tensors shaped by the env, keys nested as they are spelled.
+
+    Nothing is validated: every entry is a tensor (or TensorDict) the env made, of
+    ``batch_size`` and on ``device``.
+    """
 
     def build(tree: dict) -> TensorDict:
         items = {k: build(v) if isinstance(v, dict) else v for k, v in tree.items()}
         return new_tensordict_unchecked(items, batch_size, device)
 
-    if all(isinstance(key, str) for key in source):
-        return new_tensordict_unchecked(source, batch_size, device)
     return build(nested(source))
 
 

@@ -17,7 +17,7 @@ import warp as wp
 
 from torchrl_ext.envs._base.kernels import field_name, make_copy, make_kernels, struct_type
 from torchrl_ext.envs._base.launcher import Launch
-from torchrl_ext.envs._base.layout import Layout, env_time, time_slot
+from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, env_time, time_slot
 from torchrl_ext.envs._kernels.common import make_struct
 
 #: The value of a declared constant: a float (stored in the env's float dtype), int or bool.
@@ -51,6 +51,32 @@ def _constant_type(name: str, value: Any, dtype: torch.dtype) -> Any:
     if isinstance(value, float):
         return wp.float64 if dtype == torch.float64 else wp.float32
     raise TypeError(f"constant {name!r} must be a float, int or bool, got {type(value).__name__}.")
+
+
+#: State names the base saves itself; declared state arrays may not take them.
+_RESERVED = frozenset({"seed", "steps", "episode", "done", "terminated", "truncated", "reward"})
+
+
+def declared_arrays(
+    env_name: str, declared: Mapping[str, Any], dtype: torch.dtype
+) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """An env's ``_state_arrays()`` as ``name -> (torch dtype, per-env shape)``.
+
+    ``float`` stands for the env's float ``dtype``; a bare dtype is a scalar per env.
+
+    Raises:
+        ValueError: for a name the base saves itself.
+    """
+    arrays = {}
+    for name, kind in declared.items():
+        if name in _RESERVED:
+            raise ValueError(
+                f"{env_name}._state_arrays() declares {name!r}, a name the base saves itself "
+                f"({', '.join(sorted(_RESERVED))}); rename it."
+            )
+        kind_dtype, shape = kind if isinstance(kind, tuple) else (kind, ())
+        arrays[name] = (dtype if kind_dtype is float else kind_dtype, tuple(shape))
+    return arrays
 
 
 class GeneratedPhysics:
@@ -170,9 +196,7 @@ class GeneratedPhysics:
             self.struct("Obs", {k: env_time(v) for k, v in out["root"].items()}),
             self.struct("Obs", {k: env_time(v) for k, v in out["next"].items()}),
             wp.from_torch(out["reward"]),
-            self.layout.flags_struct(
-                {k: env_time(out[k]) for k in ("done", "terminated", "truncated")}
-            ),
+            self.layout.flags_struct({k: env_time(out[k]) for k in DONE_KEYS}),
         )
 
     def _steps(

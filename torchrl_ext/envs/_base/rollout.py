@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, nested
+from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, make_td
 from torchrl_ext.envs._memory import empty_outputs
 
 
@@ -48,8 +48,7 @@ def rollout_td(layout: Layout, actions: dict, out: dict, root_flags: dict) -> Te
     for group in layout.done_groups:  # a group's flags are copies of the env's
         nxt.update(((group, key), out[key].clone()) for key in DONE_KEYS)
         root.update(((group, key), root_flags[key].clone()) for key in DONE_KEYS)
-    root = nested(root)
-    root["next"] = TensorDict(nested(nxt), batch_size=batch, device=layout.device)
-    td = TensorDict(root, batch_size=batch, device=layout.device)
+    root["next"] = make_td(nxt, batch, layout.device)
+    td = make_td(root, batch, layout.device)
     td.refine_names(..., "time")
     return td
