@@ -31,6 +31,13 @@ class WarpFunctions(NamedTuple):
         start: ``start(state, params, i, key)`` begins an episode of env ``i``.
         advance: ``advance(state, params, actions, i, t, step) -> (reward, terminated)``.
         observe: ``observe(state, params, obs, i, t, step)`` writes env ``i``'s observation.
+
+    Examples:
+        >>> from torchrl_ext.envs import CartPoleEnv
+        >>> from torchrl_ext.envs.warp_env import WarpFunctions
+        >>> functions = CartPoleEnv.functions  # a subclass sets its own three
+        >>> isinstance(functions, WarpFunctions), functions.advance.key
+        (True, 'advance')
     """
 
     start: Any
