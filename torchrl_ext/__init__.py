@@ -1,4 +1,4 @@
-"""torchrl_ext: sequence replay, Warp-backed batched envs and recurrent GAE for TorchRL.
+"""torchrl_ext: sequence replay, Warp-backed batched envs, recurrent modules and GAE for TorchRL.
 
 Every subpackage loads on first access (``torchrl_ext.Sequence`` imports ``torchrl_ext.data``),
 so a command that needs one part, or only prints its ``--help``, does not pay for the others.
@@ -7,10 +7,19 @@ so a command that needs one part, or only prints its ``--help``, does not pay fo
 import importlib
 from typing import Any
 
-__all__ = ["SampleUnit", "Sequence", "Transition", "configs", "data", "envs", "objectives"]
+__all__ = [
+    "SampleUnit",
+    "Sequence",
+    "Transition",
+    "configs",
+    "data",
+    "envs",
+    "modules",
+    "objectives",
+]
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("configs", "data", "envs", "objectives")
+_SUBPACKAGES = ("configs", "data", "envs", "modules", "objectives")
 _DATA_NAMES = ("SampleUnit", "Sequence", "Transition")
 
 

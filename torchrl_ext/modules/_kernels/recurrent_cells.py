@@ -1,0 +1,298 @@
+"""One LSTM or GRU layer over ``[B, T]`` rows with state resets, compiled (numba, CPU).
+
+Each kernel walks time once for all rows and does, per step, only what is serial: the product
+of the previous hidden state with the recurrent weights (one BLAS call for all rows) and the
+gates. A row's state is *replaced* at the steps flagged in ``starts`` by the stored state of
+that step (``init``), which is how a row cut into episodes is run in one pass. Everything that is
+not serial is left to the caller as single matrix products over all steps: the input projection
+before the forward kernel, and the weight and input gradients after the backward kernel (the
+backward kernel writes the gate gradients of every step, and the forward kernel the state each
+step started from, for that).
+
+Gate order is ``torch.nn``'s: ``i, f, g, o`` for the LSTM, ``r, z, n`` for the GRU. Arrays are
+batch-first and C-contiguous, of one float dtype. In float64 the activations are ``math``'s;
+in float32 they are a rational approximation of ``tanh`` (accurate to a few ulp, ``sigmoid(x) =
+(1 + tanh(x / 2)) / 2``) that the compiler vectorizes, where ``math.tanh`` and ``math.exp``
+stay scalar calls that would cost more than the matrix products at small sizes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+
+def _tanh(x):
+    """``tanh`` (float64) or its vectorizable float32 approximation; compiled by overload."""
+    return math.tanh(x)
+
+
+def _sigmoid(x):
+    """The logistic function, with the same precision choice as :func:`_tanh`."""
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@numba.njit(cache=True, error_model="numpy", inline="always")
+def _tanh_float32(x):
+    # a rational minimax fit on [-7.9, 7.9] (the form Eigen uses); beyond, tanh(x) = +-1 in float32
+    bound = np.float32(7.90531110763549805)
+    x = min(max(x, -bound), bound)
+    x2 = x * x
+    p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
+    p = x2 * p + np.float32(-8.60467152213735e-11)
+    p = x2 * p + np.float32(5.12229709037114e-08)
+    p = x2 * p + np.float32(1.48572235717979e-05)
+    p = x2 * p + np.float32(6.37261928875436e-04)
+    p = x2 * p + np.float32(4.89352455891786e-03)
+    q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
+    q = x2 * q + np.float32(2.26843463243900e-03)
+    q = x2 * q + np.float32(4.89352518554385e-03)
+    return x * p / q
+
+
+@overload(_tanh, inline="always")
+def _tanh_impl(x):
+    if x == types.float32:
+        return lambda x: _tanh_float32(x)
+    return lambda x: math.tanh(x)
+
+
+@overload(_sigmoid, inline="always")
+def _sigmoid_impl(x):
+    if x == types.float32:
+        return lambda x: np.float32(0.5) + np.float32(0.5) * _tanh_float32(np.float32(0.5) * x)
+    return lambda x: 1.0 / (1.0 + math.exp(-x))
+
+
+@numba.njit(cache=True, nogil=True)
+def _begin_step(t, starts, init, has_init, state, state_seq):
+    """Loads the stored state of rows that start at ``t``; else keeps the carried one."""
+    zero = state.dtype.type(0)
+    for b in range(state.shape[0]):
+        if starts[b, t]:
+            for k in range(state.shape[1]):
+                state[b, k] = init[b, t, k] if has_init else zero
+        if state_seq is not None:
+            state_seq[b, t] = state[b]
+
+
+@numba.njit(cache=True, nogil=True)
+def _end_step(t, starts, carried, d_init):
+    """Hands the gradient reaching the state of rows that start at ``t`` to their stored state."""
+    zero = carried.dtype.type(0)
+    for b in range(carried.shape[0]):
+        if starts[b, t]:
+            for k in range(carried.shape[1]):
+                d_init[b, t, k] = carried[b, k]
+                carried[b, k] = zero
+
+
+_FAST = {"cache": True, "nogil": True, "fastmath": True, "error_model": "numpy"}
+
+
+@numba.njit(**_FAST)
+def _lstm_cell(acc, pre, c, h, gates):
+    """One row of one step: ``acc + pre`` are the gates' inputs; updates ``c`` and ``h``."""
+    size = c.size
+    for k in range(4 * size):
+        gates[k] = _sigmoid(acc[k] + pre[k])
+    for k in range(2 * size, 3 * size):
+        gates[k] = _tanh(acc[k] + pre[k])
+    for k in range(size):
+        c[k] = gates[size + k] * c[k] + gates[k] * gates[2 * size + k]
+        h[k] = gates[3 * size + k] * _tanh(c[k])
+
+
+@numba.njit(**_FAST)
+def _lstm_cell_grad(dh, dc, dh_out, dc_out, c_before, c, gates, d_gates):
+    """One row of one step back: ``dh``, ``dc`` carried in; leaves ``dc`` for the step before."""
+    size = c.size
+    one = c.dtype.type(1)
+    for k in range(size):
+        i, f = gates[k], gates[size + k]
+        g, o = gates[2 * size + k], gates[3 * size + k]
+        tanh_c = _tanh(c[k])
+        dh_t = dh[k] + dh_out[k]
+        dc_t = dc[k] + dc_out[k] + dh_t * o * (one - tanh_c * tanh_c)
+        d_gates[k] = dc_t * g * i * (one - i)
+        d_gates[size + k] = dc_t * c_before[k] * f * (one - f)
+        d_gates[2 * size + k] = dc_t * i * (one - g * g)
+        d_gates[3 * size + k] = dh_t * tanh_c * o * (one - o)
+        dc[k] = dc_t * f
+
+
+@numba.njit(**_FAST)
+def lstm_forward(pre, w_hh_t, init_h, init_c, has_init, starts, h_seq, c_seq, gates, h_prev):
+    """Runs the layer; fills ``h_seq``, ``c_seq``, the activated ``gates`` and ``h_prev``.
+
+    Args:
+        pre: ``[B, T, 4H]`` input projections plus both biases.
+        w_hh_t: ``[H, 4H]`` recurrent weights, transposed.
+        init_h: ``[B, T, H]`` stored hidden states, read where ``starts`` is set.
+        init_c: ``[B, T, H]`` stored cell states, likewise.
+        has_init: whether there are stored states (else rows start from zeros).
+        starts: bool ``[B, T]``, set at every row's first step and at its episode starts.
+        h_seq: ``[B, T, H]`` output: the hidden states after each step.
+        c_seq: ``[B, T, H]`` output: the cell states after each step.
+        gates: ``[B, T, 4H]`` output: ``i, f, g, o`` after their activations.
+        h_prev: ``[B, T, H]`` output: the hidden state each step started from.
+    """
+    n_rows, n_steps, width = pre.shape
+    h = np.zeros((n_rows, width // 4), pre.dtype)
+    c = np.zeros_like(h)
+    acc = np.empty((n_rows, width), pre.dtype)
+    for t in range(n_steps):
+        _begin_step(t, starts, init_h, has_init, h, h_prev)
+        _begin_step(t, starts, init_c, has_init, c, None)
+        np.dot(h, w_hh_t, acc)
+        for b in range(n_rows):
+            _lstm_cell(acc[b], pre[b, t], c[b], h[b], gates[b, t])
+        c_seq[:, t] = c
+        h_seq[:, t] = h
+
+
+@numba.njit(**_FAST)
+def lstm_backward(dh_seq, dc_seq, w_hh, init_c, has_init, starts, c_seq, gates, d_pre, d_h, d_c):
+    """Walks back in time; fills ``d_pre`` and the stored states' gradients ``d_h``, ``d_c``.
+
+    Args:
+        dh_seq: ``[B, T, H]`` gradient of ``h_seq``.
+        dc_seq: ``[B, T, H]`` gradient of ``c_seq``.
+        w_hh: ``[4H, H]`` recurrent weights.
+        init_c: as given to :func:`lstm_forward`.
+        has_init: likewise.
+        starts: likewise.
+        c_seq: as :func:`lstm_forward` filled it.
+        gates: likewise.
+        d_pre: ``[B, T, 4H]`` output: gradients of the gates before activation.
+        d_h: ``[B, T, H]`` zero-filled output: the stored hidden states' gradient, written
+            where ``starts`` is set.
+        d_c: ``[B, T, H]`` likewise for the stored cell states.
+    """
+    n_rows, n_steps, size = c_seq.shape
+    dh = np.zeros((n_rows, size), c_seq.dtype)
+    dc = np.zeros_like(dh)
+    zeros = np.zeros(size, c_seq.dtype)
+    d_step = np.empty((n_rows, 4 * size), c_seq.dtype)  # contiguous, for the BLAS call
+    for t in range(n_steps - 1, -1, -1):
+        for b in range(n_rows):
+            if not starts[b, t]:
+                c_before = c_seq[b, t - 1]
+            else:
+                c_before = init_c[b, t] if has_init else zeros
+            _lstm_cell_grad(
+                dh[b],
+                dc[b],
+                dh_seq[b, t],
+                dc_seq[b, t],
+                c_before,
+                c_seq[b, t],
+                gates[b, t],
+                d_step[b],
+            )
+        d_pre[:, t] = d_step
+        np.dot(d_step, w_hh, dh)
+        _end_step(t, starts, dh, d_h)
+        _end_step(t, starts, dc, d_c)
+
+
+@numba.njit(**_FAST)
+def _gru_cell(acc, pre, b_hh, h, gates):
+    """One row of one step (``acc = W_hh h``); updates ``h``, fills ``gates``."""
+    size = h.size
+    one = h.dtype.type(1)
+    for k in range(2 * size):
+        gates[k] = _sigmoid(pre[k] + acc[k] + b_hh[k])
+    for k in range(size):
+        hn = acc[2 * size + k] + b_hh[2 * size + k]
+        n = _tanh(pre[2 * size + k] + gates[k] * hn)
+        z = gates[size + k]
+        h[k] = (one - z) * n + z * h[k]
+        gates[2 * size + k] = n
+        gates[3 * size + k] = hn
+
+
+@numba.njit(**_FAST)
+def _gru_cell_grad(dh, dh_out, h_before, gates, d_pre, d_hh, dh_direct):
+    """One row of one step back: ``dh`` carried in; ``dh_direct`` is what passes through ``z``."""
+    size = dh.size
+    one = dh.dtype.type(1)
+    for k in range(size):
+        r, z = gates[k], gates[size + k]
+        n, hn = gates[2 * size + k], gates[3 * size + k]
+        dh_t = dh[k] + dh_out[k]
+        dn = dh_t * (one - z) * (one - n * n)
+        dz = dh_t * (h_before[k] - n) * z * (one - z)
+        dr = dn * hn * r * (one - r)
+        d_pre[k] = dr
+        d_pre[size + k] = dz
+        d_pre[2 * size + k] = dn
+        d_hh[k] = dr
+        d_hh[size + k] = dz
+        d_hh[2 * size + k] = dn * r
+        dh_direct[k] = dh_t * z
+
+
+@numba.njit(**_FAST)
+def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_prev):
+    """Runs the layer; fills ``h_seq``, ``gates`` (``r, z, n`` and ``W_hn h + b_hn``), ``h_prev``.
+
+    Args:
+        pre: ``[B, T, 3H]`` input projections plus the input bias.
+        w_hh_t: ``[H, 3H]`` recurrent weights, transposed.
+        b_hh: ``[3H]`` recurrent bias (zeros for a layer without bias).
+        init_h: ``[B, T, H]`` stored states, read where ``starts`` is set.
+        has_init: whether there are stored states (else rows start from zeros).
+        starts: bool ``[B, T]``, set at every row's first step and at its episode starts.
+        h_seq: ``[B, T, H]`` output: the states after each step.
+        gates: ``[B, T, 4H]`` output.
+        h_prev: ``[B, T, H]`` output: the state each step started from.
+    """
+    n_rows, n_steps, width = pre.shape
+    h = np.zeros((n_rows, width // 3), pre.dtype)
+    acc = np.empty((n_rows, width), pre.dtype)
+    for t in range(n_steps):
+        _begin_step(t, starts, init_h, has_init, h, h_prev)
+        np.dot(h, w_hh_t, acc)
+        for b in range(n_rows):
+            _gru_cell(acc[b], pre[b, t], b_hh, h[b], gates[b, t])
+        h_seq[:, t] = h
+
+
+@numba.njit(**_FAST)
+def gru_backward(dh_seq, w_hh, starts, h_prev, gates, d_pre, d_hh, d_h):
+    """Walks back in time; fills the gate gradients and the stored state's gradient ``d_h``.
+
+    Args:
+        dh_seq: ``[B, T, H]`` gradient of ``h_seq``.
+        w_hh: ``[3H, H]`` recurrent weights.
+        starts: as given to :func:`gru_forward`.
+        h_prev: as :func:`gru_forward` filled it.
+        gates: likewise.
+        d_pre: ``[B, T, 3H]`` output: gradients of the input projections.
+        d_hh: ``[B, T, 3H]`` output: gradients of ``W_hh h + b_hh``.
+        d_h: ``[B, T, H]`` zero-filled output, written where ``starts`` is set.
+    """
+    n_rows, n_steps, size = h_prev.shape
+    dh = np.zeros((n_rows, size), h_prev.dtype)
+    dh_direct = np.empty_like(dh)
+    d_step = np.empty((n_rows, 3 * size), h_prev.dtype)  # contiguous, for the BLAS call
+    for t in range(n_steps - 1, -1, -1):
+        for b in range(n_rows):
+            _gru_cell_grad(
+                dh[b],
+                dh_seq[b, t],
+                h_prev[b, t],
+                gates[b, t],
+                d_pre[b, t],
+                d_step[b],
+                dh_direct[b],
+            )
+        d_hh[:, t] = d_step
+        np.dot(d_step, w_hh, dh)
+        dh += dh_direct
+        _end_step(t, starts, dh, d_h)

@@ -1,0 +1,247 @@
+"""LSTMModule and GRUModule whose recurrent mode runs whole rows cut at ``is_init``.
+
+TorchRL's modules, in recurrent mode, split every ``[B, T]`` row at its episode starts and pad
+the pieces into a batch of ``[segments, T']`` sequences, so their cost grows with the number of
+episode starts. These subclasses take the same arguments, keys, primers and checkpoints, and
+behave identically step by step (that path is inherited); in recurrent mode they run each row in
+one pass instead, replacing the state by the stored one at every episode start:
+
+* CPU, float32 or float64: numba kernels for the serial part of forward and backward, and one
+  matrix product over all steps for everything else (:mod:`torchrl_ext.modules._compiled`);
+* any other device or dtype (CUDA: cuDNN): one packed-sequence call over all segments
+  (:mod:`torchrl_ext.modules._packed`).
+
+The semantics are TorchRL's recurrent mode, exactly: a segment starts at ``t = 0`` and at every
+later step where ``is_init`` is set, from the stored state at that step (``in_keys[1:]``; zeros
+when the tensordict holds none); the ``("next", state)`` outputs hold the state after each
+segment's last step and zeros at the other steps. Configurations without a whole-row path here
+run TorchRL's own recurrent path unchanged: dropout between layers while training, projections
+(``proj_size > 0``), bidirectional or python-based layers, and an explicit
+``recurrent_backend`` other than ``"pad"`` or ``"auto"``. The measurements are on the
+recurrent-module benchmark page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import dispatch
+from torch import nn
+from torchrl import modules as _torchrl_modules
+
+from torchrl_ext.modules import _compiled
+from torchrl_ext.modules._packed import run_packed
+
+__all__ = ["GRUModule", "LSTMModule"]
+
+
+class LSTMModule(_torchrl_modules.LSTMModule):
+    """TorchRL's :class:`~torchrl.modules.LSTMModule`, with whole rows in recurrent mode.
+
+    Same constructor, keys, :meth:`make_tensordict_primer` and ``state_dict`` as TorchRL's
+    class, so replacing the import switches a model and keeps its checkpoints. Outside
+    recurrent mode (one step at a time, as in a collector) it is TorchRL's module. In recurrent
+    mode (:class:`~torchrl.modules.set_recurrent_mode`) it computes what TorchRL's does, with
+    gradients, at about the cost of one ``nn.LSTM`` pass over whole rows, however many episodes
+    start inside them (see the module docstring for what runs where).
+
+    Args:
+        *args: as for :class:`torchrl.modules.LSTMModule`.
+        **kwargs: as for :class:`torchrl.modules.LSTMModule`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import set_recurrent_mode
+        >>> from torchrl_ext.modules import LSTMModule
+        >>> _ = torch.manual_seed(0)
+        >>> lstm = LSTMModule(input_size=3, hidden_size=8, in_key="obs", out_key="features")
+        >>> is_init = torch.zeros(2, 5, 1, dtype=torch.bool)
+        >>> is_init[:, 0] = is_init[0, 3] = True  # row 0 holds two episodes
+        >>> data = TensorDict({"obs": torch.randn(2, 5, 3), "is_init": is_init}, [2, 5])
+        >>> with set_recurrent_mode(True):
+        ...     out = lstm(data)
+        >>> out["features"].shape, out["next", "recurrent_state_h"].shape
+        (torch.Size([2, 5, 8]), torch.Size([2, 5, 1, 8]))
+        >>> bool(out["next", "recurrent_state_c"][0, 2].any())  # the first episode's last step
+        True
+    """
+
+    @dispatch
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Runs one step per row (TorchRL's path) or, in recurrent mode, whole rows."""
+        if not (self.recurrent_mode and _runs_whole_rows(self.lstm, self.recurrent_backend)):
+            return super().forward(tensordict)
+        return _forward_rows(self, self.lstm, tensordict, _lstm_layers)
+
+
+class GRUModule(_torchrl_modules.GRUModule):
+    """TorchRL's :class:`~torchrl.modules.GRUModule`, with whole rows in recurrent mode.
+
+    The GRU counterpart of :class:`LSTMModule`: same constructor, keys, primer and
+    ``state_dict`` as TorchRL's class, TorchRL's step-by-step path, and whole rows in recurrent
+    mode.
+
+    Args:
+        *args: as for :class:`torchrl.modules.GRUModule`.
+        **kwargs: as for :class:`torchrl.modules.GRUModule`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import set_recurrent_mode
+        >>> from torchrl_ext.modules import GRUModule
+        >>> _ = torch.manual_seed(0)
+        >>> gru = GRUModule(input_size=3, hidden_size=8, in_key="obs", out_key="features")
+        >>> is_init = torch.zeros(2, 5, 1, dtype=torch.bool)
+        >>> is_init[:, 0] = is_init[1, 2] = True
+        >>> data = TensorDict({"obs": torch.randn(2, 5, 3), "is_init": is_init}, [2, 5])
+        >>> with set_recurrent_mode(True):
+        ...     out = gru(data)
+        >>> out["features"].shape, out["next", "recurrent_state"].shape
+        (torch.Size([2, 5, 8]), torch.Size([2, 5, 1, 8]))
+    """
+
+    @dispatch
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Runs one step per row (TorchRL's path) or, in recurrent mode, whole rows."""
+        if not (self.recurrent_mode and _runs_whole_rows(self.gru, self.recurrent_backend)):
+            return super().forward(tensordict)
+        return _forward_rows(self, self.gru, tensordict, _gru_layers)
+
+
+def _runs_whole_rows(layer: nn.Module, backend: str) -> bool:
+    """Whether this module's configuration has a whole-row path here (else TorchRL's runs)."""
+    return (
+        type(layer) in (nn.LSTM, nn.GRU)
+        and not layer.bidirectional
+        and getattr(layer, "proj_size", 0) == 0
+        and not (layer.training and layer.dropout > 0 and layer.num_layers > 1)
+        and backend in ("pad", "auto")
+    )
+
+
+Layers = Callable[[nn.Module, torch.Tensor, tuple | None, torch.Tensor], tuple[torch.Tensor, list]]
+
+
+def _forward_rows(
+    module: nn.Module, layer: nn.Module, tensordict: TensorDictBase, run_layers: Layers
+) -> TensorDictBase:
+    """Recurrent mode over whole rows: reads, checks, runs, writes back into ``tensordict``."""
+    name = type(module).__name__
+    shape = tensordict.shape
+    if len(shape) == 0:
+        raise ValueError(
+            f"{name} in recurrent mode needs a tensordict whose last batch dimension is time; "
+            f"got batch_size={tuple(shape)}."
+        )
+    n_steps = shape[-1]
+    x = _input(name, module.in_keys[0], tensordict, layer)
+    starts = _starts(name, tensordict, n_steps)
+    states = _stored_states(name, module, layer, tensordict)
+    x = x.reshape(-1, n_steps, x.shape[-1])
+    if x.device.type == "cpu" and x.dtype in _compiled.DTYPES:
+        output, next_states = run_layers(layer, x, states, starts)
+    else:
+        output, next_states = run_packed(layer, x, states, starts)
+    tensordict.set(module.out_keys[0], output.reshape(*shape, -1))
+    for key, state in zip(module.out_keys[1:], next_states, strict=True):
+        tensordict.set(key, state.reshape(*shape, *state.shape[-2:]))
+    return tensordict
+
+
+def _input(name: str, key, tensordict: TensorDictBase, layer: nn.Module) -> torch.Tensor:
+    x = tensordict.get(key)
+    if x.shape[-1] != layer.input_size or x.dim() != tensordict.batch_dims + 1:
+        raise ValueError(
+            f"{name} expects {key!r} of shape [*batch, T, {layer.input_size}] for a tensordict of "
+            f"batch_size={tuple(tensordict.shape)}; got shape={tuple(x.shape)}."
+        )
+    if x.dtype != layer.weight_hh_l0.dtype:
+        raise TypeError(
+            f"{name} holds {layer.weight_hh_l0.dtype} weights and got {key!r} of "
+            f"dtype={x.dtype}; convert one to the other."
+        )
+    return x
+
+
+def _starts(name: str, tensordict: TensorDictBase, n_steps: int) -> torch.Tensor:
+    """Bool ``[B, T]``: where a segment starts (``is_init``, and every row's first step)."""
+    is_init = tensordict.get("is_init", None)
+    if is_init is None:
+        raise KeyError(
+            f"{name} in recurrent mode cuts rows at 'is_init', and the tensordict has no "
+            "'is_init' entry; add torchrl.envs.InitTracker to the env (or set a bool "
+            "'is_init' of shape [*batch, T, 1])."
+        )
+    if is_init.dtype != torch.bool:
+        raise TypeError(f"{name} needs a bool 'is_init'; got dtype={is_init.dtype}.")
+    if is_init.shape != (*tensordict.shape, 1):
+        raise ValueError(
+            f"{name} expects 'is_init' of shape {(*tensordict.shape, 1)}; "
+            f"got shape={tuple(is_init.shape)}."
+        )
+    starts = is_init.reshape(-1, n_steps).clone()
+    starts[:, 0] = True
+    return starts
+
+
+def _stored_states(
+    name: str, module: nn.Module, layer: nn.Module, tensordict: TensorDictBase
+) -> tuple[torch.Tensor, ...] | None:
+    """The stored states (``in_keys[1:]``), each ``[B, T, num_layers, H]``; ``None`` if absent."""
+    keys = [k for k in module.in_keys[1:] if k != "is_init"]
+    states = [tensordict.get(key, None) for key in keys]
+    if all(state is None for state in states):
+        return None
+    if any(state is None for state in states):
+        missing = [key for key, state in zip(keys, states, strict=True) if state is None]
+        raise KeyError(
+            f"{name} found some of its recurrent states {keys} but not {missing}; "
+            "provide all of them (TensorDictPrimer does) or none (zeros)."
+        )
+    expected = (*tensordict.shape, layer.num_layers, layer.hidden_size)
+    for key, state in zip(keys, states, strict=True):
+        if state.shape != expected:
+            raise ValueError(
+                f"{name} expects {key!r} of shape {expected}; got shape={tuple(state.shape)}."
+            )
+    n_steps = tensordict.shape[-1]
+    return tuple(state.reshape(-1, n_steps, *expected[-2:]) for state in states)
+
+
+def _layer_weights(layer: nn.Module, index: int) -> tuple[torch.Tensor | None, ...]:
+    """``(w_ih, w_hh, b_ih, b_hh)`` of layer ``index`` (biases ``None`` without bias)."""
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    return tuple(getattr(layer, f"{n}_l{index}", None) for n in names)
+
+
+def _at_ends(starts: torch.Tensor, per_layer: list[torch.Tensor]) -> torch.Tensor:
+    """``[B, T, num_layers, H]``: each layer's state after each segment's last step, else 0."""
+    ends = torch.ones_like(starts)
+    ends[:, :-1] = starts[:, 1:]
+    stacked = torch.stack(per_layer, -2)
+    return torch.where(ends[..., None, None], stacked, torch.zeros((), dtype=stacked.dtype))
+
+
+def _lstm_layers(layer, x, states, starts):
+    """The compiled CPU path of an ``nn.LSTM``: ``(output, [next_h, next_c])``."""
+    h_layers, c_layers = [], []
+    for index in range(layer.num_layers):
+        init_h, init_c = (None, None) if states is None else (s[:, :, index] for s in states)
+        x, c_seq = _compiled.lstm_layer(x, init_h, init_c, starts, _layer_weights(layer, index))
+        h_layers.append(x)
+        c_layers.append(c_seq)
+    return x, [_at_ends(starts, h_layers), _at_ends(starts, c_layers)]
+
+
+def _gru_layers(layer, x, states, starts):
+    """The compiled CPU path of an ``nn.GRU``: ``(output, [next_h])``."""
+    h_layers = []
+    for index in range(layer.num_layers):
+        init_h = None if states is None else states[0][:, :, index]
+        x = _compiled.gru_layer(x, init_h, starts, _layer_weights(layer, index))
+        h_layers.append(x)
+    return x, [_at_ends(starts, h_layers)]
