@@ -156,7 +156,8 @@ def make_kernels(
         step = episodes.steps[i]
         if in_slots(-root_from, root_slots):
             observe(state, params, root, i, -root_from, step)
-        for t in range(horizon):
+        t = wp.int32(0)
+        while t < horizon:  # not range(): Warp's CPU code for a dynamic range() is slower
             r, term = advance(state, params, actions, i, t, step)
             step += 1
             episodes.steps[i] = step
@@ -175,6 +176,7 @@ def make_kernels(
                     observe(state, params, root, i, slot, step)
             elif in_slots(slot, root_slots):
                 copy(nxt, root, i, t, slot)
+            t += 1
 
     return EnvKernels(
         wp.kernel(reset, name=f"{name}_reset", module=module),

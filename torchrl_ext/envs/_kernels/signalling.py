@@ -57,7 +57,9 @@ def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
     speaker, listener = o.speaker_observation, o.listener_observation
     zero, one = speaker.dtype(0.0), speaker.dtype(1.0)
     target, token = int(s.target[i]), int(s.token[i])
-    for v in range(p.vocab):
+    v = wp.int32(0)
+    while v < p.vocab:  # not range(): Warp's CPU code for a run-time bound is slower
         speaker[i, t, v] = wp.where(step == 0 and v == target, one, zero)
         listener[i, t, v] = wp.where(step == 1 and v == token, one, zero)
+        v += 1
     listener[i, t, p.vocab] = wp.where(step == p.delay + 1, one, zero)

@@ -153,8 +153,10 @@ def count_recall_start(s: Any, p: Any, i: int, key: wp.uint32):
     n = s.deck.shape[1]
     begin(s, i, key)
     shuffle(s.query_deck, i, key, n - 1)
-    for v in range(s.counts.shape[1]):
+    v = wp.int32(0)
+    while v < s.counts.shape[1]:
         s.counts[i, v] = wp.int32(0)
+        v += 1
     first = card_value(int(s.deck[i, n - 1]), p.kind)
     s.counts[i, first] = wp.int32(1)
 

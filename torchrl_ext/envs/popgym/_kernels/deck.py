@@ -41,11 +41,14 @@ def shuffle(deck: wp.array2d(dtype=Any), i: int, key: wp.uint32, first_draw: int
     ``key`` (``N - 1`` draws); give two decks of one episode disjoint draw ranges.
     """
     n = deck.shape[1]
-    for c in range(n):
+    c = wp.int32(0)
+    while c < n:
         deck[i, c] = deck.dtype(c)
-    for step in range(n - 1):
-        j = n - 1 - step
-        pick = wp.min(int(uniform64(key, first_draw + step) * wp.float64(j + 1)), j)
+        c += 1
+    j = n - 1
+    while j > 0:
+        pick = wp.min(int(uniform64(key, first_draw + n - 1 - j) * wp.float64(j + 1)), j)
         swap = deck[i, j]
         deck[i, j] = deck[i, pick]
         deck[i, pick] = swap
+        j -= 1

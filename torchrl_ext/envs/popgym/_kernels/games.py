@@ -39,13 +39,46 @@ def uniform_int(key: wp.uint32, draw: int, n: int) -> int:
     return wp.min(int(uniform64(key, draw) * wp.float64(n)), n - 1)
 
 
+# Loops over cells are ``while`` loops: Warp's CPU code for ``range()`` with a bound known only at
+# run time is several times slower, and some of these run every step.
+@wp.func
+def fill_box(grid: wp.array3d(dtype=wp.int32), i: int, r0: int, c0: int, r1: int, c1: int, v: int):
+    """Set the cells ``[r0, r1) x [c0, c1)`` of env ``i``'s grid to ``v``."""
+    r = int(r0)
+    while r < r1:
+        c = int(c0)
+        while c < c1:
+            grid[i, r, c] = wp.int32(v)
+            c += 1
+        r += 1
+
+
+@wp.func
+def count_in_box(
+    grid: wp.array3d(dtype=wp.int32), i: int, r0: int, c0: int, r1: int, c1: int, v: int
+) -> int:
+    """How many cells of ``[r0, r1) x [c0, c1)`` in env ``i``'s grid equal ``v``."""
+    count = wp.int32(0)
+    r = int(r0)
+    while r < r1:
+        c = int(c0)
+        while c < c1:
+            if grid[i, r, c] == wp.int32(v):
+                count += 1
+            c += 1
+        r += 1
+    return count
+
+
 # ----------------------------------------------------------------------------- MultiarmedBandit
 @wp.func
 def bandit_start(s: Any, p: Any, i: int, key: wp.uint32):
     """A new episode: draw every arm's payout probability; keep the stream for the steps."""
-    for k in range(s.probs.shape[1]):
+    k = wp.int32(0)
+    while k < s.probs.shape[1]:
         grid = wp.floor(uniform64(key, k) * _GRID24)
         s.probs[i, k] = wp.float32(grid / _GRID24)
+        k += 1
     s.key[i] = wp.int64(key)
     s.payout[i] = wp.int32(0)
 
@@ -72,8 +105,7 @@ def mines_start(s: Any, p: Any, i: int, key: wp.uint32):
     """A new episode: clear the grid and lay ``p.mines`` mines on distinct random cells."""
     height, width = s.grid.shape[1], s.grid.shape[2]
     cells = height * width
-    for c in range(cells):
-        s.grid[i, c // width, c % width] = wp.int32(0)
+    fill_box(s.grid, i, 0, 0, height, width, 0)
     for j in range(cells - p.mines, cells):
         pick = uniform_int(key, j - (cells - p.mines), j + 1)
         if s.grid[i, pick // width, pick % width] == wp.int32(MINE):
@@ -86,23 +118,14 @@ def mines_start(s: Any, p: Any, i: int, key: wp.uint32):
 def mines_around(s: Any, i: int, row: int, col: int) -> int:
     """Mines in the 3x3 block centred on ``(row, col)``, the cell itself included."""
     height, width = s.grid.shape[1], s.grid.shape[2]
-    count = wp.int32(0)
-    for r in range(wp.max(row - 1, 0), wp.min(row + 2, height)):
-        for c in range(wp.max(col - 1, 0), wp.min(col + 2, width)):
-            if s.grid[i, r, c] == wp.int32(MINE):
-                count += 1
-    return count
+    r0, c0 = wp.max(row - 1, 0), wp.max(col - 1, 0)
+    return count_in_box(s.grid, i, r0, c0, wp.min(row + 2, height), wp.min(col + 2, width), MINE)
 
 
 @wp.func
 def all_clear_viewed(s: Any, i: int) -> bool:
     """Whether no clear cell is left unviewed."""
-    clear = wp.int32(0)
-    for r in range(s.grid.shape[1]):
-        for c in range(s.grid.shape[2]):
-            if s.grid[i, r, c] == wp.int32(0):
-                clear += 1
-    return clear == 0
+    return count_in_box(s.grid, i, 0, 0, s.grid.shape[1], s.grid.shape[2], 0) == 0
 
 
 @wp.func
@@ -131,16 +154,6 @@ def last_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
 
 # ----------------------------------------------------------------------------------- Battleship
 @wp.func
-def box_is_free(s: Any, i: int, r0: int, c0: int, r1: int, c1: int) -> bool:
-    """Whether no ship lies in the box ``[r0, r1] x [c0, c1]``."""
-    taken = wp.int32(0)
-    for r in range(r0, r1 + 1):
-        for c in range(c0, c1 + 1):
-            taken += int(s.board[i, r, c])
-    return taken == 0
-
-
-@wp.func
 def place_ship(s: Any, i: int, key: wp.uint32, size: int, first_draw: int) -> int:
     """Place one ship of ``size`` cells by rejection, from draw ``first_draw``; return the next."""
     b = s.board.shape[1]
@@ -157,10 +170,8 @@ def place_ship(s: Any, i: int, key: wp.uint32, size: int, first_draw: int) -> in
         if r1 >= 0 and r1 < b and c1 >= 0 and c1 < b:
             lo_r, hi_r = wp.min(r0, r1), wp.max(r0, r1)
             lo_c, hi_c = wp.min(c0, c1), wp.max(c0, c1)
-            if box_is_free(s, i, lo_r, lo_c, hi_r, hi_c):
-                for r in range(lo_r, hi_r + 1):
-                    for c in range(lo_c, hi_c + 1):
-                        s.board[i, r, c] = wp.int32(1)
+            if count_in_box(s.board, i, lo_r, lo_c, hi_r + 1, hi_c + 1, 1) == 0:
+                fill_box(s.board, i, lo_r, lo_c, hi_r + 1, hi_c + 1, 1)
                 placed = 1
     return draw
 
@@ -169,10 +180,8 @@ def place_ship(s: Any, i: int, key: wp.uint32, size: int, first_draw: int) -> in
 def battleship_start(s: Any, p: Any, i: int, key: wp.uint32):
     """A new episode: an empty sea, then ships of sizes 2, 3, 3 and 4 placed in that order."""
     b = s.board.shape[1]
-    for cell in range(b * b):
-        r, c = cell // b, cell % b
-        s.board[i, r, c] = wp.int32(0)
-        s.guesses[i, r, c] = wp.int32(0)
+    fill_box(s.board, i, 0, 0, b, b, 0)
+    fill_box(s.guesses, i, 0, 0, b, b, 0)
     draw = wp.int32(0)
     for k in range(SHIPS):
         draw = place_ship(s, i, key, 2 + (k + 1) // 2, draw)

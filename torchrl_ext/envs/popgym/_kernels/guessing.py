@@ -16,6 +16,9 @@ positions flipped in the last step's pair (``-1`` if none). ``board[c]`` is what
 shows: the card's value if it is matched or in ``shown_first``/``shown_second``, else
 ``facedown``. Steps update it where cards turn (the new flips, and the last pair turning back
 face down unless matched), so observing is a copy of the row.
+
+Loops over a row are ``while`` loops: Warp's CPU code for ``range()`` with a bound known only at
+run time is several times slower, which matters in functions run every step.
 """
 
 from __future__ import annotations
@@ -76,9 +79,11 @@ def concentration_start(s: Any, p: Any, i: int, key: wp.uint32):
     """A new episode: shuffle the deck, every card face down, no pair in play."""
     shuffle(s.deck, i, key, 0)
     down = s.board.dtype(p.facedown)
-    for c in range(s.deck.shape[1]):
+    c = wp.int32(0)
+    while c < s.deck.shape[1]:
         s.face_up[i, c] = wp.int32(0)
         s.board[i, c] = down
+        c += 1
     s.in_play[i] = wp.int32(-1)
     s.shown_first[i] = wp.int32(-1)
     s.shown_second[i] = wp.int32(-1)
@@ -96,9 +101,11 @@ def turn_back(s: Any, p: Any, i: int, position: int):
 def all_face_up(s: Any, i: int) -> bool:
     """Whether every card of env ``i`` is matched."""
     down = wp.int32(0)
-    for c in range(s.face_up.shape[1]):
+    c = wp.int32(0)
+    while c < s.face_up.shape[1]:
         if s.face_up[i, c] == wp.int32(0):
             down += 1
+        c += 1
     return down == 0
 
 
@@ -143,9 +150,7 @@ def concentration_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 @wp.func
 def concentration_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
     """What every position shows: the row ``board[i]``."""
-    for q in range(s.board.shape[1] // 4):
-        c = 4 * q
+    c = wp.int32(0)
+    while c < s.board.shape[1]:
         o.observation[i, t, c] = s.board[i, c]
-        o.observation[i, t, c + 1] = s.board[i, c + 1]
-        o.observation[i, t, c + 2] = s.board[i, c + 2]
-        o.observation[i, t, c + 3] = s.board[i, c + 3]
+        c += 1
