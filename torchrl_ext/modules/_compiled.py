@@ -24,8 +24,12 @@ def lstm_layer(
     init_c: torch.Tensor | None,
     starts: torch.Tensor,
     weights: tuple[torch.Tensor, ...],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h_seq, c_seq)``, each ``[B, T, H]``: the states after every step of one LSTM layer.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(h_seq, next_h, next_c)``, each ``[B, T, H]``, of one LSTM layer.
+
+    ``h_seq`` holds the hidden state after every step; ``next_h`` and ``next_c`` the states
+    after each segment's last step (a row's last step, or the step before a start), zeros at
+    the other steps.
 
     Args:
         x (torch.Tensor): ``[B, T, input_size]`` inputs.
@@ -43,8 +47,8 @@ def gru_layer(
     init_h: torch.Tensor | None,
     starts: torch.Tensor,
     weights: tuple[torch.Tensor, ...],
-) -> torch.Tensor:
-    """``h_seq`` ``[B, T, H]``: the states after every step of one GRU layer.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h_seq, next_h)``, each ``[B, T, H]``, of one GRU layer (see :func:`lstm_layer`).
 
     Args:
         x (torch.Tensor): ``[B, T, input_size]`` inputs.
@@ -92,7 +96,9 @@ class _LSTMLayer(torch.autograd.Function):
         n_rows, n_steps = starts.shape
         size = w_hh.shape[1]
         pre = torch.addmm(b_ih + b_hh, x.reshape(n_rows * n_steps, -1), w_ih.t())
-        h_seq, c_seq, h_prev = (x.new_empty(n_rows, n_steps, size) for _ in range(3))
+        h_seq, c_seq, h_prev, next_h, next_c = (
+            x.new_empty(n_rows, n_steps, size) for _ in range(5)
+        )
         gates = x.new_empty(n_rows, n_steps, 4 * size)
         has_init = init_h.numel() > 0
         recurrent_cells.lstm_forward(
@@ -106,19 +112,22 @@ class _LSTMLayer(torch.autograd.Function):
             c_seq.numpy(),
             gates.numpy(),
             h_prev.numpy(),
+            next_h.numpy(),
+            next_c.numpy(),
         )
         ctx.save_for_backward(x, init_c, starts, w_ih, w_hh, c_seq, gates, h_prev)
         ctx.has_init = has_init
-        return h_seq, c_seq
+        return h_seq, next_h, next_c
 
     @staticmethod
-    def backward(ctx, dh_seq, dc_seq):
+    def backward(ctx, dh_seq, d_next_h, d_next_c):
         x, init_c, starts, w_ih, w_hh, c_seq, gates, h_prev = ctx.saved_tensors
         d_pre = torch.empty_like(gates)
         d_h, d_c = torch.zeros_like(c_seq), torch.zeros_like(c_seq)
         recurrent_cells.lstm_backward(
-            _numpy(_dense(dh_seq, c_seq)),
-            _numpy(_dense(dc_seq, c_seq)),
+            _numpy(dh_seq),
+            _numpy(d_next_h),
+            _numpy(d_next_c),
             _numpy(w_hh),
             _numpy(init_c),
             ctx.has_init,
@@ -142,7 +151,7 @@ class _GRULayer(torch.autograd.Function):
         n_rows, n_steps = starts.shape
         size = w_hh.shape[1]
         pre = torch.addmm(b_ih, x.reshape(n_rows * n_steps, -1), w_ih.t())
-        h_seq, h_prev = (x.new_empty(n_rows, n_steps, size) for _ in range(2))
+        h_seq, h_prev, next_h = (x.new_empty(n_rows, n_steps, size) for _ in range(3))
         gates = x.new_empty(n_rows, n_steps, 4 * size)
         has_init = init_h.numel() > 0
         recurrent_cells.gru_forward(
@@ -155,13 +164,14 @@ class _GRULayer(torch.autograd.Function):
             h_seq.numpy(),
             gates.numpy(),
             h_prev.numpy(),
+            next_h.numpy(),
         )
         ctx.save_for_backward(x, starts, w_ih, w_hh, gates, h_prev)
         ctx.has_init = has_init
-        return h_seq
+        return h_seq, next_h
 
     @staticmethod
-    def backward(ctx, dh_seq):
+    def backward(ctx, dh_seq, d_next_h):
         x, starts, w_ih, w_hh, gates, h_prev = ctx.saved_tensors
         width = 3 * h_prev.shape[-1]
         d_pre = x.new_empty(*starts.shape, width)
@@ -169,6 +179,7 @@ class _GRULayer(torch.autograd.Function):
         d_h = torch.zeros_like(h_prev)
         recurrent_cells.gru_backward(
             _numpy(dh_seq),
+            _numpy(d_next_h),
             _numpy(w_hh),
             starts.numpy(),
             h_prev.numpy(),
@@ -181,8 +192,3 @@ class _GRULayer(torch.autograd.Function):
         flat_hh = d_hh.view(-1, width)
         d_w_hh = flat_hh.t() @ h_prev.view(-1, h_prev.shape[-1])
         return dx, d_h if ctx.has_init else None, None, d_w_ih, d_w_hh, d_b_ih, flat_hh.sum(0)
-
-
-def _dense(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """An output's gradient, zeros where autograd passes none (an output no loss reads)."""
-    return torch.zeros_like(like) if grad is None else grad

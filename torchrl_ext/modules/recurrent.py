@@ -218,12 +218,9 @@ def _layer_weights(layer: nn.Module, index: int) -> tuple[torch.Tensor | None, .
     return tuple(getattr(layer, f"{n}_l{index}", None) for n in names)
 
 
-def _at_ends(starts: torch.Tensor, per_layer: list[torch.Tensor]) -> torch.Tensor:
-    """``[B, T, num_layers, H]``: each layer's state after each segment's last step, else 0."""
-    ends = torch.ones_like(starts)
-    ends[:, :-1] = starts[:, 1:]
-    stacked = torch.stack(per_layer, -2)
-    return torch.where(ends[..., None, None], stacked, torch.zeros((), dtype=stacked.dtype))
+def _by_layer(per_layer: list[torch.Tensor]) -> torch.Tensor:
+    """``[B, T, num_layers, H]`` from each layer's ``[B, T, H]``."""
+    return per_layer[0].unsqueeze(-2) if len(per_layer) == 1 else torch.stack(per_layer, -2)
 
 
 def _lstm_layers(layer, x, states, starts):
@@ -231,10 +228,11 @@ def _lstm_layers(layer, x, states, starts):
     h_layers, c_layers = [], []
     for index in range(layer.num_layers):
         init_h, init_c = (None, None) if states is None else (s[:, :, index] for s in states)
-        x, c_seq = _compiled.lstm_layer(x, init_h, init_c, starts, _layer_weights(layer, index))
-        h_layers.append(x)
-        c_layers.append(c_seq)
-    return x, [_at_ends(starts, h_layers), _at_ends(starts, c_layers)]
+        weights = _layer_weights(layer, index)
+        x, next_h, next_c = _compiled.lstm_layer(x, init_h, init_c, starts, weights)
+        h_layers.append(next_h)
+        c_layers.append(next_c)
+    return x, [_by_layer(h_layers), _by_layer(c_layers)]
 
 
 def _gru_layers(layer, x, states, starts):
@@ -242,6 +240,6 @@ def _gru_layers(layer, x, states, starts):
     h_layers = []
     for index in range(layer.num_layers):
         init_h = None if states is None else states[0][:, :, index]
-        x = _compiled.gru_layer(x, init_h, starts, _layer_weights(layer, index))
-        h_layers.append(x)
-    return x, [_at_ends(starts, h_layers)]
+        x, next_h = _compiled.gru_layer(x, init_h, starts, _layer_weights(layer, index))
+        h_layers.append(next_h)
+    return x, [_by_layer(h_layers)]

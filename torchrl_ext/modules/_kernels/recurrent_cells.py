@@ -3,11 +3,13 @@
 Each kernel walks time once for all rows and does, per step, only what is serial: the product
 of the previous hidden state with the recurrent weights (one BLAS call for all rows) and the
 gates. A row's state is *replaced* at the steps flagged in ``starts`` by the stored state of
-that step (``init``), which is how a row cut into episodes is run in one pass. Everything that is
-not serial is left to the caller as single matrix products over all steps: the input projection
-before the forward kernel, and the weight and input gradients after the backward kernel (the
-backward kernel writes the gate gradients of every step, and the forward kernel the state each
-step started from, for that).
+that step (``init``), which is how a row cut into episodes is run in one pass. The forward
+kernel also writes the state after each segment's last step (zeros at the other steps:
+TorchRL's ``("next", state)`` outputs), and the backward kernel takes their gradients.
+Everything that is not serial is left to the caller as single matrix products over all steps:
+the input projection before the forward kernel, and the weight and input gradients after the
+backward kernel (the backward kernel writes the gate gradients of every step, and the forward
+kernel the state each step started from, for that).
 
 Gate order is ``torch.nn``'s: ``i, f, g, o`` for the LSTM, ``r, z, n`` for the GRU. Arrays are
 batch-first and C-contiguous, of one float dtype. In float64 the activations are ``math``'s;
@@ -81,6 +83,31 @@ def _begin_step(t, starts, init, has_init, state, state_seq):
 
 
 @numba.njit(cache=True, nogil=True)
+def _ends_at(t, starts, b):
+    """Whether row ``b``'s segment ends at ``t`` (its last step, or the step before a start)."""
+    return t == starts.shape[1] - 1 or starts[b, t + 1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _store_ends(t, starts, state, next_state):
+    """``next_state[:, t]``: the state of rows whose segment ends at ``t``, else zeros."""
+    zero = state.dtype.type(0)
+    for b in range(state.shape[0]):
+        end = _ends_at(t, starts, b)
+        for k in range(state.shape[1]):
+            next_state[b, t, k] = state[b, k] if end else zero
+
+
+@numba.njit(cache=True, nogil=True)
+def _load_ends(t, starts, d_next_state, carried):
+    """Adds the gradient of ``next_state[:, t]`` to the carried gradient of rows ending at ``t``."""
+    for b in range(carried.shape[0]):
+        if _ends_at(t, starts, b):
+            for k in range(carried.shape[1]):
+                carried[b, k] += d_next_state[b, t, k]
+
+
+@numba.njit(cache=True, nogil=True)
 def _end_step(t, starts, carried, d_init):
     """Hands the gradient reaching the state of rows that start at ``t`` to their stored state."""
     zero = carried.dtype.type(0)
@@ -108,7 +135,7 @@ def _lstm_cell(acc, pre, c, h, gates):
 
 
 @numba.njit(**_FAST)
-def _lstm_cell_grad(dh, dc, dh_out, dc_out, c_before, c, gates, d_gates):
+def _lstm_cell_grad(dh, dc, dh_out, c_before, c, gates, d_gates):
     """One row of one step back: ``dh``, ``dc`` carried in; leaves ``dc`` for the step before."""
     size = c.size
     one = c.dtype.type(1)
@@ -117,7 +144,7 @@ def _lstm_cell_grad(dh, dc, dh_out, dc_out, c_before, c, gates, d_gates):
         g, o = gates[2 * size + k], gates[3 * size + k]
         tanh_c = _tanh(c[k])
         dh_t = dh[k] + dh_out[k]
-        dc_t = dc[k] + dc_out[k] + dh_t * o * (one - tanh_c * tanh_c)
+        dc_t = dc[k] + dh_t * o * (one - tanh_c * tanh_c)
         d_gates[k] = dc_t * g * i * (one - i)
         d_gates[size + k] = dc_t * c_before[k] * f * (one - f)
         d_gates[2 * size + k] = dc_t * i * (one - g * g)
@@ -126,7 +153,9 @@ def _lstm_cell_grad(dh, dc, dh_out, dc_out, c_before, c, gates, d_gates):
 
 
 @numba.njit(**_FAST)
-def lstm_forward(pre, w_hh_t, init_h, init_c, has_init, starts, h_seq, c_seq, gates, h_prev):
+def lstm_forward(
+    pre, w_hh_t, init_h, init_c, has_init, starts, h_seq, c_seq, gates, h_prev, next_h, next_c
+):
     """Runs the layer; fills ``h_seq``, ``c_seq``, the activated ``gates`` and ``h_prev``.
 
     Args:
@@ -140,6 +169,8 @@ def lstm_forward(pre, w_hh_t, init_h, init_c, has_init, starts, h_seq, c_seq, ga
         c_seq: ``[B, T, H]`` output: the cell states after each step.
         gates: ``[B, T, 4H]`` output: ``i, f, g, o`` after their activations.
         h_prev: ``[B, T, H]`` output: the hidden state each step started from.
+        next_h: ``[B, T, H]`` output: ``h`` after each segment's last step, zeros elsewhere.
+        next_c: ``[B, T, H]`` output: ``c`` likewise.
     """
     n_rows, n_steps, width = pre.shape
     h = np.zeros((n_rows, width // 4), pre.dtype)
@@ -153,15 +184,20 @@ def lstm_forward(pre, w_hh_t, init_h, init_c, has_init, starts, h_seq, c_seq, ga
             _lstm_cell(acc[b], pre[b, t], c[b], h[b], gates[b, t])
         c_seq[:, t] = c
         h_seq[:, t] = h
+        _store_ends(t, starts, h, next_h)
+        _store_ends(t, starts, c, next_c)
 
 
 @numba.njit(**_FAST)
-def lstm_backward(dh_seq, dc_seq, w_hh, init_c, has_init, starts, c_seq, gates, d_pre, d_h, d_c):
+def lstm_backward(
+    dh_seq, d_next_h, d_next_c, w_hh, init_c, has_init, starts, c_seq, gates, d_pre, d_h, d_c
+):
     """Walks back in time; fills ``d_pre`` and the stored states' gradients ``d_h``, ``d_c``.
 
     Args:
         dh_seq: ``[B, T, H]`` gradient of ``h_seq``.
-        dc_seq: ``[B, T, H]`` gradient of ``c_seq``.
+        d_next_h: ``[B, T, H]`` gradient of ``next_h``.
+        d_next_c: ``[B, T, H]`` gradient of ``next_c``.
         w_hh: ``[4H, H]`` recurrent weights.
         init_c: as given to :func:`lstm_forward`.
         has_init: likewise.
@@ -179,6 +215,8 @@ def lstm_backward(dh_seq, dc_seq, w_hh, init_c, has_init, starts, c_seq, gates, 
     zeros = np.zeros(size, c_seq.dtype)
     d_step = np.empty((n_rows, 4 * size), c_seq.dtype)  # contiguous, for the BLAS call
     for t in range(n_steps - 1, -1, -1):
+        _load_ends(t, starts, d_next_h, dh)
+        _load_ends(t, starts, d_next_c, dc)
         for b in range(n_rows):
             if not starts[b, t]:
                 c_before = c_seq[b, t - 1]
@@ -188,7 +226,6 @@ def lstm_backward(dh_seq, dc_seq, w_hh, init_c, has_init, starts, c_seq, gates, 
                 dh[b],
                 dc[b],
                 dh_seq[b, t],
-                dc_seq[b, t],
                 c_before,
                 c_seq[b, t],
                 gates[b, t],
@@ -238,7 +275,7 @@ def _gru_cell_grad(dh, dh_out, h_before, gates, d_pre, d_hh, dh_direct):
 
 
 @numba.njit(**_FAST)
-def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_prev):
+def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_prev, next_h):
     """Runs the layer; fills ``h_seq``, ``gates`` (``r, z, n`` and ``W_hn h + b_hn``), ``h_prev``.
 
     Args:
@@ -251,6 +288,7 @@ def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_pre
         h_seq: ``[B, T, H]`` output: the states after each step.
         gates: ``[B, T, 4H]`` output.
         h_prev: ``[B, T, H]`` output: the state each step started from.
+        next_h: ``[B, T, H]`` output: ``h`` after each segment's last step, zeros elsewhere.
     """
     n_rows, n_steps, width = pre.shape
     h = np.zeros((n_rows, width // 3), pre.dtype)
@@ -261,14 +299,16 @@ def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_pre
         for b in range(n_rows):
             _gru_cell(acc[b], pre[b, t], b_hh, h[b], gates[b, t])
         h_seq[:, t] = h
+        _store_ends(t, starts, h, next_h)
 
 
 @numba.njit(**_FAST)
-def gru_backward(dh_seq, w_hh, starts, h_prev, gates, d_pre, d_hh, d_h):
+def gru_backward(dh_seq, d_next_h, w_hh, starts, h_prev, gates, d_pre, d_hh, d_h):
     """Walks back in time; fills the gate gradients and the stored state's gradient ``d_h``.
 
     Args:
         dh_seq: ``[B, T, H]`` gradient of ``h_seq``.
+        d_next_h: ``[B, T, H]`` gradient of ``next_h``.
         w_hh: ``[3H, H]`` recurrent weights.
         starts: as given to :func:`gru_forward`.
         h_prev: as :func:`gru_forward` filled it.
@@ -282,6 +322,7 @@ def gru_backward(dh_seq, w_hh, starts, h_prev, gates, d_pre, d_hh, d_h):
     dh_direct = np.empty_like(dh)
     d_step = np.empty((n_rows, 3 * size), h_prev.dtype)  # contiguous, for the BLAS call
     for t in range(n_steps - 1, -1, -1):
+        _load_ends(t, starts, d_next_h, dh)
         for b in range(n_rows):
             _gru_cell_grad(
                 dh[b],
