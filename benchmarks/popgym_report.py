@@ -2,19 +2,25 @@
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/popgym_report.py [--envs 1024] [--steps 200] [--reps 3]
+    PYTHONPATH=. python benchmarks/popgym_report.py [--envs 1024] [--steps 200] [--reps 5]
+        [--processes 3] [--only RepeatFirst,Battleship]
 
 One torch thread. For each env (Easy preset), ours runs ``rollout(steps,
 break_when_any_done=False)`` on ``--envs`` envs (one kernel for all steps, random actions drawn
 up front); POPGym's runs ``gymnasium.vector.SyncVectorEnv`` of ``--envs`` copies for a few vector
 steps with random actions (it is slow: a few steps give a stable rate). Each pair is timed
-``reps`` times, alternating, after a warm-up; the table gives medians and the ratio.
+``reps`` times, alternating, after a warm-up, in each of ``--processes`` fresh processes. Every
+alternating pair gives one ratio; the table gives the medians of the rates and the median ratio
+with its lowest and highest value over all pairs of all processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import gymnasium as gym
@@ -104,36 +110,70 @@ def timed(run, times: list[float]) -> None:
     times.append(time.perf_counter() - start)
 
 
-def measure(name: str, num_envs: int, steps: int, reps: int) -> tuple[float, float]:
-    """Median env-steps/s of ours and of POPGym's vector env, timed alternately."""
+def measure(name: str, num_envs: int, steps: int, reps: int) -> list[tuple[float, float]]:
+    """``reps`` alternating pairs of env-steps/s: (ours, POPGym's vector env)."""
     mine, mine_frames = ours_run(name, num_envs, steps)
     theirs, their_frames = popgym_run(name, num_envs, max(2, steps // 50))
     mine()
     theirs()
-    times: dict[str, list[float]] = {"ours": [], "popgym": []}
+    pairs = []
     for _ in range(reps):
-        timed(mine, times["ours"])
-        timed(theirs, times["popgym"])
-    return (
-        mine_frames / statistics.median(times["ours"]),
-        their_frames / statistics.median(times["popgym"]),
-    )
+        ours_t, theirs_t = [], []
+        timed(mine, ours_t)
+        timed(theirs, theirs_t)
+        pairs.append((mine_frames / ours_t[0], their_frames / theirs_t[0]))
+    return pairs
+
+
+def child(args: argparse.Namespace, names: list[str]) -> None:
+    """Measure every env in this process; print one JSON line of rate pairs per env."""
+    torch.set_num_threads(1)
+    for name in names:
+        print(json.dumps({"env": name, "pairs": measure(name, args.envs, args.steps, args.reps)}))
+
+
+def run_processes(args: argparse.Namespace, names: list[str]) -> dict[str, list]:
+    """Rate pairs of every env, gathered from ``args.processes`` fresh processes."""
+    command = [sys.executable, __file__, "--child", "--only", ",".join(names)]
+    command += ["--envs", str(args.envs), "--steps", str(args.steps), "--reps", str(args.reps)]
+    pairs: dict[str, list] = {name: [] for name in names}
+    for _ in range(args.processes):
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("{"):
+                row = json.loads(line)
+                pairs[row["env"]] += row["pairs"]
+    return pairs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated env names (default: all)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(1)
     names = [n for n in PAIRS if not args.only or n in args.only.split(",")]
-    print(f"| env ({args.envs} envs, Easy) | ours M steps/s | POPGym vector k steps/s | ratio |")
-    print("|---|---|---|---|")
+    if args.child:
+        child(args, names)
+        return
+    pairs = run_processes(args, names)
+    print(
+        f"| env ({args.envs} envs, Easy) | ours M steps/s | POPGym vector k steps/s "
+        "| ratio, median | ratio, lowest-highest |"
+    )
+    print("|---|---|---|---|---|")
     for name in names:
-        mine, theirs = measure(name, args.envs, args.steps, args.reps)
-        print(f"| {name} | {mine / 1e6:.2f} | {theirs / 1e3:.1f} | {mine / theirs:.0f}x |")
+        mine = statistics.median(p[0] for p in pairs[name])
+        theirs = statistics.median(p[1] for p in pairs[name])
+        ratios = [p[0] / p[1] for p in pairs[name]]
+        print(
+            f"| {name} | {mine / 1e6:.2f} | {theirs / 1e3:.1f} | "
+            f"{statistics.median(ratios):.0f}x | {min(ratios):.0f}-{max(ratios):.0f}x |"
+        )
+    print(f"({args.processes} processes x {args.reps} alternating pairs per env)")
 
 
 if __name__ == "__main__":
