@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +14,7 @@ from tensordict import TensorDict
 from torchrl import modules as torchrl_modules
 from torchrl.modules import set_recurrent_mode
 
+from torchrl_ext import _compat
 from torchrl_ext.modules import GRUModule, LSTMModule, _compiled, recurrent
 
 KINDS = {
@@ -327,3 +331,36 @@ class TestBadInputs:
         data = make_data(kind, (2,), pattern("first", (2,)))[0]
         with pytest.raises(ValueError, match=r"batch_size=\(\)"):
             self.call(ours, data)
+
+
+FALLBACK = """
+import torch
+from torchrl_ext import _compat
+_compat.blas_gemm_addresses = lambda: None
+from torchrl_ext.modules import _compiled
+from torchrl_ext.modules._kernels import recurrent_cells
+assert recurrent_cells.BLAS == "scipy", recurrent_cells.BLAS
+torch.manual_seed(0)
+layer = torch.nn.LSTM(3, 5, batch_first=True).double()
+x = torch.randn(2, 4, 3, dtype=torch.float64)
+starts = torch.zeros(2, 4, dtype=torch.bool)
+starts[:, 0] = True
+weights = tuple(layer.parameters())
+out = _compiled.lstm_layer(x, None, None, starts, weights)[0]
+print(float((out - layer(x)[0]).abs().max()))
+"""
+
+
+class TestBlas:
+    """The kernels' per-step products run in torch's BLAS where it exports one, else scipy's."""
+
+    def test_torch_blas_found_or_none(self):
+        addresses = _compat.blas_gemm_addresses()
+        assert addresses is None or set(addresses) == {"sgemm_", "dgemm_"}
+
+    def test_scipy_fallback(self):
+        proc = subprocess.run(
+            [sys.executable, "-c", FALLBACK], capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert float(proc.stdout.strip().splitlines()[-1]) < 1e-12

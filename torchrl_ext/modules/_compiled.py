@@ -103,7 +103,7 @@ class _LSTMLayer(torch.autograd.Function):
         has_init = init_h.numel() > 0
         recurrent_cells.lstm_forward(
             pre.view(n_rows, n_steps, -1).numpy(),
-            _numpy(w_hh.t()),
+            _numpy(w_hh),
             _numpy(init_h),
             _numpy(init_c),
             has_init,
@@ -156,7 +156,7 @@ class _GRULayer(torch.autograd.Function):
         has_init = init_h.numel() > 0
         recurrent_cells.gru_forward(
             pre.view(n_rows, n_steps, -1).numpy(),
-            _numpy(w_hh.t()),
+            _numpy(w_hh),
             _numpy(b_hh),
             _numpy(init_h),
             has_init,

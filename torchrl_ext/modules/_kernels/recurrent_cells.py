@@ -22,10 +22,35 @@ from __future__ import annotations
 
 import math
 
+import llvmlite.binding
 import numba
 import numpy as np
 from numba import types
-from numba.extending import overload
+from numba.extending import get_cython_function_address, overload
+
+from torchrl_ext import _compat
+
+
+def _register_blas() -> str:
+    """Binds the symbols the kernels call to torch's BLAS, else scipy's; returns which."""
+    addresses = _compat.blas_gemm_addresses()
+    source = "torch"
+    if addresses is None:
+        source = "scipy"
+        addresses = {
+            f"{p}gemm_": get_cython_function_address("scipy.linalg.cython_blas", f"{p}gemm")
+            for p in "sd"
+        }
+    for symbol, address in addresses.items():
+        llvmlite.binding.add_symbol(f"torchrl_ext_{symbol}", address)
+    return source
+
+
+#: Whose BLAS the per-step products run in: ``"torch"`` (its own, MKL on x86-64) or ``"scipy"``.
+BLAS = _register_blas()
+_GEMM_SIGNATURE = types.void(*([types.voidptr] * 13))
+_SGEMM = types.ExternalFunction("torchrl_ext_sgemm_", _GEMM_SIGNATURE)
+_DGEMM = types.ExternalFunction("torchrl_ext_dgemm_", _GEMM_SIGNATURE)
 
 
 def _tanh(x):
@@ -68,6 +93,41 @@ def _sigmoid_impl(x):
     if x == types.float32:
         return lambda x: np.float32(0.5) + np.float32(0.5) * _tanh_float32(np.float32(0.5) * x)
     return lambda x: 1.0 / (1.0 + math.exp(-x))
+
+
+def _gemm(a, b, transpose_b, out, scratch):
+    """``out = a @ (b.T if transpose_b else b)``, C-contiguous; compiled by overload."""
+
+
+@overload(_gemm, inline="always")
+def _gemm_impl(a, b, transpose_b, out, scratch):
+    gemm = _SGEMM if a.dtype == types.float32 else _DGEMM
+
+    def impl(a, b, transpose_b, out, scratch):
+        # Fortran BLAS is column-major: out.T = op(b).T @ a.T, every argument by address
+        ints, scalars = scratch
+        m, k = a.shape
+        n = out.shape[1]
+        ints[0] = 84 if transpose_b else 78  # 'T' or 'N'
+        ints[1] = 78
+        ints[2], ints[3], ints[4] = n, m, k
+        ints[5] = k if transpose_b else n
+        scalars[0], scalars[1] = 1, 0
+        i, f = ints.ctypes.data, scalars.ctypes.data
+        step, width = ints.itemsize, scalars.itemsize
+        gemm(
+            i, i + step, i + 2 * step, i + 3 * step, i + 4 * step,
+            f, b.ctypes.data, i + 5 * step, a.ctypes.data, i + 4 * step,
+            f + width, out.ctypes.data, i + 2 * step,
+        )  # fmt: skip
+
+    return impl
+
+
+@numba.njit(cache=True, nogil=True)
+def _blas_scratch(dtype_like):
+    """The integers and scalars :func:`_gemm` passes by address."""
+    return np.empty(6, np.int32), np.empty(2, dtype_like.dtype)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -154,13 +214,13 @@ def _lstm_cell_grad(dh, dc, dh_out, c_before, c, gates, d_gates):
 
 @numba.njit(**_FAST)
 def lstm_forward(
-    pre, w_hh_t, init_h, init_c, has_init, starts, h_seq, c_seq, gates, h_prev, next_h, next_c
+    pre, w_hh, init_h, init_c, has_init, starts, h_seq, c_seq, gates, h_prev, next_h, next_c
 ):
     """Runs the layer; fills ``h_seq``, ``c_seq``, the activated ``gates`` and ``h_prev``.
 
     Args:
         pre: ``[B, T, 4H]`` input projections plus both biases.
-        w_hh_t: ``[H, 4H]`` recurrent weights, transposed.
+        w_hh: ``[4H, H]`` recurrent weights.
         init_h: ``[B, T, H]`` stored hidden states, read where ``starts`` is set.
         init_c: ``[B, T, H]`` stored cell states, likewise.
         has_init: whether there are stored states (else rows start from zeros).
@@ -176,10 +236,11 @@ def lstm_forward(
     h = np.zeros((n_rows, width // 4), pre.dtype)
     c = np.zeros_like(h)
     acc = np.empty((n_rows, width), pre.dtype)
+    scratch = _blas_scratch(pre)
     for t in range(n_steps):
         _begin_step(t, starts, init_h, has_init, h, h_prev)
         _begin_step(t, starts, init_c, has_init, c, None)
-        np.dot(h, w_hh_t, acc)
+        _gemm(h, w_hh, True, acc, scratch)
         for b in range(n_rows):
             _lstm_cell(acc[b], pre[b, t], c[b], h[b], gates[b, t])
         c_seq[:, t] = c
@@ -214,6 +275,7 @@ def lstm_backward(
     dc = np.zeros_like(dh)
     zeros = np.zeros(size, c_seq.dtype)
     d_step = np.empty((n_rows, 4 * size), c_seq.dtype)  # contiguous, for the BLAS call
+    scratch = _blas_scratch(c_seq)
     for t in range(n_steps - 1, -1, -1):
         _load_ends(t, starts, d_next_h, dh)
         _load_ends(t, starts, d_next_c, dc)
@@ -232,7 +294,7 @@ def lstm_backward(
                 d_step[b],
             )
         d_pre[:, t] = d_step
-        np.dot(d_step, w_hh, dh)
+        _gemm(d_step, w_hh, False, dh, scratch)
         _end_step(t, starts, dh, d_h)
         _end_step(t, starts, dc, d_c)
 
@@ -275,12 +337,12 @@ def _gru_cell_grad(dh, dh_out, h_before, gates, d_pre, d_hh, dh_direct):
 
 
 @numba.njit(**_FAST)
-def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_prev, next_h):
+def gru_forward(pre, w_hh, b_hh, init_h, has_init, starts, h_seq, gates, h_prev, next_h):
     """Runs the layer; fills ``h_seq``, ``gates`` (``r, z, n`` and ``W_hn h + b_hn``), ``h_prev``.
 
     Args:
         pre: ``[B, T, 3H]`` input projections plus the input bias.
-        w_hh_t: ``[H, 3H]`` recurrent weights, transposed.
+        w_hh: ``[3H, H]`` recurrent weights.
         b_hh: ``[3H]`` recurrent bias (zeros for a layer without bias).
         init_h: ``[B, T, H]`` stored states, read where ``starts`` is set.
         has_init: whether there are stored states (else rows start from zeros).
@@ -293,9 +355,10 @@ def gru_forward(pre, w_hh_t, b_hh, init_h, has_init, starts, h_seq, gates, h_pre
     n_rows, n_steps, width = pre.shape
     h = np.zeros((n_rows, width // 3), pre.dtype)
     acc = np.empty((n_rows, width), pre.dtype)
+    scratch = _blas_scratch(pre)
     for t in range(n_steps):
         _begin_step(t, starts, init_h, has_init, h, h_prev)
-        np.dot(h, w_hh_t, acc)
+        _gemm(h, w_hh, True, acc, scratch)
         for b in range(n_rows):
             _gru_cell(acc[b], pre[b, t], b_hh, h[b], gates[b, t])
         h_seq[:, t] = h
@@ -321,6 +384,7 @@ def gru_backward(dh_seq, d_next_h, w_hh, starts, h_prev, gates, d_pre, d_hh, d_h
     dh = np.zeros((n_rows, size), h_prev.dtype)
     dh_direct = np.empty_like(dh)
     d_step = np.empty((n_rows, 3 * size), h_prev.dtype)  # contiguous, for the BLAS call
+    scratch = _blas_scratch(h_prev)
     for t in range(n_steps - 1, -1, -1):
         _load_ends(t, starts, d_next_h, dh)
         for b in range(n_rows):
@@ -334,6 +398,6 @@ def gru_backward(dh_seq, d_next_h, w_hh, starts, h_prev, gates, d_pre, d_hh, d_h
                 dh_direct[b],
             )
         d_hh[:, t] = d_step
-        np.dot(d_step, w_hh, dh)
+        _gemm(d_step, w_hh, False, dh, scratch)
         dh += dh_direct
         _end_step(t, starts, dh, d_h)
