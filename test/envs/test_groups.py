@@ -2,7 +2,8 @@
 
 ``_PairEnv`` is two agents that each see a bit of their own on step 0 of an episode and must
 repeat it on step 1 (the episode's last). Both groups get the team reward (the number of right
-answers), and both carry the env's done flags.
+answers), and both carry the env's done flags. ``_ScoredPairEnv`` is the same game with a reward
+per group (its own answer right or not), returned by ``advance`` as one vector.
 """
 
 from typing import Any
@@ -31,6 +32,14 @@ def _advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     right = int(a.left_action[i, t] == wp.int64(s.bits[i, 0]))
     right += int(a.right_action[i, t] == wp.int64(s.bits[i, 1]))
     return wp.where(step == 1, float(right), 0.0), step == 1
+
+
+@wp.func
+def _advance_each(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    left = wp.where(a.left_action[i, t] == wp.int64(s.bits[i, 0]), 1.0, 0.0)
+    right = wp.where(a.right_action[i, t] == wp.int64(s.bits[i, 1]), 1.0, 0.0)
+    last = step == 1
+    return wp.vec2(wp.where(last, left, 0.0), wp.where(last, right, 0.0)), last
 
 
 @wp.func
@@ -65,6 +74,15 @@ class _PairEnv(WarpEnv):
 
 
 class _StockPairEnv(_PairEnv):
+    _step_and_maybe_reset = EnvBase._step_and_maybe_reset
+
+
+class _ScoredPairEnv(_PairEnv):
+    rewards_per_entry = True
+    functions = WarpFunctions(_start, _advance_each, _observe)
+
+
+class _StockScoredPairEnv(_ScoredPairEnv):
     _step_and_maybe_reset = EnvBase._step_and_maybe_reset
 
 
@@ -117,8 +135,25 @@ class TestGroups:
         assert bool(td["next", "done"].all()) and bool(td["next", "right", "terminated"].all())
         assert td["next", "left", "observation"].flatten().tolist() == [-1.0] * 3
 
-    def test_rollout_equals_generic_steps(self):
-        fast, stock = _PairEnv(5, seed=3), _StockPairEnv(5, seed=3)
+    def test_per_group_rewards_from_one_vector(self):
+        env = _ScoredPairEnv(3, seed=2)
+        check_env_specs(env)
+        root = env.reset()
+        bits = env._arrays["bits"].long()
+        for _ in range(2):  # step 0 pays nothing; step 1: left right, right wrong
+            root["left", "action"] = bits[:, 0]
+            root["right", "action"] = 1 - bits[:, 1]
+            td, root = env.step_and_maybe_reset(root)
+        assert td["next", "left", "reward"].flatten().tolist() == [1.0, 1.0, 1.0]
+        assert td["next", "right", "reward"].flatten().tolist() == [0.0, 0.0, 0.0]
+        assert bool(td["next", "done"].all())
+
+    @pytest.mark.parametrize(
+        ("fast_cls", "stock_cls"),
+        [(_PairEnv, _StockPairEnv), (_ScoredPairEnv, _StockScoredPairEnv)],
+    )
+    def test_rollout_equals_generic_steps(self, fast_cls, stock_cls):
+        fast, stock = fast_cls(5, seed=3), stock_cls(5, seed=3)
         data = fast.rollout(9, break_when_any_done=False)
         root = stock.reset()
         for t in range(9):

@@ -97,7 +97,9 @@ class WarpEnv(TorchRLShim):
         stream of ``(seed, i, episode)`` (draw with :func:`uniform64`, :func:`uniform_range`);
       - ``advance(state, params, actions, i, t, step) -> (reward, terminated)``: one step of env
         ``i`` under ``actions.<leaf>[i, t]``; ``step`` counts its episode's steps so far. The
-        reward is written into every reward entry;
+        reward is written into every reward entry, or, for an env with ``rewards_per_entry``,
+        it is a vector (``wp.vec2(...)`` for two entries) with entry ``k`` for reward entry
+        ``k``;
       - ``observe(state, params, obs, i, t, step)``: write ``obs.<key>[i, t, ...]``.
 
     The base generates the reset and ``T``-step kernels around them
@@ -166,6 +168,9 @@ class WarpEnv(TorchRLShim):
     #: ``TimeLimit`` does so; envs that count their own horizon (POPGym's) report it as
     #: terminated only.
     truncates_terminal_steps: ClassVar[bool] = True
+    #: Whether ``advance`` returns one reward per reward entry, a Warp vector of ``L`` values in
+    #: the order of the reward spec's leaves (``reward_keys``), instead of one reward for all.
+    rewards_per_entry: ClassVar[bool] = False
 
     def __init__(
         self,

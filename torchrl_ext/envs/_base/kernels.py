@@ -91,7 +91,14 @@ def make_copy(module: str, fields: tuple[tuple[str, tuple[int, ...]], ...]) -> A
 
 @functools.cache
 def make_kernels(
-    start: Any, advance: Any, observe: Any, copy: Any, module: str, name: str, rewards: int
+    start: Any,
+    advance: Any,
+    observe: Any,
+    copy: Any,
+    module: str,
+    name: str,
+    rewards: int,
+    per_entry: bool = False,
 ) -> EnvKernels:
     """The masked reset kernel and the ``T``-step kernel around an env's Warp functions.
 
@@ -106,6 +113,8 @@ def make_kernels(
         name (str): the stem of the kernels' names (the env's class name).
         rewards (int): the number of reward entries, ``L`` (a constant of the kernel: an
             unrolled loop writes them).
+        per_entry (bool, optional): whether ``advance`` returns a vector of ``L`` rewards, entry
+            ``k`` for reward entry ``k``, instead of one reward for all. Defaults to ``False``.
 
     Returns:
         ``reset(state, params, episodes, mask, root)`` begins a new episode in the envs whose
@@ -166,7 +175,10 @@ def make_kernels(
                 trunc = False
             observe(state, params, nxt, i, t, step)
             for k in range(wp.static(rewards)):
-                reward[k, i, t] = reward.dtype(r)
+                if wp.static(per_entry):
+                    reward[k, i, t] = reward.dtype(r[k])
+                else:
+                    reward[k, i, t] = reward.dtype(r)
             set_flags(flags, i, t, term, trunc)
             slot = t + 1 - root_from
             if (term or trunc) and (t + 1 < horizon or reset_last != 0):
@@ -180,7 +192,7 @@ def make_kernels(
 
     return EnvKernels(
         wp.kernel(reset, name=f"{name}_reset", module=module),
-        wp.kernel(steps, name=f"{name}_steps{rewards}", module=module),
+        wp.kernel(steps, name=f"{name}_steps{rewards}{'v' if per_entry else ''}", module=module),
     )
 
 

@@ -160,7 +160,9 @@ class GeneratedPhysics:
         fields = tuple((field_name(k), time_slot(v).shape[2:]) for k, v in lay.next.items())
         copy = make_copy(self.module, fields)
         rewards = lay.reward_rows.shape[0]
-        return make_kernels(*self.env_type.functions, copy, self.module, self.stem, rewards)
+        per_entry = self.env_type.rewards_per_entry
+        functions = self.env_type.functions
+        return make_kernels(*functions, copy, self.module, self.stem, rewards, per_entry)
 
     def struct(self, role: str, views: Mapping[Any, wp.array]) -> Any:
         return _struct_of(self.module, f"{self.stem}{role}", views)
