@@ -175,6 +175,12 @@ class TestWholeRows:
         data = make_data(kind, (rows, steps), is_init, seed=seed)
         assert_same(run(ours, data, kind), oracle(ours, data, kind))
 
+    def test_is_init_without_trailing_dimension(self, kind):
+        ours, theirs = make_pair(kind)
+        shape = (3, 6)
+        data = make_data(kind, shape, pattern("random", shape, 4).squeeze(-1))
+        assert_same(run(ours, data, kind), run(theirs, data, kind))
+
     def test_float32_close_to_torchrl(self, kind):
         ours, theirs = make_pair(kind, dtype=torch.float32, hidden_size=5)
         shape = (5, 16)
@@ -297,7 +303,7 @@ class TestBadInputs:
         ours, _ = make_pair(kind)
         data = make_data(kind, (2, 3), pattern("first", (2, 3)))
         data.set("is_init", torch.zeros(2, 3, 2, dtype=torch.bool))
-        with pytest.raises(ValueError, match=r"'is_init' of shape \(2, 3, 1\)"):
+        with pytest.raises(ValueError, match=r"'is_init' of shape \(2, 3, 1\) \(or \(2, 3\)\)"):
             self.call(ours, data)
 
     def test_input_size(self, kind):

@@ -178,10 +178,10 @@ def _starts(name: str, tensordict: TensorDictBase, n_steps: int) -> torch.Tensor
         )
     if is_init.dtype != torch.bool:
         raise TypeError(f"{name} needs a bool 'is_init'; got dtype={is_init.dtype}.")
-    if is_init.shape != (*tensordict.shape, 1):
+    if is_init.shape not in (tensordict.shape, (*tensordict.shape, 1)):  # TorchRL takes both
         raise ValueError(
-            f"{name} expects 'is_init' of shape {(*tensordict.shape, 1)}; "
-            f"got shape={tuple(is_init.shape)}."
+            f"{name} expects 'is_init' of shape {(*tensordict.shape, 1)} (or "
+            f"{tuple(tensordict.shape)}); got shape={tuple(is_init.shape)}."
         )
     starts = is_init.reshape(-1, n_steps).clone()
     starts[:, 0] = True
