@@ -1,4 +1,4 @@
-"""Test-wide fixtures: RNG hygiene and quiet torchrl logging."""
+"""Test-wide fixtures: RNG hygiene, quiet torchrl logging, the marker of crafted files."""
 
 from __future__ import annotations
 
@@ -22,3 +22,14 @@ def _restore_rng_state():
     torch.set_rng_state(torch_state)
     np.random.set_state(numpy_state)
     random.setstate(python_state)
+
+
+@pytest.fixture
+def marker(tmp_path):
+    """The file a crafted file (``malicious_files``) creates if code from it runs.
+
+    The test fails if it exists afterwards.
+    """
+    path = tmp_path / "marker"
+    yield path
+    assert not path.exists(), "code from a crafted file ran"

@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from malicious_files import REFUSED, torch_file
 from scipy import stats
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
@@ -201,6 +202,30 @@ class TestEnvMajorSampler:
         restored.loads(tmp_path / "s")
         rb._sampler = restored
         assert [rb.sample()["env"][:, 0].tolist() for _ in range(2)] == rest
+
+    def test_buffer_round_trip(self, tmp_path):
+        rb = make_buffer(8, 2, seed=6)
+        rb.sample()
+        rb.dumps(tmp_path / "rb")
+        rest = [rb.sample()["env"][:, 0].tolist() for _ in range(2)]
+        restored = make_buffer(8, 2, seed=7)
+        restored.loads(tmp_path / "rb")
+        assert [restored.sample()["env"][:, 0].tolist() for _ in range(2)] == rest
+
+    @pytest.mark.parametrize("through", ["sampler", "buffer"])
+    def test_crafted_sampler_file_is_refused(self, tmp_path, marker, through):
+        """``sampler.pt`` is read with weights_only=True: code in it never runs, the file is
+        named, the sampler keeps its state. ``ReplayBuffer.loads`` reaches it the same way."""
+        rb = make_buffer(8, 2, seed=6)
+        rb.sample()
+        rb.dumps(tmp_path / "rb")
+        crafted = torch_file(tmp_path / "rb" / "sampler" / "sampler.pt", marker)
+        sampler = EnvMajorSampler()
+        target = ReplayBuffer(storage=LazyTensorStorage(16, ndim=2), sampler=sampler)
+        load = sampler.loads if through == "sampler" else target.loads
+        with pytest.raises(ValueError, match=f"{crafted} {REFUSED}"):
+            load(crafted.parent if through == "sampler" else tmp_path / "rb")
+        assert sampler.state_dict() == EnvMajorSampler().state_dict()
 
     @pytest.mark.parametrize("batch_size", [0, -4])
     def test_non_positive_batch_size_is_refused(self, batch_size):

@@ -106,7 +106,7 @@ class TestResume:
             _run(name, "--quick", "--out", str(tmp_path), "--save-every", str(every))
         monkeypatch.setattr(_common, "log_row", log_row)
         run = tmp_path / "seed0"
-        saved = torch.load(run / "checkpoint.pt", weights_only=False)["counters"]["frames"]
+        saved = _common.load_checkpoint(run / "checkpoint.pt")["counters"]["frames"]
         assert saved < stop  # the rows logged after the checkpoint are logged again
         _run(name, "--resume", str(run))
         reference, _ = uninterrupted[name]

@@ -81,7 +81,7 @@ class TestQuick:
 
     def test_checkpoint_and_replay(self, quick):
         out, (result,) = quick
-        state = torch.load(out / "checkpoint.pt", weights_only=False)
+        state = _common.load_checkpoint(out / "checkpoint.pt")
         assert state["counters"]["frames"] == result.frames
         assert state["counters"]["updates"] == _common.read_scalars(out)["updates"][-1][1]
         assert state["layout"]["workers"] == 2  # the default on a Ray with 2 CPUs
@@ -108,7 +108,7 @@ class TestResume:
         out, _ = quick
         run = tmp_path / "seed0"
         shutil.copytree(out, run)
-        state = torch.load(run / "checkpoint.pt", weights_only=False)
+        state = _common.load_checkpoint(run / "checkpoint.pt")
         saved = state["counters"]
         state["config"]["frames"] = saved["frames"] + 1024  # a longer budget to go on with
         _common.save_checkpoint(run / "checkpoint.pt", state)

@@ -1,6 +1,7 @@
-"""Replay-side components: sample units, fast-read storages and env-major minibatches."""
+"""Replay-side components: sample units, fast-read storages, env-major minibatches, safe loads."""
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches, EnvMajorSampler
+from torchrl_ext.data.safe_loading import load_replay
 from torchrl_ext.data.sample_units import SampleUnit, Sequence, Transition
 from torchrl_ext.data.storages import FastLazyMemmapStorage, FastLazyTensorStorage
 
@@ -12,4 +13,5 @@ __all__ = [
     "SampleUnit",
     "Sequence",
     "Transition",
+    "load_replay",
 ]

@@ -26,6 +26,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
 from torchrl_ext._checks import check_bool, check_int
+from torchrl_ext.data.safe_loading import load_plain
 
 _STATE_KEYS = ("chunks", "shape", "ran_out")
 
@@ -256,8 +257,13 @@ class EnvMajorSampler(Sampler):
         torch.save(self.state_dict(), path / "sampler.pt")
 
     def loads(self, path: str | Path) -> None:
-        """Loads the state saved by :meth:`dumps`."""
-        self.load_state_dict(torch.load(Path(path) / "sampler.pt", weights_only=False))
+        """Loads the state saved by :meth:`dumps`.
+
+        ``sampler.pt`` is read with ``weights_only=True``
+        (:func:`~torchrl_ext.data.safe_loading.load_plain`): a file holding anything but
+        tensors and plain data is refused with a :class:`ValueError` naming it.
+        """
+        self.load_state_dict(load_plain(Path(path) / "sampler.pt"))
 
 
 def _validated_state(

@@ -16,6 +16,7 @@ learner lends it (:mod:`~torchrl_ext.distributed.slots`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,6 +25,7 @@ from tensordict import TensorDict, TensorDictBase, is_leaf_nontensor
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._checks import check_optional_int
+from torchrl_ext.data.safe_loading import check_replay_folder
 from torchrl_ext.distributed.slots import SlotWriter, check_slot
 
 _ALIGN = 8  # every entry starts on an 8-byte boundary, so each view keeps its dtype's alignment
@@ -184,6 +186,19 @@ class PackedSampleReplayBuffer(TensorDictReplayBuffer):
         >>> (unpack_tensordict(rb.sample_packed()) == first).all()
         True
     """
+
+    def loads(self, path: str | Path) -> None:
+        """``TensorDictReplayBuffer.loads`` of a folder that holds data only.
+
+        TorchRL's ``loads`` unpickles files of the folder; the folder is first checked by
+        :func:`~torchrl_ext.data.safe_loading.check_replay_folder` in this process, the one that
+        reads it (a Ray service's, on its own node).
+
+        Raises:
+            ValueError: if a file of ``path`` holds anything but tensors and plain data; the
+                buffer is left as it was.
+        """
+        super().loads(check_replay_folder(path))
 
     def sample_packed(
         self, batch_size: int | None = None, slot: str | None = None

@@ -10,8 +10,9 @@ loss and training loop. Only these pieces are common to them:
   into the run folder.
 * :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
   the loss, optimizer, env, collector, torch's generator, logger) in one ``checkpoint.pt`` per
-  run folder, written atomically; on resume the CSV rows logged after the checkpoint are dropped,
-  so a resumed run's log equals an uninterrupted one. :func:`save_log` / :func:`restore_log`
+  run folder, written atomically and read back as data only (``weights_only=True``); on resume
+  the CSV rows logged after the checkpoint are dropped, so a resumed run's log equals an
+  uninterrupted one. :func:`save_log` / :func:`restore_log`
   are the config, counters and logger part of it, for a pipeline that saves the rest its own
   way.
 * :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
@@ -46,6 +47,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext._checks import check_float, check_int
+from torchrl_ext.data.safe_loading import load_plain
 from torchrl_ext.objectives import RecurrentGAE
 
 LoggerKind = Literal["csv", "tensorboard", "wandb"]
@@ -212,11 +214,16 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Reads a checkpoint written by :func:`save_checkpoint` (on the CPU)."""
+    """Reads a checkpoint written by :func:`save_checkpoint` (on the CPU).
+
+    The file is read with ``weights_only=True``: a checkpoint is tensors and plain data
+    (dicts, lists, numbers, strings), and a file that holds anything else is refused with a
+    :class:`ValueError` naming it, before anything in it can run.
+    """
     path = Path(path)
     if not path.is_file():
         raise SystemExit(f"--resume: no checkpoint at {path}; pass a run folder that holds one.")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return load_plain(path)
 
 
 def due(frames: int, previous: int, every: int) -> bool:
@@ -236,13 +243,15 @@ def save_run(
     """Saves everything a bitwise continuation needs into ``run.checkpoint``.
 
     That is what :func:`save_log` saves, the networks (through ``loss``), the optimizer, the
-    base env's state, the collector's state and next policy input and torch's global generator,
-    plus the pipeline's own ``parts`` (stored under their names).
+    base env's state, the collector's state and next policy input (as nested dicts of tensors)
+    and torch's global generator, plus the pipeline's own ``parts`` (stored under their names).
+    Every part is tensors and plain data, so that :func:`load_checkpoint` reads it with
+    ``weights_only=True``.
     """
     save_log(
         run, cfg, counters, logger, loss=loss.state_dict(), optim=optim.state_dict(),
         env=env.base_env.state_dict(), collector=collector.state_dict(),
-        carrier=collector._carrier.clone(),  # the collector's next policy input
+        carrier=collector._carrier.clone().to_dict(),  # the collector's next policy input
         torch_rng=torch.get_rng_state(), **parts,
     )  # fmt: skip
 

@@ -27,7 +27,8 @@ The learning rate stays constant for the first half of the frame budget, then de
 to a tenth, so the policy settles instead of oscillating around the solution once solved.
 Every ``--save-every`` frames the run saves the networks, the optimizer, the env and collector
 state, the replay buffer (``rb.dumps``), the random generators and the counters; ``--resume
-DIR`` continues bitwise.
+DIR`` continues bitwise. Both are read back as data only: the checkpoint with
+``weights_only=True``, the replay folder through :func:`torchrl_ext.data.load_replay`.
 
 Randomness: the envs take ``seed``; the initialization and the exploration draws use torch's
 global generator, seeded inside :func:`torch.random.fork_rng` (the caller's state is left
@@ -60,7 +61,7 @@ from torchrl.envs import (
 from torchrl.modules import EGreedyModule, LSTMModule, QValueModule
 from torchrl.objectives import HardUpdate
 
-from torchrl_ext.data import Sequence
+from torchrl_ext.data import Sequence, load_replay
 from torchrl_ext.envs import CartPoleEnv
 from torchrl_ext.examples import _common
 from torchrl_ext.objectives import R2D2Loss
@@ -361,7 +362,7 @@ def _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater
 
 def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run) -> None:
     _common.restore_run(run, state, loss_fn, optim, env, collector, logger)
-    rb.loads(Path(run.out) / "replay")
+    load_replay(rb, Path(run.out) / "replay")
     target_updater.counter = state["target_updater"]
 
 
