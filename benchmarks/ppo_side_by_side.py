@@ -242,9 +242,24 @@ def breakdown_rows(results: list[dict], pipelines: list[str]) -> list[str]:
     return rows
 
 
+def source_state() -> str:
+    """The commit the runs imported torchrl_ext from, and whether its package had local edits."""
+    git = ["git", "-C", str(HERE.parent)]
+    try:
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()  # fmt: skip
+        edits = subprocess.run([*git, "status", "--porcelain", "torchrl_ext"],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "torchrl_ext outside a git checkout"
+    changed = len(edits.splitlines())
+    return f"torchrl_ext at {commit}" + (f" with {changed} files edited" if changed else "")
+
+
 def report(
-    results: list[dict], pipelines: list[str], command: str, load: tuple[float, float]
-) -> str:
+    results: list[dict], pipelines: list[str], command: str, load: tuple[float, float],
+    source: str,
+) -> str:  # fmt: skip
     """The printed page: summary, time per frame by section, every run."""
     target = results[0]["target"]
     lines = [
@@ -252,7 +267,7 @@ def report(
         "",
         f"Command: `{command}` ({platform.machine()}, {os.cpu_count()} cores, one torch thread, "
         "each run a fresh process, pipelines interleaved over seeds; load average "
-        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end).",
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end; {source} at the start).",
         f"Target: mean return of the last 20 completed episodes >= {target:g}. Seconds: training "
         "wall time from the first batch, read after each batch's update. frames/s: over the "
         "whole run. Final mean return: the last-20 window at the end; final eval: 16 fresh "
@@ -297,13 +312,14 @@ def main(argv: list[str] | None = None) -> str:
         worker(args.worker, args.seeds[0], args.frames, args.quick)
         return ""
     pipelines = available(args.pipelines)
-    results, load_start = [], os.getloadavg()[0]
+    results, load_start, source = [], os.getloadavg()[0], source_state()
     for seed in args.seeds:
         for name in pipelines:
             results.append(spawn(name, seed, args))
             print(run_row(results[-1]), flush=True)
     command = "python benchmarks/ppo_side_by_side.py " + " ".join(argv or sys.argv[1:])
-    text = report(results, pipelines, command.strip(), (load_start, os.getloadavg()[0]))
+    load = (load_start, os.getloadavg()[0])
+    text = report(results, pipelines, command.strip(), load, source)
     print(text)
     if args.table:
         args.table.parent.mkdir(parents=True, exist_ok=True)
