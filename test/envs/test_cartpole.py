@@ -204,15 +204,23 @@ class TestCartPoleEnv:
             (torch.ones(4, 2, dtype=torch.int64), ValueError, r"action.shape=\(4, 2\)"),
             (torch.ones(4, 1, dtype=torch.int64), ValueError, r"action.shape=\(4, 1\)"),
             (torch.ones(4, dtype=torch.float32), TypeError, "action.dtype"),
-            (torch.tensor([0, 1, 2, 0]), ValueError, "got an entry 2"),
-            (torch.tensor([0, -1, 1, 0]), ValueError, "got an entry -1"),
+            (torch.tensor([0, 1, 2, 0]), ValueError, "must be 0 or 1, got an action entry 2"),
+            (torch.tensor([0, -1, 1, 0]), ValueError, "must be 0 or 1, got an action entry -1"),
+            (None, TypeError, "action must be a torch.Tensor, got action=None"),
         ]
         for action, err, match in cases:
+            inp = root.clone().exclude("action")
+            if action is not None:
+                inp.set("action", action)
             with pytest.raises(err, match=match):
-                env.step(root.clone().set("action", action))
+                env.step(inp.clone())
             with pytest.raises(err, match=match):
-                env.step_and_maybe_reset(root.clone().set("action", action))
+                env.step_and_maybe_reset(inp.clone())
             assert torch.equal(env.state, before)
+        meta = root.clone().clear_device_()  # a device-less input takes TorchRL's generic path
+        meta.set("action", torch.ones(4, dtype=torch.int64, device="meta"))
+        with pytest.raises(ValueError, match=r"action\.device=meta"):
+            env.step_and_maybe_reset(meta)
         with pytest.raises(TypeError, match="action"):
             env._load_actions({"action": [0, 1, 0, 1]})
         with pytest.raises(ValueError, match=r"action.shape=\(3,\)"):

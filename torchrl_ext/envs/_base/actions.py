@@ -39,7 +39,8 @@ def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
         low, high = (int(x) for x in torch.aminmax(action))
         if low < 0 or high >= upper:
             bad = low if low < 0 else high
-            raise ValueError(f"{name} entries must lie in [0, {upper}), got an entry {bad}.")
+            allowed = "be 0 or 1" if upper == 2 else f"lie in [0, {upper})"
+            raise ValueError(f"{name} entries must {allowed}, got an {name} entry {bad}.")
     elif upper is not None:
         bad = (action < 0) | (action >= upper)
         if bool(bad.any()):
@@ -51,6 +52,19 @@ def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
         if bool(nan.any()):
             index = tuple(int(i) for i in nan.nonzero()[0])
             raise ValueError(f"{name} must not contain NaN, got {name}[{index}]=nan.")
+
+
+def check_movable(tensordict: Any, keys: list, device: torch.device) -> None:
+    """Raise ``ValueError`` for an action that TorchRL could not move to ``device`` (meta).
+
+    TorchRL's generic step paths move the whole input to the env's device before any check of
+    ours runs; a meta tensor would fail there with an error that names no entry.
+    """
+    for key in keys:
+        action = tensordict.get(key, None)
+        if isinstance(action, torch.Tensor) and action.is_meta:
+            name = key_name(key)
+            raise ValueError(f"{name} must be on {device}, got {name}.device=meta.")
 
 
 def fault(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor | None:
@@ -85,13 +99,7 @@ def load_actions(
     loaded = []
     for key, buffer in buffers.items():
         name = key_name(key)
-        action = tensordict.get(key, None)
-        if action is None:
-            names = ", ".join(key_name(k) for k in buffers)
-            raise ValueError(
-                f"the input tensordict has no {name} entry; set every action entry ({names})."
-            )
-        check_tensor(name, action, buffer.dtype, [buffer.shape], device)
+        action = check_tensor(name, tensordict.get(key, None), buffer.dtype, [buffer.shape], device)
         if check is not None:
             check(key, action)
         else:

@@ -193,6 +193,7 @@ class TorchRLShim(EnvBase):
         step-then-``maybe_reset`` would, without its per-step ``where`` merge.
         """
         if not fused.takes_fast_path(self, tensordict):
+            actions.check_movable(tensordict, self._layout.action_keys, self.device)
             return env_step_and_maybe_reset(self, tensordict)
         lay = self._layout
         self._load_actions(tensordict)
