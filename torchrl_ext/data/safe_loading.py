@@ -19,8 +19,10 @@ A file that holds anything else is refused with a :class:`ValueError` that names
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import pickletools
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,13 @@ def load_plain(path: str | Path, map_location: str | torch.device | None = "cpu"
         raise ValueError(_refusal(path)) from None
 
 
+#: Pickle opcodes that name, build or call Python objects; plain data needs none of them.
+_OBJECT_OPCODES = frozenset(
+    {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD",
+     "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"}
+)  # fmt: skip
+
+
 class _PlainUnpickler(pickle.Unpickler):
     """Unpickles plain data only: any global (function, class) stops the load."""
 
@@ -84,12 +93,20 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def _check_plain_pickle(path: Path) -> None:
-    """Refuses a pickle file that names any Python object; only plain data loads from it."""
-    with path.open("rb") as file:
-        try:
-            _PlainUnpickler(file).load()
-        except Exception:  # any failure: it cannot be shown to be plain data
-            raise ValueError(_refusal(path)) from None
+    """Refuses a pickle file that names any Python object; only plain data loads from it.
+
+    The opcodes are read first without running any; then the file is unpickled by an
+    unpickler that can find no global.
+    """
+    data = path.read_bytes()
+    try:
+        plain = not {op.name for op, _, _ in pickletools.genops(data)} & _OBJECT_OPCODES
+        if plain:
+            _PlainUnpickler(io.BytesIO(data)).load()
+    except Exception:  # any failure: it cannot be shown to be plain data
+        plain = False
+    if not plain:
+        raise ValueError(_refusal(path))
 
 
 def _check_file(path: Path) -> None:
