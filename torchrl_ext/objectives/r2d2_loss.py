@@ -134,7 +134,9 @@ class R2D2Loss(LossModule):
     (``"action"``, an index or one-hot), ``reward``/``done``/``terminated`` (read under
     ``"next"``), ``priority`` (written, ``"td_error"``), ``is_init``, ``validity_mask``,
     ``learning_mask``, ``priority_weight`` (optional importance weights, one per window).
-    Recurrent-state keys are those of the network's ``LSTMModule``/``GRUModule`` submodules.
+    Recurrent-state keys are those of the network's ``LSTMModule``/``GRUModule`` submodules
+    (TorchRL's, or :mod:`torchrl_ext.modules`', which run the burn-in and the unroll as whole
+    rows).
 
     Args:
         value_network (TensorDictModuleBase): the Q-network; writes ``action_value``.
@@ -149,8 +151,8 @@ class R2D2Loss(LossModule):
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule, TensorDictSequential
-        >>> from torchrl.modules import LSTMModule
         >>> from torchrl.objectives import SoftUpdate
+        >>> from torchrl_ext.modules import LSTMModule
         >>> from torchrl_ext.objectives import R2D2Loss
         >>> _ = torch.manual_seed(0)
         >>> net = TensorDictSequential(
