@@ -298,7 +298,7 @@ class TestSignallingEnv:
         env = SignallingEnv(2, seed=0, vocab=3)
         root = env.reset()
         root["speaker", "action"] = torch.zeros(2, dtype=torch.int64)
-        with pytest.raises(ValueError, match=r"listener\.action"):
+        with pytest.raises(TypeError, match=r"listener\.action must be a torch\.Tensor"):
             env.step_and_maybe_reset(root)
 
     @pytest.mark.parametrize(
