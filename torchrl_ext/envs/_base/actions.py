@@ -39,8 +39,9 @@ def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
         low, high = (int(x) for x in torch.aminmax(action))
         if low < 0 or high >= upper:
             bad = low if low < 0 else high
-            allowed = "be 0 or 1" if upper == 2 else f"lie in [0, {upper})"
-            raise ValueError(f"{name} entries must {allowed}, got an {name} entry {bad}.")
+            if upper == 2:
+                raise ValueError(f"{name} entries must be 0 or 1, got an {name} entry {bad}.")
+            raise ValueError(f"{name} entries must lie in [0, {upper}), got an entry {bad}.")
     elif upper is not None:
         bad = (action < 0) | (action >= upper)
         if bool(bad.any()):
