@@ -93,17 +93,17 @@ def oracle(module, data, kind):
     return y, nexts, grads
 
 
-def assert_same(got, expected, atol=ATOL):
+def assert_same(got, expected, atol=ATOL, rtol=0.0):
     (y, nexts, grads), (y_ref, nexts_ref, grads_ref) = got, expected
-    torch.testing.assert_close(y, y_ref, atol=atol, rtol=0)
+    torch.testing.assert_close(y, y_ref, atol=atol, rtol=rtol)
     for n, n_ref in zip(nexts, nexts_ref, strict=True):
-        torch.testing.assert_close(n, n_ref, atol=atol, rtol=0)
+        torch.testing.assert_close(n, n_ref, atol=atol, rtol=rtol)
     assert len(grads) == len(grads_ref)
     for g, g_ref in zip(grads, grads_ref, strict=True):
         if g_ref is None:
             assert g is None or not g.any()
         else:
-            torch.testing.assert_close(g, g_ref, atol=atol, rtol=0)
+            torch.testing.assert_close(g, g_ref, atol=atol, rtol=rtol)
 
 
 def pattern(name, shape, seed=0):
@@ -185,7 +185,8 @@ class TestWholeRows:
         ours, theirs = make_pair(kind, dtype=torch.float32, hidden_size=5)
         shape = (5, 16)
         data = make_data(kind, shape, pattern("random", shape, 3), dtype=torch.float32)
-        assert_same(run(ours, data, kind), run(theirs, data, kind), atol=2e-5)
+        # float32: a different order of sums (and vectorized activations) than oneDNN's
+        assert_same(run(ours, data, kind), run(theirs, data, kind), atol=2e-5, rtol=1e-5)
 
 
 class TestHandCase:
