@@ -14,7 +14,7 @@ alike. The three pipelines:
 * ``cleanrl``: :mod:`_ppo_baselines.cleanrl_lstm_ppo`, plain torch, the demo's settings.
 * ``sb3``: :mod:`_ppo_baselines.sb3_recurrent_ppo`, sb3-contrib's ``RecurrentPPO`` with the
   demo's settings as far as its options go; skipped with a message when sb3-contrib is missing
-  (``pip install -e ".[compare]"``).
+  (``pip install -e ".[test]"``).
 
 All three step the same env (:class:`~torchrl_ext.envs.CartPoleEnv`, ``observe_velocity=False``)
 and are judged by the demo's own rule (:class:`torchrl_ext.examples._common.ReturnWindow`): the
@@ -180,7 +180,7 @@ def available(pipelines: list[str]) -> list[str]:
     """The requested pipelines that can run here; says why sb3 is left out if it is."""
     if "sb3" in pipelines and importlib.util.find_spec("sb3_contrib") is None:
         print("sb3-contrib is not installed: skipping RecurrentPPO "
-              '(install it with `pip install -e ".[compare]" -c constraints.txt`).')  # fmt: skip
+              '(install it with `pip install -e ".[test]" -c constraints.txt`).')  # fmt: skip
         return [p for p in pipelines if p != "sb3"]
     return pipelines
 

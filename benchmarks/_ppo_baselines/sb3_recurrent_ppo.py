@@ -1,6 +1,6 @@
 """sb3-contrib's ``RecurrentPPO`` with the PPO demo's settings, on a VecEnv of our CartPole.
 
-Needs ``stable-baselines3`` and ``sb3-contrib`` (``pip install -e ".[compare]"``); importing this
+Needs ``stable-baselines3`` and ``sb3-contrib`` (``pip install -e ".[test]"``); importing this
 module without them raises ``ImportError``.
 
 The env is the demo's own :class:`~torchrl_ext.envs.CartPoleEnv` (``observe_velocity=False``),
