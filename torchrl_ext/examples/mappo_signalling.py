@@ -50,12 +50,13 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.collectors import Collector
 from torchrl.envs import Compose, ExplorationType, InitTracker, TransformedEnv, set_exploration_type
-from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
+from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import SignallingEnv
 from torchrl_ext.examples import _common
+from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import RecurrentGAE
 
 GROUPS = ("speaker", "listener")

@@ -61,12 +61,13 @@ from torchrl.envs import (
     StepCounter,
     TransformedEnv,
 )
-from torchrl.modules import LSTMModule, ProbabilisticActor, set_recurrent_mode
+from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
 from torchrl_ext.examples import _common
 from torchrl_ext.examples._common import completed_returns
+from torchrl_ext.modules import LSTMModule
 
 PolicyKind = Literal["lstm", "mlp"]
 

@@ -58,12 +58,13 @@ from torchrl.envs import (
     RewardSum,
     TransformedEnv,
 )
-from torchrl.modules import EGreedyModule, LSTMModule, QValueModule
+from torchrl.modules import EGreedyModule, QValueModule
 from torchrl.objectives import HardUpdate
 
 from torchrl_ext.data import Sequence, load_replay
 from torchrl_ext.envs import CartPoleEnv
 from torchrl_ext.examples import _common
+from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import R2D2Loss
 
 STATE = ("recurrent_state_h", "recurrent_state_c")
