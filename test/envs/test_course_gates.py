@@ -248,6 +248,16 @@ class TestGeneratorApi:
         fresh.generate(seeds=5, epochs=2)
         assert torch.equal(gen.views["centerline"][2], fresh.views["centerline"][0])
 
+    @pytest.mark.parametrize("query", ["frame", "hit_posts"])
+    @pytest.mark.parametrize("bad", [math.nan, math.inf])
+    def test_non_finite_positions_are_refused(self, query, bad):
+        gen = CourseGenerator(2, seed=1, mode="gates")
+        positions = gen.views["checkpoints"][:, 0].clone()
+        positions[1, 0] = bad
+        args = (positions, 0.5) if query == "hit_posts" else (positions,)
+        with pytest.raises(ValueError, match=f"positions.*{bad}"):
+            getattr(gen, query)(*args)
+
     def test_reset_epoch_restores_first_courses(self):
         gen = CourseGenerator(4, seed=2, mode="gates")
         first = {k: v.clone() for k, v in gen.views.items()}

@@ -15,9 +15,17 @@ from torchrl_ext.envs.course._kernels.gates import locate_on_gates, touch_posts
 
 
 def check_positions(positions: torch.Tensor, num_envs: int, torch_device: torch.device) -> wp.array:
-    """Float32 ``[num_envs, 2]`` positions on the generator's device, as a vec2f Warp array."""
+    """Float32 ``[num_envs, 2]`` finite positions on the generator's device, as a vec2f array.
+
+    Raises:
+        ValueError: for a NaN or infinite position: no point of the plane is nearest to it.
+    """
     shape = (num_envs, 2)
     check_tensor("positions", positions, torch.float32, [shape], torch_device)
+    finite = positions.isfinite()
+    if not bool(finite.all()):
+        bad = positions[~finite][0].item()
+        raise ValueError(f"positions must be finite, got a position holding {bad!r}.")
     return wp.from_torch(positions.contiguous(), dtype=wp.vec2f)
 
 

@@ -400,7 +400,7 @@ class CourseGenerator:
 
         Raises:
             TypeError: for positions that are not a float32 tensor.
-            ValueError: for positions of the wrong shape or device.
+            ValueError: for positions of the wrong shape or device, or not finite.
 
         Examples:
             >>> from torchrl_ext.envs.course import CourseGenerator, CourseParams
@@ -426,7 +426,8 @@ class CourseGenerator:
 
         Raises:
             TypeError: for positions that are not a float32 tensor, or a non-number collision.
-            ValueError: for positions of the wrong shape or device, or a bad collision radius.
+            ValueError: for positions of the wrong shape or device or not finite, or a bad
+                collision radius.
 
         Examples:
             >>> from torchrl_ext.envs.course import CourseGenerator
