@@ -849,6 +849,87 @@ class TestSequenceBuffers:
         assert torch.equal(a["step"], b["step"])
 
 
+class TestSequenceRestore:
+    """A restored buffer gives the windows of the buffer it was saved from, whatever it held.
+
+    ``loads`` and ``load_state_dict`` restore the storage and the writer's cursor but not the
+    storage's own record of its last write; windows must follow the restored write seam (the
+    plain-loop reference) into a fresh buffer, a used one, a wrapped one and with ``traj_key``.
+    """
+
+    CAPACITY = 40
+    SAVED = [57, 25]  # a wrapped ring (seam inside the storage) and a partly filled one
+    TARGETS = {"fresh": 0, "used": 13, "wrapped": 83}
+
+    @staticmethod
+    def buffer(unit, capacity=CAPACITY):
+        return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sample_unit=unit)
+
+    @staticmethod
+    def restore(source, target, method, path):
+        if method == "loads":
+            source.dumps(path)
+            target.loads(path)
+        else:
+            target.load_state_dict(source.state_dict())
+
+    @pytest.mark.parametrize("saved", SAVED)
+    @pytest.mark.parametrize("target", list(TARGETS))
+    @pytest.mark.parametrize("method", ["loads", "load_state_dict"])
+    @pytest.mark.parametrize("boundary", ["pad", "stop", "include_reset"])
+    def test_done_flags_match_reference(self, saved, target, method, boundary, tmp_path):
+        params = {"length": 4, "episode_boundary": boundary, "burn_in": 2, "bootstrap": 1}
+        done = [i % 9 == 8 for i in range(saved)]
+        source = self.buffer(Sequence(**params))
+        source.extend(episodes_td(done))
+        unit = Sequence(**params, layout="batch_time")
+        restored = self.buffer(unit)
+        used = self.TARGETS[target]
+        if used:
+            restored.extend(episodes_td([i % 5 == 4 for i in range(used)], 1000))
+            unit.expand(torch.tensor([0]), {}, restored.storage)
+        self.restore(source, restored, method, tmp_path)
+        ring = ring_of(source, saved)
+        anchors = torch.arange(ring.written)
+        index, info = unit.expand(anchors, {}, restored.storage)
+        for anchor in anchors.tolist():
+            slots, valid, is_init = reference.expand(ring, anchor, **params)
+            assert index[anchor].tolist() == slots, anchor
+            assert info["validity_mask"][anchor].tolist() == valid, anchor
+            assert info["is_init"][anchor].tolist() == is_init, anchor
+
+    @pytest.mark.parametrize("target", list(TARGETS))
+    @pytest.mark.parametrize("method", ["loads", "load_state_dict"])
+    def test_trajectory_ids_follow_the_restored_write_order(self, target, method, tmp_path):
+        ids = [(i // 3) % 4 for i in range(57)]  # runs of 3 records, 4 ids in turn
+        params = {"length": 3, "episode_boundary": "pad", "burn_in": 2}
+
+        def records(values, start):
+            n = len(values)
+            data = {"traj": torch.tensor(values), "step": torch.arange(start, start + n)}
+            return TensorDict(data, [n])
+
+        source = self.buffer(Sequence(**params, traj_key="traj"))
+        source.extend(records(ids, 0))
+        unit = Sequence(**params, traj_key="traj")
+        restored = self.buffer(unit)
+        used = self.TARGETS[target]
+        if used:
+            restored.extend(records([i % 4 for i in range(used)], 1000))
+            unit.expand(torch.tensor([0]), {}, restored.storage)
+        self.restore(source, restored, method, tmp_path)
+        serial = {i % self.CAPACITY: i for i in range(len(ids))}  # slot -> write number
+        anchors = list(range(self.CAPACITY))
+        index, info = unit.expand(torch.tensor(anchors), {}, restored.storage)
+        index, valid = index.view(len(anchors), -1), info["validity_mask"].view(len(anchors), -1)
+        for anchor in anchors:
+            tid = ids[serial[anchor]]
+            chain = sorted((s for s in serial if ids[serial[s]] == tid), key=serial.get)
+            slots, ok = reference.expand_chain(chain, chain.index(anchor), **params)
+            assert index[anchor].tolist() == slots, anchor
+            assert valid[anchor].tolist() == ok, anchor
+
+
 class TestSequenceDevicesAndTypes:
     """CUDA storages take the batched-tensor path; flags of any dtype; units pickle."""
 

@@ -18,6 +18,7 @@ relative step ``j`` in ``[-back, forward]`` and how far the anchor's episode ext
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -145,6 +146,10 @@ def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tens
     return flags
 
 
+#: Per storage: its last-write record, its writers' cursors and the newest slot, as last read.
+_LAST_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def seam(storage: TensorStorage) -> tuple[int, int, int]:
     """Returns ``(written, oldest, newest)`` time coordinates of a ring-buffer storage."""
     length = len(storage)  # one length read: it takes a lock
@@ -153,24 +158,46 @@ def seam(storage: TensorStorage) -> tuple[int, int, int]:
         written = -(length // -total[1:].numel())  # time steps holding at least one record
         return written, 0, written - 1
     written = int(total[0])
-    cursor = storage._last_cursor_index
-    if cursor is None:
-        cursor = _writer_cursor(storage)
-    newest = (int(cursor) if cursor is not None else written - 1) % written
+    newest = _newest_slot(storage, written)
     return written, (newest + 1) % written, newest
 
 
-def _writer_cursor(storage: TensorStorage) -> int | None:
-    """The newest slot according to an attached buffer's round-robin writer.
+def _newest_slot(storage: TensorStorage, written: int) -> int:
+    """The slot of a full storage written last.
 
-    A storage restored with ``loads`` forgets its last write position, while the buffer's writer
-    keeps its cursor (the next slot to write) in its checkpoint.
+    The storage records the slot of each write, but ``loads`` and ``load_state_dict`` restore
+    the contents without it, so after a restore into a used buffer that record is stale; the
+    buffers' writers keep their cursor (the next slot to write) in their checkpoints. The
+    storage's record is trusted while an attached writer agrees with it, or when it moved
+    since the last read while the writers did not (a write straight into the storage);
+    otherwise the writer's cursor is.
     """
+    cursor = storage._last_cursor_index
+    cursor = None if cursor is None else int(cursor) % written
+    writers = tuple(_writer_cursors(storage))
+    seen = _LAST_READ.get(storage)
+    if seen is not None and seen[:2] == (cursor, writers):
+        return seen[2]  # nothing moved since the last read
+    by_writer = [(c - 1) % written for c in writers]
+    written_directly = seen is not None and seen[0] != cursor and seen[1] == writers
+    if cursor is None:
+        newest = by_writer[0] if by_writer else written - 1
+    elif not by_writer or cursor in by_writer or written_directly:
+        newest = cursor
+    else:
+        newest = by_writer[0]
+    _LAST_READ[storage] = (cursor, writers, newest)
+    return newest
+
+
+def _writer_cursors(storage: TensorStorage) -> list[int]:
+    """The cursors (next slot to write) of the round-robin writers of attached buffers."""
+    cursors = []
     for entity in storage._attached_entities:
         cursor = getattr(getattr(entity, "writer", None), "_cursor", None)
         if isinstance(cursor, int):
-            return cursor - 1
-    return None
+            cursors.append(cursor)
+    return cursors
 
 
 def reach_in_storage_order(
