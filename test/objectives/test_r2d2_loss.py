@@ -562,3 +562,85 @@ class TestR2D2LossValidation:
     def test_episode_start_after_burn_in(self):
         rb = window_buffer(random_episodes(0), "include_reset", burn_in=3, n_step=3, batch=64)
         self.check_refused(self.lstm_loss(), rb.sample(), "one episode")
+
+
+class TestR2D2LossCorruptValues:
+    """Values that would corrupt the loss are refused, naming the key and the value.
+
+    Rewards of the records a target sums (valid, after burn-in) and importance weights must be
+    finite (weights also ``>= 0`` and one per window); index actions whole numbers in
+    ``[0, A)``, one-hot actions one-hot. Nothing is written when a sample is refused; values
+    the loss never reads (burn-in rewards) are accepted.
+    """
+
+    def check_refused(self, sample, error, match):
+        loss = table_loss(ONLINE, TARGET)
+        with pytest.raises(error, match=match):
+            loss(sample)
+        assert "td_error" not in sample.keys()
+
+    @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+    @pytest.mark.parametrize("record", [1, 3])  # a learning record, the bootstrap record
+    def test_non_finite_reward(self, value, record):
+        sample = hand_window()
+        sample["next", "reward"][0, record] = value
+        self.check_refused(sample, ValueError, r"\('next', 'reward'\).*(nan|inf)")
+
+    def test_burn_in_reward_is_not_read(self):
+        sample = hand_window()
+        sample["next", "reward"][0, 0] = math.nan
+        table_loss(ONLINE, TARGET)(sample)
+        assert sample["td_error"].tolist() == [[0.0, 21.0, 30.0, 0.0]]
+
+    @pytest.mark.parametrize("value", [math.nan, math.inf, -0.5])
+    def test_bad_importance_weight(self, value):
+        sample = hand_window()
+        sample["priority_weight"] = torch.full((1, 4, 1), value)
+        self.check_refused(sample, ValueError, r"'priority_weight'.*(nan|inf|-0\.5)")
+
+    @pytest.mark.parametrize("shape", [(1, 4, 2), (1, 4, 1, 1)])
+    def test_undocumented_weight_shape(self, shape):
+        sample = hand_window()
+        sample["priority_weight"] = torch.ones(shape)
+        self.check_refused(sample, ValueError, re.escape(str(shape)))
+
+    def test_weights_must_be_one_per_window(self):
+        sample = hand_window()
+        sample["priority_weight"] = torch.tensor([[1.0, 1.0, 0.5, 1.0]])
+        self.check_refused(sample, ValueError, "one importance weight per window")
+
+    def test_weight_dtype(self):
+        sample = hand_window()
+        sample["priority_weight"] = torch.ones(1, 4, dtype=torch.bool)
+        self.check_refused(sample, TypeError, "priority_weight")
+
+    @pytest.mark.parametrize("value", [0.5, math.nan, 2.0, -1.0])
+    def test_bad_index_action(self, value):
+        sample = hand_window()
+        sample["action"] = sample["action"].float()
+        sample["action"][0, 2] = value
+        self.check_refused(sample, ValueError, r"'action'.*(0\.5|nan|2\.0|-1\.0)")
+
+    def test_integral_float_actions_are_indices(self):
+        sample = hand_window()
+        sample["action"] = sample["action"].float()
+        table_loss(ONLINE, TARGET)(sample)
+        assert sample["td_error"].tolist() == [[0.0, 21.0, 30.0, 0.0]]
+
+    def test_out_of_range_integer_action(self):
+        sample = hand_window()
+        sample["action"][0, 1] = 2
+        self.check_refused(sample, ValueError, r"'action'.*2")
+
+    @pytest.mark.parametrize("row", [[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]])
+    def test_not_one_hot(self, row):
+        sample = hand_window()
+        one_hot = nn.functional.one_hot(sample["action"], 2).float()
+        one_hot[0, 2] = torch.tensor(row)
+        sample["action"] = one_hot
+        self.check_refused(sample, ValueError, "one-hot")
+
+    def test_complex_reward(self):
+        sample = hand_window()
+        sample["next", "reward"] = sample["next", "reward"].to(torch.complex64)
+        self.check_refused(sample, TypeError, "reward")

@@ -118,7 +118,7 @@ class _Window:
     is_init: torch.Tensor  # [B, T] bool
     valid: torch.Tensor  # [B, T] bool
     learning: torch.Tensor  # [B, T] bool
-    weight: torch.Tensor | None  # [B]
+    weight: torch.Tensor | None  # [B, 1] or [B, T]
 
 
 class R2D2Loss(LossModule):
@@ -298,12 +298,16 @@ class R2D2Loss(LossModule):
 
         Raises:
             TypeError: if ``tensordict`` is not a TensorDict.
+            TypeError: if a reward, action or importance weight is not a real number.
             ValueError: if the sample is not ``[B, T]``, does not match ``burn_in`` or
-                ``n_step``, lacks a key, or its learning and bootstrap records cross an
-                episode start. Nothing is written then.
+                ``n_step``, lacks a key, its learning and bootstrap records cross an episode
+                start, a reward the targets sum or an importance weight is not finite (or a
+                weight is negative, or not one per window), or an action is not a whole
+                number in ``[0, A)`` (or not one-hot). Nothing is written then.
         """
         window = self._read_window(tensordict)
         online_q = self._window_q(tensordict, window, self.value_network_params)
+        self._check_values(window, online_q.shape[-1])
         with torch.no_grad():
             target_q = self._window_q(tensordict, window, self.target_value_network_params)
             targets = self._targets(window, online_q.detach(), target_q)
@@ -313,7 +317,7 @@ class R2D2Loss(LossModule):
         td = torch.where(mask, targets - taken, 0.0)
         per_window = td.pow(2).sum(1) / mask.sum(1).clamp(min=1)
         if window.weight is not None:
-            per_window = per_window * window.weight.to(per_window.dtype)
+            per_window = per_window * window.weight[:, 0].to(per_window.dtype)
         loss = 0.5 * per_window.mean()
         td_error = torch.zeros(tensordict.shape, dtype=td.dtype, device=td.device)
         td_error[:, rest] = td.detach().abs()
@@ -440,8 +444,6 @@ class R2D2Loss(LossModule):
             learning=self._per_record(tensordict, keys.learning_mask),
             weight=self._weights(tensordict),
         )
-        self._check_geometry(window)
-        self._check_one_episode(window)
         return window
 
     def _check_keys(self, tensordict: TensorDictBase) -> None:
@@ -467,10 +469,14 @@ class R2D2Loss(LossModule):
             )
         if not float_ok and value.dtype is not torch.bool:
             raise ValueError(f"{key!r} must be a bool flag, got dtype {value.dtype}.")
+        if float_ok:
+            _check_real(key, value)
         return value
 
     def _action(self, tensordict: TensorDictBase) -> torch.Tensor:
         action = tensordict.get(self.tensor_keys.action)
+        if action.is_complex():
+            raise TypeError(f"{self.tensor_keys.action!r} must be real, got dtype {action.dtype}.")
         if tuple(action.shape[:2]) != tuple(tensordict.shape) or action.ndim > 3:
             raise ValueError(
                 f"{self.tensor_keys.action!r} must be an action index [B, T] or [B, T, 1], or "
@@ -480,48 +486,151 @@ class R2D2Loss(LossModule):
         return action
 
     def _weights(self, tensordict: TensorDictBase) -> torch.Tensor | None:
-        weight = tensordict.get(self.tensor_keys.priority_weight, None)
+        """Importance weights ``[B]`` or ``[B, T]`` (checked to be one per window later)."""
+        key = self.tensor_keys.priority_weight
+        weight = tensordict.get(key, None)
         if weight is None:
             return None
-        batch = tensordict.shape[0]
-        if weight.shape[:1] != (batch,) or weight.ndim > 3:
+        _check_real(key, weight)
+        batch, size = tensordict.shape
+        if tuple(weight.shape) not in ((batch,), (batch, size), (batch, size, 1)):
             raise ValueError(
-                f"{self.tensor_keys.priority_weight!r} must hold one importance weight per "
-                f"window ([B], [B, T] or [B, T, 1] with B={batch}), got {tuple(weight.shape)}."
+                f"{key!r} must hold one importance weight per window, shaped [B], [B, T] or "
+                f"[B, T, 1] with [B, T] = [{batch}, {size}], got {tuple(weight.shape)}."
             )
-        return weight.reshape(batch, -1)[:, 0]
+        return weight.reshape(batch, -1)
 
-    def _check_geometry(self, window: _Window) -> None:
+    # -- checking values (one host read for all checks) -----------------------------------------
+
+    def _check_values(self, window: _Window, num_actions: int) -> None:
+        """Refuses samples that would corrupt the loss, reading one flag per check at once.
+
+        Each check is a 0-d bool tensor computed where the sample lives; they are read back
+        together (one device sync on CUDA), and only a failed check reads more to say where.
+        """
+        checks = [
+            *self._geometry_checks(window),
+            self._episode_check(window),
+            self._reward_check(window),
+            *self._weight_checks(window),
+            *_action_checks(window.action[:, self.burn_in :], num_actions, self.tensor_keys),
+        ]
+        checks = [check for check in checks if check is not None]
+        failed = torch.stack([bad for bad, _ in checks]).tolist()
+        for (_, refuse), bad in zip(checks, failed, strict=True):
+            if bad:
+                refuse()
+
+    def _geometry_checks(self, window: _Window) -> list:
         """The learning region starts at ``burn_in`` and is followed by ``n_step - 1`` records."""
         learning, burn_in = window.learning, self.burn_in
-        if bool(learning[:, :burn_in].any()) or not bool(learning[:, burn_in].all()):
+        columns = torch.arange(learning.shape[1], device=learning.device)
+        bootstrap = learning.shape[1] - 1 - torch.where(learning, columns, -1).amax()
+
+        def bad_start():
             raise ValueError(
                 f"burn_in={burn_in} does not match the sample: its learning_mask does not start "
                 "at column burn_in. Pass the sample unit's burn_in."
             )
-        columns = torch.arange(learning.shape[1], device=learning.device)
-        last = int(torch.where(learning, columns, -1).amax())
-        bootstrap = learning.shape[1] - 1 - last
-        if bootstrap < self.n_step - 1:
+
+        def too_short():
             raise ValueError(
                 f"n_step={self.n_step} needs n_step - 1 = {self.n_step - 1} bootstrap records "
-                f"after the learning region, the sample has {bootstrap}. Build the unit with "
-                f"Sequence(..., bootstrap={self.n_step - 1})."
+                f"after the learning region, the sample has {int(bootstrap)}. Build the unit "
+                f"with Sequence(..., bootstrap={self.n_step - 1})."
             )
 
-    def _check_one_episode(self, window: _Window) -> None:
+        starts_wrong = learning[:, :burn_in].any() | ~learning[:, burn_in].all()
+        return [(starts_wrong, bad_start), (bootstrap < self.n_step - 1, too_short)]
+
+    def _episode_check(self, window: _Window) -> tuple:
         """Learning and bootstrap records must not cross an episode start."""
         after = slice(self.burn_in + 1, None)
         crossing = window.is_init[:, after] & window.valid[:, after]
         rest = slice(self.burn_in, None)
         done, valid = window.done[:, rest], window.valid[:, rest]
         crossing = crossing | (done[:, :-1] & valid[:, 1:])
-        if bool(crossing.any()):
+
+        def refuse():
             raise ValueError(
                 "the learning and bootstrap records of a window must stay in one episode "
                 "(Sequence(..., episode_boundary='pad' or 'stop')); this sample has a valid "
                 f"record after an episode start or end past column burn_in={self.burn_in}."
             )
+
+        return crossing.any(), refuse
+
+    def _reward_check(self, window: _Window) -> tuple:
+        """Rewards a target can sum (valid records after burn-in) must be finite."""
+        rest = slice(self.burn_in, None)
+        bad = window.valid[:, rest] & ~torch.isfinite(window.reward[:, rest])
+        key = _next(self.tensor_keys.reward)
+        return bad.any(), lambda: _refuse_at(
+            key, window.reward[:, rest], bad, self.burn_in, "be finite on valid records"
+        )
+
+    def _weight_checks(self, window: _Window) -> list:
+        """Importance weights: finite, ``>= 0``, the same over each window's records."""
+        weight = window.weight
+        if weight is None:
+            return []
+        key = self.tensor_keys.priority_weight
+        bad = ~(torch.isfinite(weight) & (weight >= 0))
+
+        def not_one_per_window():
+            raise ValueError(
+                f"{key!r} must hold one importance weight per window; a [B, T] entry must be "
+                "the same over each window's records (as Sequence repeats the sampler's)."
+            )
+
+        varies = (weight != weight[:, :1]).any()
+        return [
+            (bad.any(), lambda: _refuse_at(key, weight, bad, 0, "be finite and >= 0")),
+            (varies, not_one_per_window),
+        ]
+
+
+def _action_checks(action: torch.Tensor, num_actions: int, keys) -> list:
+    """Index actions are whole numbers in ``[0, A)``; one-hot actions hold one 1 per record."""
+    key = keys.action
+    if _is_one_hot(action, num_actions):
+        ones = action != 0
+        bad = (ones & (action != 1)).any(-1) | (ones.sum(-1) != 1)
+        return [(bad.any(), lambda: _refuse_at(key, action, bad, 0, "be one-hot"))]
+    if action.ndim == 3 and action.shape[-1] != 1:
+        raise ValueError(
+            f"{key!r} has {action.shape[-1]} entries per record but the network gives "
+            f"{num_actions} action values; pass an index [B, T] or one-hot [B, T, A]."
+        )
+    index = action.reshape(action.shape[:2])
+    checks = []
+    if index.is_floating_point():
+        fractional = ~torch.isfinite(index) | (index != index.round())
+        checks.append(
+            (fractional.any(), lambda: _refuse_at(key, index, fractional, 0, "be whole numbers"))
+        )
+    outside = (index < 0) | (index >= num_actions)
+    rule = f"lie in [0, {num_actions})"
+    checks.append((outside.any(), lambda: _refuse_at(key, index, outside, 0, rule)))
+    return checks
+
+
+def _is_one_hot(action: torch.Tensor, num_actions: int) -> bool:
+    """Whether ``action`` ``[B, L, ...]`` is one-hot over ``num_actions`` (else an index)."""
+    return action.ndim == 3 and action.shape[-1] == num_actions and num_actions > 1
+
+
+def _refuse_at(key: NestedKey, values: torch.Tensor, bad: torch.Tensor, offset: int, rule: str):
+    """Raises naming ``key``, the first bad value and where it sits (record ``offset + t``)."""
+    row, col = (int(i) for i in bad.nonzero()[0])
+    value = values[row, col]
+    value = value.tolist() if value.ndim else value.item()
+    raise ValueError(f"{key!r} must {rule}, got {value!r} in window {row}, record {offset + col}.")
+
+
+def _check_real(key: NestedKey, value: torch.Tensor) -> None:
+    if value.dtype is torch.bool or value.is_complex():
+        raise TypeError(f"{key!r} must hold real numbers, got dtype {value.dtype}.")
 
 
 def _n_step_returns(
