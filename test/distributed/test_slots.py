@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -206,3 +209,74 @@ class TestSamplePackedIntoSlot:
         packed = filled_buffer().sample_packed()
         with pytest.raises(ValueError, match=r"packed\.data is None"):
             unpack_tensordict(packed._replace(data=None))
+
+
+def run_isolated(code: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter, so that a SIGBUS fails the test, not the run."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+
+
+class TestSlotsSurviveOtherProcesses:
+    """A slot file truncated or replaced by another process never kills the learner.
+
+    Reads copy the bytes out through the pool's own descriptor and check that the path still
+    names the file the pool made; a short or replaced slot is a ``RuntimeError`` that says so.
+    The writer re-checks the file's size before it hands out a view.
+    """
+
+    PRELUDE = """
+        import os
+        import numpy as np
+        from torchrl_ext.distributed.slots import SlotPool, SlotWriter
+        pool, writer = SlotPool(), SlotWriter()
+        slot = pool.acquire()
+        writer.map(slot, 1 << 20)[:] = 7
+    """
+
+    def test_a_held_read_survives_truncation(self):
+        done = run_isolated(
+            self.PRELUDE
+            + """
+        data = pool.read(slot, 1 << 20)
+        os.truncate(slot, 0)  # another process of the same user
+        assert int(data.sum()) == 7 << 20
+        try:
+            pool.read(slot, 1 << 20)
+        except RuntimeError as err:
+            print(err)
+        pool.close()
+        """
+        )
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+        assert "holds 0 bytes, expected 1048576" in done.stdout
+        assert "truncated" in done.stdout
+
+    def test_the_writer_survives_truncation(self):
+        done = run_isolated(
+            self.PRELUDE
+            + """
+        os.truncate(slot, 4096)
+        writer.map(slot, 1 << 20)[:] = 9
+        assert int(pool.read(slot, 1 << 20).sum()) == 9 << 20
+        pool.close()
+        """
+        )
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+    def test_a_replaced_slot_is_refused(self, pool):
+        slot = pool.acquire()
+        SlotWriter().map(slot, 64)[:] = 1
+        os.unlink(slot)
+        with open(slot, "wb") as f:
+            f.write(bytes(64))
+        with pytest.raises(RuntimeError, match="replaced"):
+            pool.read(slot, 64)
+
+    def test_a_deleted_slot_is_refused(self, pool):
+        slot = pool.acquire()
+        SlotWriter().map(slot, 64)
+        os.unlink(slot)
+        with pytest.raises(RuntimeError, match="deleted"):
+            pool.read(slot, 64)

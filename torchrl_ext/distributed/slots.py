@@ -7,9 +7,10 @@ an actor call took 2.6 to 3.6 ms that way, 1.1 to 1.5 ms written into a slot, an
 :doc:`/scaling`). A *slot* is a
 file in ``/dev/shm`` owned by the learner. The learner sends the slot's path with its
 request; the service writes the packed sample into the file and returns only the schema;
-the learner copies the entries out. Each slot serves one request at a time and is lent
-again only after its sample has been copied out, so the service never writes into bytes the
-learner is reading. Where the service cannot open the path (it runs on another node, or
+the learner copies the bytes out through its own descriptor (never a map, so a slot file
+truncated by another process gives a clear error, not ``SIGBUS``). Each slot serves one
+request at a time and is lent again only after its sample has been copied out, so the
+service never writes into bytes the learner is reading. Where the service cannot open the path (it runs on another node, or
 sees another ``/dev/shm``), it returns the sample through Ray, as without slots.
 
 :class:`SlotPool` is the learner's side, :class:`SlotWriter` the service's.
@@ -81,9 +82,9 @@ class SlotPool:
         self._free: list[str] = []
         self._lent: set[str] = set()
         self._paths: set[str] = set()
-        self._maps: dict[str, mmap.mmap] = {}
+        self._fds: dict[str, int] = {}  # each slot's file as the pool made it
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _unlink_all, self._paths, self._owner)
+        self._finalizer = weakref.finalize(self, _delete_all, self._paths, self._fds, self._owner)
 
     def acquire(self) -> str | None:
         """A free slot's path (a new empty file if none is free), or ``None`` without slots."""
@@ -93,7 +94,7 @@ class SlotPool:
             if not self._free:
                 path = f"{self._prefix}{self._count}"
                 self._count += 1
-                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+                self._fds[path] = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 self._paths.add(path)
                 self._free.append(path)
             path = self._free.pop()
@@ -101,19 +102,31 @@ class SlotPool:
             return path
 
     def read(self, path: str, nbytes: int) -> np.ndarray:
-        """The first ``nbytes`` of lent slot ``path``, a read-only view (copy before release)."""
+        """A copy of the first ``nbytes`` of lent slot ``path``.
+
+        The bytes are read through the descriptor the pool opened when it made the slot, never
+        through a map: another process that truncates the file makes the read short, which is
+        reported, instead of killing this process with ``SIGBUS``.
+
+        Raises:
+            RuntimeError: if the slot holds fewer than ``nbytes`` bytes (truncated), or its path
+                no longer names the file the pool made (deleted or replaced).
+        """
         nbytes = check_int("nbytes", nbytes, minimum=0)
         self._check_lent(path)
-        if nbytes == 0:
-            return np.zeros(0, dtype=np.uint8)
-        view = self._maps.get(path)
-        if view is None or len(view) < nbytes:  # first read, or the service grew the file
-            with open(path, "rb") as f:
-                view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._maps[path] = view
-        if len(view) < nbytes:
-            raise RuntimeError(f"slot {path} holds {len(view)} bytes, expected {nbytes}.")
-        return np.frombuffer(view, dtype=np.uint8, count=nbytes)
+        out = np.empty(nbytes, dtype=np.uint8)
+        fd = self._fds[path]
+        _check_same_file(path, fd)
+        got = 0
+        while got < nbytes:
+            count = os.preadv(fd, [memoryview(out)[got:]], got)
+            if count == 0:
+                raise RuntimeError(
+                    f"slot {path} holds {got} bytes, expected {nbytes}: it was truncated (by "
+                    "another process, or the service could not write the sample)."
+                )
+            got += count
+        return out
 
     def release(self, path: str | None) -> None:
         """Lends ``path`` again: its sample has been copied out (``None`` is ignored)."""
@@ -129,8 +142,8 @@ class SlotPool:
         with self._lock:
             self._take_back(path)
             self._paths.discard(path)
-            self._maps.pop(path, None)
-        _unlink_all({path}, self._owner)
+            fds = {path: self._fds.pop(path)} if path in self._fds else {}
+        _delete_all({path}, fds, self._owner)
 
     def _take_back(self, path: str) -> None:
         """Marks lent slot ``path`` as no longer lent (call with the lock held)."""
@@ -146,12 +159,28 @@ class SlotPool:
         with self._lock:
             self._free.clear()
             self._lent.clear()
-            self._maps.clear()
-            _unlink_all(self._paths, self._owner)
+            _delete_all(self._paths, self._fds, self._owner)
 
 
-def _unlink_all(paths: set[str], owner: int) -> None:
-    """Deletes ``paths`` when called in the process that made them (not in a forked child)."""
+def _check_same_file(path: str, fd: int) -> None:
+    """Raises unless ``path`` still names the file open as ``fd`` (not deleted, not replaced)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        raise RuntimeError(f"slot {path} was deleted by another process.") from None
+    made = os.fstat(fd)
+    if (named.st_dev, named.st_ino) != (made.st_dev, made.st_ino):
+        raise RuntimeError(
+            f"slot {path} was replaced by another file (another process deleted and re-created "
+            "it); its bytes are not the service's sample."
+        )
+
+
+def _delete_all(paths: set[str], fds: dict[str, int], owner: int) -> None:
+    """Closes ``fds`` and deletes ``paths``, the latter only in the process that made them."""
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
     if os.getpid() != owner:
         return
     for path in list(paths):
@@ -166,7 +195,10 @@ class SlotWriter:
     """The service's side: maps the slots it is asked to write into, a few at a time.
 
     It writes only into regular files directly in ``/dev/shm`` whose names start with
-    ``PREFIX``, owned by its own user and with one link: never through a symbolic link.
+    ``PREFIX``, owned by its own user and with one link: never through a symbolic link. Before
+    each view it checks the file's size again, so a slot another process truncated is grown
+    back rather than written past its end (which would kill the service with ``SIGBUS``); a
+    file shrunk during the copy itself is not guarded against.
 
     Args:
         max_open (int, optional): slots kept mapped, ``>= 1``; the least recently written is
@@ -215,8 +247,12 @@ class SlotWriter:
                 stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
             ):
                 return None
-            if held is not None and held[0] == info.st_ino and len(held[1]) >= nbytes:
-                return held
+            if (
+                held is not None
+                and held[0] == info.st_ino
+                and min(len(held[1]), info.st_size) >= nbytes
+            ):
+                return held  # still the same file, and no one shrank it below nbytes
             size = max(info.st_size, nbytes, 1)
             if info.st_size < size:
                 # Reserve the pages now: on a full /dev/shm this fails here, and the sample
