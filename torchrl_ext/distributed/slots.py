@@ -10,8 +10,9 @@ request; the service writes the packed sample into the file and returns only the
 the learner copies the bytes out through its own descriptor (never a map, so a slot file
 truncated by another process gives a clear error, not ``SIGBUS``). Each slot serves one
 request at a time and is lent again only after its sample has been copied out, so the
-service never writes into bytes the learner is reading. Where the service cannot open the path (it runs on another node, or
-sees another ``/dev/shm``), it returns the sample through Ray, as without slots.
+service never writes into bytes the learner is reading. Where the service cannot open the
+path (it runs on another node, or sees another ``/dev/shm``), it returns the sample through
+Ray, as without slots.
 
 :class:`SlotPool` is the learner's side, :class:`SlotWriter` the service's.
 """
