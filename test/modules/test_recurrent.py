@@ -110,13 +110,13 @@ def pattern(name, shape, seed=0):
     """Bool ``[*shape, 1]`` ``is_init`` layouts."""
     gen = torch.Generator().manual_seed(seed)
     if name == "random":
-        flags = torch.rand(*shape, generator=gen) < 0.3
+        flags = torch.rand(shape, generator=gen) < 0.3
     elif name == "every":
-        flags = torch.ones(*shape, dtype=torch.bool)
+        flags = torch.ones(shape, dtype=torch.bool)
     elif name == "none":
-        flags = torch.zeros(*shape, dtype=torch.bool)
+        flags = torch.zeros(shape, dtype=torch.bool)
     else:  # "first": only the rows' first steps, as a fresh rollout
-        flags = torch.zeros(*shape, dtype=torch.bool)
+        flags = torch.zeros(shape, dtype=torch.bool)
         flags[..., 0] = True
     return flags.unsqueeze(-1)
 
@@ -275,6 +275,92 @@ class TestTorchRLFace:
         shape = (3, 6)
         data = make_data(kind, shape, pattern("random", shape), num_layers=2)
         assert_same(run(ours, data, kind), run(theirs, data, kind))
+
+
+class TestStepMode:
+    """Outside recurrent mode (a collector's step), every output and gradient is TorchRL's."""
+
+    def step_outputs(self, module, data, kind):
+        data = data.clone()
+        leaves = [data["obs"].requires_grad_()]
+        leaves += [data[k].requires_grad_() for k in KINDS[kind][2] if k in data.keys()]
+        out = module(data)
+        keys = ["y", *(("next", k) for k in KINDS[kind][2])]
+        loss = sum((out[k] * (i + 1.5)).sum() for i, k in enumerate(keys))
+        grads = torch.autograd.grad(loss, leaves + list(module.parameters()))
+        return [out[k] for k in keys], grads
+
+    @pytest.mark.parametrize("shape", [(), (1,), (6,), (2, 3), (2, 2, 2)])
+    @pytest.mark.parametrize("flags", ["random", "every", "none"])
+    @pytest.mark.parametrize("stored", [True, False])
+    def test_equals_torchrl_bitwise(self, kind, shape, flags, stored):
+        ours, theirs = make_pair(kind, dtype=torch.float32, num_layers=2)
+        data = make_data(kind, shape, pattern(flags, shape), 2, stored, torch.float32)
+        got, ref = self.step_outputs(ours, data, kind), self.step_outputs(theirs, data, kind)
+        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
+            assert torch.equal(a, b)
+
+    @pytest.mark.parametrize("kwargs", [{"bidirectional": True}, {"bias": False}])
+    def test_other_layers_equal_torchrl(self, kind, kwargs):
+        ours, theirs = make_pair(kind, dtype=torch.float32, **kwargs)
+        depth = 2 if kwargs.get("bidirectional") else 1
+        data = make_data(kind, (4,), pattern("random", (4,)), depth, True, torch.float32)
+        got, ref = self.step_outputs(ours, data, kind), self.step_outputs(theirs, data, kind)
+        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
+            assert torch.equal(a, b)
+
+    def test_projected_lstm_equals_torchrl_and_the_layer(self):
+        """Without stored states, TorchRL's output; with them (where TorchRL's step path fails
+        on a projected LSTM), one call of the layer on the states zeroed at ``is_init``."""
+        ours, theirs = make_pair("lstm", dtype=torch.float32, proj_size=2)
+        data = make_data("lstm", (4,), pattern("random", (4,)), stored=False, dtype=torch.float32)
+        got, ref = self.step_outputs(ours, data, "lstm"), self.step_outputs(theirs, data, "lstm")
+        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
+            assert torch.equal(a, b)
+        h, c = torch.randn(4, 1, 2), torch.randn(4, 1, 5)
+        out = ours(data.update({"recurrent_state_h": h, "recurrent_state_c": c}))
+        keep = ~data["is_init"].reshape(4, 1, 1)
+        states = ((h * keep).transpose(0, 1), (c * keep).transpose(0, 1))
+        y, (h_next, c_next) = ours.lstm(data["obs"].unsqueeze(1), states)
+        assert torch.equal(out["y"], y.squeeze(1))
+        assert torch.equal(out["next", "recurrent_state_h"], h_next.transpose(0, 1))
+        assert torch.equal(out["next", "recurrent_state_c"], c_next.transpose(0, 1))
+
+    def test_zeroes_the_state_at_is_init(self, kind):
+        """Hand case: a row with ``is_init`` set steps from zeros, whatever state it carries."""
+        ours, _ = make_pair(kind)
+        data = make_data(kind, (2,), torch.tensor([[True], [False]]))
+        clean = data.clone()
+        for key in KINDS[kind][2]:
+            clean[key][0] = 0.0
+        assert torch.equal(ours(data.clone())["y"][0], ours(clean)["y"][0])
+        assert not torch.equal(
+            ours(data.clone())["y"][1], ours(clean.apply(torch.zeros_like))["y"][1]
+        )
+
+    @pytest.mark.parametrize(
+        "kind, case",
+        [(k, c) for k in sorted(KINDS) for c in ["no_is_init", "state_shape", "input_size"]]
+        + [("lstm", "one_state")],  # a GRU has one state: without it, it runs from zeros
+    )
+    def test_unusual_inputs_meet_torchrl_s_path(self, kind, case):
+        """What the step path cannot read goes to TorchRL's, which raises its own error."""
+        ours, theirs = make_pair(kind)
+        data = make_data(kind, (3,), pattern("random", (3,)))
+        if case == "no_is_init":
+            data = data.exclude("is_init")
+        elif case == "state_shape":
+            data[KINDS[kind][2][0]] = torch.zeros(3, 2, 5, dtype=torch.float64)
+        elif case == "one_state":
+            data = data.exclude(KINDS[kind][2][0])
+        else:
+            data["obs"] = torch.zeros(3, 4, dtype=torch.float64)
+        errors = []
+        for module in (ours, theirs):
+            with pytest.raises(Exception) as info:
+                module(data.clone())
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1]
 
 
 def ours_layers(module):

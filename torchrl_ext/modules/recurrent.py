@@ -71,8 +71,11 @@ class LSTMModule(_torchrl_modules.LSTMModule):
 
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Runs one step per row (TorchRL's path) or, in recurrent mode, whole rows."""
-        if not (self.recurrent_mode and _runs_whole_rows(self.lstm, self.recurrent_backend)):
+        """Runs one step per row or, in recurrent mode, whole rows."""
+        if not self.recurrent_mode:
+            out = _forward_step(self, self.lstm, tensordict)
+            return super().forward(tensordict) if out is None else out
+        if not _runs_whole_rows(self.lstm, self.recurrent_backend):
             return super().forward(tensordict)
         return _forward_rows(self, self.lstm, tensordict, _lstm_layers)
 
@@ -106,8 +109,11 @@ class GRUModule(_torchrl_modules.GRUModule):
 
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Runs one step per row (TorchRL's path) or, in recurrent mode, whole rows."""
-        if not (self.recurrent_mode and _runs_whole_rows(self.gru, self.recurrent_backend)):
+        """Runs one step per row or, in recurrent mode, whole rows."""
+        if not self.recurrent_mode:
+            out = _forward_step(self, self.gru, tensordict)
+            return super().forward(tensordict) if out is None else out
+        if not _runs_whole_rows(self.gru, self.recurrent_backend):
             return super().forward(tensordict)
         return _forward_rows(self, self.gru, tensordict, _gru_layers)
 
@@ -121,6 +127,68 @@ def _runs_whole_rows(layer: nn.Module, backend: str) -> bool:
         and not (layer.training and layer.dropout > 0 and layer.num_layers > 1)
         and backend in ("pad", "auto")
     )
+
+
+def _forward_step(
+    module: nn.Module, layer: nn.Module, tensordict: TensorDictBase
+) -> TensorDictBase | None:
+    """One step per row, as TorchRL's step path computes it, without its tensordict reshapes.
+
+    Returns ``None``, so that TorchRL's path runs (and reports what is wrong), for anything but
+    plain tensors of the expected shapes or a layer other than ``nn.LSTM``/``nn.GRU``.
+    """
+    shape = tensordict.shape
+    x = tensordict.get(module.in_keys[0], None)
+    is_init = tensordict.get("is_init", None)
+    if not (
+        type(layer) in (nn.LSTM, nn.GRU)
+        and isinstance(x, torch.Tensor)
+        and x.shape == (*shape, layer.input_size)
+        and isinstance(is_init, torch.Tensor)
+        and is_init.dtype == torch.bool
+        and is_init.shape in (shape, (*shape, 1))
+    ):
+        return None
+    initial = _step_states(module, layer, tensordict, is_init, x)
+    if initial is None:
+        return None
+    n = is_init.numel()
+    y, final = layer(x.reshape(n, 1, -1), tuple(initial) if len(initial) > 1 else initial[0])
+    tensordict.set(module.out_keys[0], y.reshape(*shape, y.shape[-1]))
+    finals = final if isinstance(final, tuple) else (final,)
+    for key, state in zip(module.out_keys[1:], finals, strict=True):
+        tensordict.set(key, state.transpose(0, 1).reshape(*shape, *state.shape[::2]))
+    return tensordict
+
+
+def _step_states(
+    module: nn.Module,
+    layer: nn.Module,
+    tensordict: TensorDictBase,
+    is_init: torch.Tensor,
+    x: torch.Tensor,
+) -> list[torch.Tensor] | None:
+    """The states a step starts from, ``[layers, n, size]`` each, zero where ``is_init``.
+
+    Zeros when the tensordict holds no state; ``None`` when its states are not all tensors of
+    shape ``[*batch, layers, size]``.
+    """
+    keys = [k for k in module.in_keys[1:] if k != "is_init"]
+    depth = layer.num_layers * (2 if layer.bidirectional else 1)
+    sizes = [getattr(layer, "proj_size", 0) or layer.hidden_size, layer.hidden_size]
+    n = is_init.numel()
+    states = [tensordict.get(key, None) for key in keys]
+    if all(state is None for state in states):
+        return [x.new_zeros(depth, n, size) for size in sizes[: len(keys)]]
+    expected = [(*tensordict.shape, depth, size) for size in sizes[: len(keys)]]
+    if not all(
+        isinstance(s, torch.Tensor) and s.shape == e for s, e in zip(states, expected, strict=True)
+    ):
+        return None
+    reset = is_init.reshape(n, 1, 1)
+    return [
+        torch.where(reset, 0, s.reshape(n, depth, -1)).transpose(0, 1).contiguous() for s in states
+    ]
 
 
 Layers = Callable[[nn.Module, torch.Tensor, tuple | None, torch.Tensor], tuple[torch.Tensor, list]]
