@@ -14,7 +14,6 @@ import torch
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_choice, check_int
-from torchrl_ext.envs._base.saved import require
 from torchrl_ext.envs._kernels import signalling as _k
 from torchrl_ext.envs.warp_env import WarpEnv, WarpFunctions, state_view
 
@@ -137,17 +136,14 @@ class SignallingEnv(WarpEnv):
             self.full_reward_spec = groups("reward", {g: reward.clone() for g in GROUPS})
 
     def _state_arrays(self) -> dict:
-        return {"target": torch.int32, "token": torch.int32}
+        v = self.vocab
+        return {"target": (torch.int32, (), (0, v - 1)), "token": (torch.int32, (), (-1, v - 1))}
+
+    def _max_episode_steps(self) -> int:
+        return self.delay + 2  # the answer, at step delay + 1, terminates
 
     def _constants(self) -> dict[str, int]:
         return {"vocab": self.vocab, "delay": self.delay}
 
     target = state_view("target", "The ``[num_envs]`` int32 targets of the current episodes.")
     token = state_view("token", "The ``[num_envs]`` int32 tokens sent, ``-1`` before step 0.")
-
-    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
-        super()._check_state_values(state)
-        v = self.vocab
-        target, token = state["target"], state["token"]
-        require("target", target, (target >= 0) & (target < v), f"targets lie in [0, {v})")
-        require("token", token, (token >= -1) & (token < v), f"tokens lie in [-1, {v})")

@@ -19,12 +19,17 @@ import torch
 import warp as wp
 
 from torchrl_ext._checks import check_bool, check_int, check_optional_int
-from torchrl_ext.envs._base import actions, saved
+from torchrl_ext.envs._base import actions, physics, saved
 from torchrl_ext.envs._base.actions import key_name as _key_name
 from torchrl_ext.envs._base.arguments import check_device, check_float_dtype, check_seed
 from torchrl_ext.envs._base.launcher import Launch, Launcher
 from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
-from torchrl_ext.envs._base.physics import GeneratedPhysics, WarpFunctions, declared_arrays
+from torchrl_ext.envs._base.physics import (
+    GeneratedPhysics,
+    WarpFunctions,
+    declared_arrays,
+    state_view,
+)
 from torchrl_ext.envs._base.shim import TorchRLShim
 from torchrl_ext.envs._kernels.common import (
     Episodes,
@@ -62,19 +67,6 @@ __all__ = [
 ]
 
 _NO_LIMIT = 2**31 - 1
-
-
-def state_view(name: str, doc: str) -> property:
-    """A read-only property: the live tensor of the declared state array ``name``.
-
-    Args:
-        name (str): a name from the env's :meth:`~WarpEnv._state_arrays`.
-        doc (str): the property's docstring.
-
-    Returns:
-        A property returning the ``[num_envs, ...]`` tensor the kernels update in place.
-    """
-    return property(lambda env: env._arrays[name], doc=f"{doc} A live view.")
 
 
 class WarpEnv(TorchRLShim):
@@ -223,8 +215,15 @@ class WarpEnv(TorchRLShim):
         raise NotImplementedError(f"{type(self).__name__} must implement _make_specs().")
 
     def _state_arrays(self) -> dict[str, Any]:
-        """The per-env state: ``name -> dtype`` or ``(dtype, shape)``; ``float``: the env dtype."""
+        """The per-env state: ``name -> dtype``, ``(dtype, shape)`` or ``(dtype, shape, range)``.
+
+        ``float``: the env dtype; ``range``: ``(low, high)`` (included), checked on loading.
+        """
         return {}
+
+    def _max_episode_steps(self) -> int | None:
+        """Most steps an episode lasts by the env's rules (None: no bound); loading checks it."""
+        return None
 
     def _constants(self) -> dict[str, float | int | bool]:
         """Named constants the Warp functions read from ``params`` (floats in the env dtype)."""
@@ -233,11 +232,13 @@ class WarpEnv(TorchRLShim):
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         """Raise ``ValueError`` for values no run of this env reaches (e.g. an index out of range).
 
-        ``state`` has the keys, dtypes and shapes of :meth:`state_dict` (already checked). Envs
-        whose functions index arrays with state values extend this, so that a loaded state never
-        makes a kernel read out of bounds.
+        ``state`` has the keys, dtypes and shapes of :meth:`state_dict`. The base checks its
+        counters, the seed, finite floats and the ranges of :meth:`_state_arrays`; envs extend
+        this for more (a permutation), so that no loaded state makes a kernel read out of bounds.
         """
-        saved.check_base_values(state)
+        own = self._max_episode_steps()
+        saved.check_base_values(state, self._limit if own is None else min(own, self._limit))
+        saved.check_ranges(state, physics.declared_ranges(self._state_arrays()))
 
     def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
         """Raise ``ValueError`` if ``action`` (entry ``key``) holds values the env cannot step.

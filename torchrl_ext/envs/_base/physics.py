@@ -64,12 +64,23 @@ def _constant_type(name: str, value: Any, dtype: torch.dtype) -> Any:
 _RESERVED = frozenset({"seed", "steps", "episode", "done", "terminated", "truncated", "reward"})
 
 
+def _parts(kind: Any) -> tuple[Any, tuple[int, ...], tuple[float, float] | None]:
+    """A declaration as ``(dtype, per-env shape, range or None)``."""
+    if not isinstance(kind, tuple):
+        return kind, (), None
+    if len(kind) == 3:
+        return kind[0], tuple(kind[1]), tuple(kind[2])
+    return kind[0], tuple(kind[1]), None
+
+
 def declared_arrays(
     env_name: str, declared: Mapping[str, Any], dtype: torch.dtype
 ) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """An env's ``_state_arrays()`` as ``name -> (torch dtype, per-env shape)``.
 
-    ``float`` stands for the env's float ``dtype``; a bare dtype is a scalar per env.
+    ``float`` stands for the env's float ``dtype``; a bare dtype is a scalar per env. A
+    declaration may end with a range, ``(dtype, shape, (low, high))`` (see
+    :func:`declared_ranges`).
 
     Raises:
         ValueError: for a name the base saves itself.
@@ -81,9 +92,36 @@ def declared_arrays(
                 f"{env_name}._state_arrays() declares {name!r}, a name the base saves itself "
                 f"({', '.join(sorted(_RESERVED))}); rename it."
             )
-        kind_dtype, shape = kind if isinstance(kind, tuple) else (kind, ())
-        arrays[name] = (dtype if kind_dtype is float else kind_dtype, tuple(shape))
+        kind_dtype, shape, _ = _parts(kind)
+        arrays[name] = (dtype if kind_dtype is float else kind_dtype, shape)
     return arrays
+
+
+def declared_ranges(declared: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """The ranges of an env's ``_state_arrays()``: ``name -> (low, high)``, both included.
+
+    A loaded state whose values leave a declared range is refused; envs whose functions index
+    arrays with a state value declare its range so that no loaded state reads out of bounds.
+    """
+    ranges = {}
+    for name, kind in declared.items():
+        bounds = _parts(kind)[2]
+        if bounds is not None:
+            ranges[name] = bounds
+    return ranges
+
+
+def state_view(name: str, doc: str) -> property:
+    """A read-only property: the live tensor of the declared state array ``name``.
+
+    Args:
+        name (str): a name from the env's :meth:`~torchrl_ext.envs.WarpEnv._state_arrays`.
+        doc (str): the property's docstring.
+
+    Returns:
+        A property returning the ``[num_envs, ...]`` tensor the kernels update in place.
+    """
+    return property(lambda env: env._arrays[name], doc=f"{doc} A live view.")
 
 
 class GeneratedPhysics:

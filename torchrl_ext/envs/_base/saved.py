@@ -28,12 +28,38 @@ def require(name: str, values: torch.Tensor, ok: torch.Tensor, why: str) -> None
         )
 
 
-def check_base_values(state: Mapping[str, torch.Tensor]) -> None:
-    """The base's value checks: counters never negative, seed words uint32."""
+#: The largest counter value from which one more count cannot overflow int32.
+LAST_COUNT = 2**31 - 2
+
+
+def check_base_values(state: Mapping[str, torch.Tensor], horizon: int) -> None:
+    """The base's value checks: counters, seed words and finite floats.
+
+    Counters are never negative and can count once more without overflowing int32; an
+    episode lasts at most ``horizon`` steps (the time limit, or fewer by the env's own rules),
+    so the next step of an episode that ran that long ends it. The seed words are uint32;
+    every float entry is finite (no step makes NaN or infinity from finite state).
+    """
+    last = min(horizon, LAST_COUNT)
+    steps, episode = state["steps"], state["episode"]
     for name in ("steps", "episode"):
         require(name, state[name], state[name] >= 0, "counters are never negative")
+    require("steps", steps, steps <= last, f"an episode lasts at most {last} steps")
+    require("episode", episode, episode <= LAST_COUNT, f"episodes counted are at most {LAST_COUNT}")
     words = state["seed"]
     require("seed", words, (words >= 0) & (words < 2**32), "seed words are uint32")
+    for name, values in state.items():
+        if values.is_floating_point():
+            require(name, values, values.isfinite(), "state and outputs are finite")
+
+
+def check_ranges(
+    state: Mapping[str, torch.Tensor], ranges: Mapping[str, tuple[float, float]]
+) -> None:
+    """Every entry named in ``ranges`` lies in its ``(low, high)``, both ends included."""
+    for name, (low, high) in ranges.items():
+        values = state[name]
+        require(name, values, (values >= low) & (values <= high), f"values lie in [{low}, {high}]")
 
 
 def _check_keys(given: set, expected: set) -> None:

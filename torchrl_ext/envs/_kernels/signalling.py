@@ -41,7 +41,7 @@ def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     """
     if step == 0:
         s.token[i] = wp.int32(a.speaker_action[i, t])
-    answer_step = step == p.delay + 1
+    answer_step = step >= p.delay + 1  # ">=": a loaded over-long episode ends too
     right = answer_step and a.listener_action[i, t] == wp.int64(s.target[i])
     return wp.where(right, 1.0, 0.0), answer_step
 

@@ -52,10 +52,13 @@ def seed_column(seed: int | torch.Tensor, num_envs: int) -> np.ndarray:
 
 
 def epoch_column(epochs: int | torch.Tensor, num_envs: int) -> torch.Tensor:
-    """Per-env epochs, all ``>= 0``: ``epochs`` for every env, or a tensor of one per env."""
+    """Per-env epochs in ``[0, 2**63 - 2]``: ``epochs`` for every env, or one per env."""
     column = int64_column("epochs", epochs, num_envs)
-    if bool((column < 0).any()):
-        raise ValueError(f"epochs must be >= 0, got epochs={epochs!r}.")
+    if bool(((column < 0) | (column > 2**63 - 2)).any()):
+        raise ValueError(
+            f"epochs must be in [0, 2**63 - 2] (the next epoch must fit in int64), "
+            f"got epochs={epochs!r}."
+        )
     return column
 
 

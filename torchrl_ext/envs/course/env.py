@@ -19,8 +19,9 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 import torchrl_ext.envs.interop as interop
 from torchrl_ext._checks import check_choice, check_float, check_int
-from torchrl_ext.envs._base.saved import require as _require
 from torchrl_ext.envs._kernels.common import make_struct, pack_params
+from torchrl_ext.envs.course import _saved
+from torchrl_ext.envs.course._inputs import StepInputs
 from torchrl_ext.envs.course._kernels import car as _car
 from torchrl_ext.envs.course._kernels import env as _k
 from torchrl_ext.envs.course._kernels.env_gates import GATES_OBSERVATION_SIZE
@@ -269,28 +270,25 @@ class CourseEnv(WarpEnv):
         return state
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
-        """The base's checks, plus the counters the kernels index course arrays with."""
+        """The base's checks, the car's counters, epochs, course parameters, float magnitudes."""
         super()._check_state_values(state)
-        passed, segment = state["counts"][:, _car.PASSED], state["counts"][:, _car.SEGMENT]
-        _require("counts", passed, passed >= 0, "checkpoints passed are >= 0")
         segments = self.max_checkpoints if self.mode == "gates" else self.num_points
-        in_range = (segment >= 0) & (segment < segments)
-        _require("counts", segment, in_range, f"a segment index is in [0, {segments})")
-        count = state["course.checkpoint_count"]
-        at_most = f"at most max_checkpoints={self.max_checkpoints}"
-        _require("course.checkpoint_count", count, count <= self.max_checkpoints, at_most)
+        _saved.check_car(state["counts"], self.laps, segments, self.max_checkpoints)
+        _saved.check_courses(state, self.max_checkpoints)
+        _saved.check_magnitudes(state)
 
     # ------------------------------------------------------------------ public views
     @property
-    def inputs(self) -> dict[str, torch.Tensor]:
+    def inputs(self) -> StepInputs:
         """Stable int32 ``[num_envs]`` step inputs, ``"regen_mask"`` and ``"reset_mask"``.
 
         Zero-initialised, read by every step, never cleared nor reallocated by the env: write
         into them (in place) to end chosen episodes at the next step, with a new course
         (``"regen_mask"``) or on the same course (``"reset_mask"``); a recorded step graph
-        reads what they hold when it is replayed.
+        reads what they hold when it is replayed. The mapping is read-only: replacing or
+        removing an entry raises ``TypeError``.
         """
-        return self._inputs
+        return StepInputs(self._inputs, type(self).__name__)
 
     @property
     def generator(self) -> CourseGenerator:
