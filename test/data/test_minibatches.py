@@ -168,6 +168,16 @@ class TestEnvMajorSampler:
             for b in batches:
                 check_whole_rows(b, steps)
 
+    def test_batch_size_changed_within_an_epoch(self):
+        """A new batch size applies at once; the epoch still takes each env exactly once."""
+        rb = make_buffer(7, 2, seed=3)
+        first = rb.sample(2 * 2)["env"][:, 0]
+        second = rb.sample(4 * 2)["env"][:, 0]
+        third = rb.sample(4 * 2)["env"][:, 0]
+        assert (len(first), len(second), len(third)) == (2, 4, 1)
+        assert sorted(torch.cat([first, second, third]).tolist()) == list(range(7))
+        assert rb.sampler.ran_out
+
     def test_sample_calls_roll_over_epochs(self):
         rb = make_buffer(7, 2, seed=3)
         seen = [rb.sample()["env"][:, 0] for _ in range(6)]

@@ -148,7 +148,8 @@ class EnvMajorSampler(Sampler):
     ``sample(storage, batch_size)`` returns the index of ``batch_size // T`` whole rows:
     ``rb.sample(E * T)`` gives a ``[E, T]`` TensorDict. Envs are drawn without replacement from
     a permutation made once per epoch; the last minibatch of an epoch is shorter when ``N_env``
-    is not divisible, after which :attr:`ran_out` is set so that iterating over the replay
+    is not divisible (a batch size changed within an epoch cuts the rest of its permutation
+    anew), after which :attr:`ran_out` is set so that iterating over the replay
     buffer stops at the end of each epoch.
 
     Args:
@@ -205,6 +206,10 @@ class EnvMajorSampler(Sampler):
             generator = self.generator if self.generator is not None else self._rng
             self._chunks = env_chunks(n_envs, envs, generator)
             self._shape = shape
+        elif self._chunks[0].numel() != envs:
+            # the batch size changed: the rest of this epoch's permutation, cut to the new size
+            # (a short last chunk cuts to itself)
+            self._chunks = list(torch.cat(self._chunks).split(envs))
         rows = self._chunks.pop(0)
         self._ran_out = not self._chunks
         time = torch.arange(steps)
