@@ -154,6 +154,19 @@ class TestRecurrentGAEScan:
         RecurrentGAE(gamma=0.9, lmbda=0.8)(named)
         np.testing.assert_allclose(named["advantage"][..., 0].T, expected, atol=1e-10)
 
+    @pytest.mark.parametrize("where", ["module", "call"])
+    def test_time_dim_disagreeing_with_dim_names_is_refused(self, where):
+        named = make_rollout(seed=5).transpose(0, 1).contiguous()
+        named.names = ["time", "env"]
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.8, time_dim=1 if where == "module" else None)
+        kwargs = {"time_dim": -1} if where == "call" else {}
+        with pytest.raises(ValueError, match=r"time_dim=-?1.*'time'.*dim 0"):
+            gae(named, **kwargs)
+        assert "advantage" not in named.keys()
+        gae_agrees = RecurrentGAE(gamma=0.9, lmbda=0.8, time_dim=0)
+        gae_agrees(named)  # a time_dim that names the same dim is fine
+        assert "advantage" in named.keys()
+
     def test_unaligned_contiguous_inputs(self):
         """Contiguous float32 data starting at an odd offset (the CPU kernel takes it)."""
         td = make_rollout(t=8, seed=10)

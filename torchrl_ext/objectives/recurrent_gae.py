@@ -198,6 +198,17 @@ def _check_stored_state(
         )
 
 
+def _check_time_name(td: TensorDictBase, time_dim: int) -> None:
+    """Raises if ``td`` names a dim ``"time"`` and ``time_dim`` is another one."""
+    names = td.names
+    if "time" in names and names.index("time") != time_dim % td.batch_dims:
+        raise ValueError(
+            f"time_dim={time_dim} disagrees with the tensordict's dim names {names}, which put "
+            f"'time' at dim {names.index('time')}. Pass time_dim={names.index('time')}, or "
+            "rename the dims."
+        )
+
+
 def _per_step(flag: torch.Tensor) -> torch.Tensor:
     """``[N, T, *f]`` bool -> ``[N, T]``: whether any entry of the step is set (a view if one)."""
     flat = flag.reshape(*flag.shape[:2], -1)
@@ -269,8 +280,9 @@ class RecurrentGAE(ValueEstimatorBase):
         chunk_len (int, optional): re-anchor the recurrent state every ``chunk_len`` steps (to
             zeros or to the stored state, as ``initial_state`` says), matching training on
             chunks of that length. Defaults to ``None`` (no re-anchoring).
-        time_dim (int, optional): the time dimension of the input's batch dims. Defaults to
-            ``None``: the dim named ``"time"`` if any, else the last one.
+        time_dim (int, optional): the time dimension of the input's batch dims; an input
+            that names a dim ``"time"`` must name this one. Defaults to ``None``: the dim
+            named ``"time"`` if any, else the last one.
 
     Outputs are computed without gradients (under ``torch.no_grad``), as advantages and
     targets are constants for the policy and value losses.
@@ -483,6 +495,7 @@ class RecurrentGAE(ValueEstimatorBase):
             raise ValueError(
                 f"RecurrentGAE got an empty rollout, batch_size={tuple(td.batch_size)}."
             )
+        _check_time_name(td, time_dim)
         return time_dim % batch_dims
 
     def _read(self, td: TensorDictBase, time_dim: int | None) -> _Rollout:
