@@ -9,6 +9,8 @@ random layouts (every dtype, nested keys, non-contiguous views, empty tensors), 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -60,11 +62,14 @@ class TestPackTensorDict:
             [3],
         )
         packed = pack_tensordict(td)
-        # int8 x3 = 3 bytes, padded to 8; float32 x3 = 12 bytes, padded to 16
-        assert packed.data.dtype == np.uint8 and packed.data.shape == (24,)
-        assert [(k, off) for k, _, _, off in packed.schema] == [("a", 0), (("n", "b"), 8)]
-        assert packed.data[:3].tolist() == [1, 2, 3] and packed.data[3:8].tolist() == [0] * 5
-        floats = np.frombuffer(packed.data[8:20].tobytes(), dtype=np.float32)
+        # a 16-byte schema digest; int8 x3 = 3 bytes, padded to 8; float32 x3 = 12, padded to 16
+        assert packed.data.dtype == np.uint8 and packed.data.shape == (40,)
+        assert [(k, off) for k, _, _, off in packed.schema] == [("a", 16), (("n", "b"), 24)]
+        schema = "[('a', 'torch.int8', (3,), 16), (('n', 'b'), 'torch.float32', (3, 1), 24)]"
+        digest = hashlib.blake2b(schema.encode(), digest_size=16).digest()
+        assert packed.data[:16].tobytes() == digest
+        assert packed.data[16:19].tolist() == [1, 2, 3] and packed.data[19:24].tolist() == [0] * 5
+        floats = np.frombuffer(packed.data[24:36].tobytes(), dtype=np.float32)
         assert floats.tolist() == [0.5, 2.0, -1.0]
         assert packed.batch_size == torch.Size([3]) and packed.device is None
         assert packed.rest is None
@@ -115,7 +120,7 @@ class TestPackTensorDict:
         read_only.flags.writeable = False  # what ray.get hands back from the object store
         got = unpack_tensordict(packed._replace(data=read_only))
         got["x"] += 1
-        assert got["x"].tolist() == [1.0] * 4 and read_only.tolist() == [0] * 16
+        assert got["x"].tolist() == [1.0] * 4 and read_only[16:].tolist() == [0] * 16
 
     def test_wrong_types(self):
         with pytest.raises(TypeError, match="td"):
@@ -123,6 +128,46 @@ class TestPackTensorDict:
         with pytest.raises(TypeError, match="packed"):
             unpack_tensordict((np.zeros(8, np.uint8), (), torch.Size([]), None, None))
         assert isinstance(pack_tensordict(TensorDict({}, [])), PackedTensorDict)
+
+
+class TestPackedSchemaMatchesBytes:
+    """A schema altered after packing (dtypes, shapes, offsets, keys) is refused on unpack."""
+
+    @staticmethod
+    def packed():
+        td = TensorDict(
+            {"a": torch.arange(4, dtype=torch.int32), "b": torch.ones(4, dtype=torch.float32)},
+            [4],
+        )
+        return pack_tensordict(td)
+
+    def altered(self, change):
+        packed = self.packed()
+        schema = [list(entry) for entry in packed.schema]
+        change(schema)
+        return packed._replace(schema=tuple(tuple(entry) for entry in schema))
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            lambda s: (s[0].__setitem__(1, s[1][1]), s[1].__setitem__(1, torch.int32)),
+            lambda s: s[0].__setitem__(1, torch.uint8),
+            lambda s: s[1].__setitem__(2, torch.Size([2, 2])),
+            lambda s: s[1].__setitem__(3, s[1][3] - 8),
+            lambda s: s.reverse(),
+            lambda s: s[0].__setitem__(0, "c"),
+        ],
+        ids=["swapped dtypes", "dtype", "shape", "offset", "order", "key"],
+    )
+    def test_altered_schema_is_refused(self, change):
+        with pytest.raises(ValueError, match="schema"):
+            unpack_tensordict(self.altered(change))
+
+    def test_other_bytes_are_refused(self):
+        packed = self.packed()
+        other = pack_tensordict(TensorDict({"x": torch.zeros(8, dtype=torch.int64)}, [8]))
+        with pytest.raises(ValueError, match="schema"):
+            unpack_tensordict(packed._replace(data=other.data))
 
 
 class TestPackedSampleReplayBuffer:

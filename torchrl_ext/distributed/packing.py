@@ -16,6 +16,7 @@ learner lends it (:mod:`~torchrl_ext.distributed.slots`).
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,6 +30,9 @@ from torchrl_ext.data.safe_loading import check_replay_folder
 from torchrl_ext.distributed.slots import SlotWriter, check_slot
 
 _ALIGN = 8  # every entry starts on an 8-byte boundary, so each view keeps its dtype's alignment
+#: The bytes open with a digest of the schema, so that bytes and schema that travelled apart
+#: (a slot and a reply) are checked to belong together before any entry is read.
+_HEADER = 16
 
 
 class PackedTensorDict(NamedTuple):
@@ -68,7 +72,7 @@ def pack_tensordict(td: TensorDictBase) -> PackedTensorDict:
         ... )
         >>> packed = pack_tensordict(td)
         >>> packed.data.dtype, packed.data.shape, len(packed.schema)
-        (dtype('uint8'), (32,), 2)
+        (dtype('uint8'), (48,), 2)
         >>> (unpack_tensordict(packed) == td).all()
         True
     """
@@ -93,7 +97,7 @@ def _pack(td: TensorDictBase, slot: str | None) -> PackedTensorDict:
 def packed_nbytes(packed: PackedTensorDict) -> int:
     """Bytes that the tensors of ``packed`` take in its flat array, padding included."""
     if not packed.schema:
-        return 0
+        return _HEADER
     _, dtype, shape, offset = packed.schema[-1]
     return offset + _padded(shape.numel() * dtype.itemsize)
 
@@ -105,7 +109,7 @@ def _padded(nbytes: int) -> int:
 
 def _layout(td: TensorDictBase) -> tuple[list[torch.Tensor], PackedTensorDict]:
     """Each tensor entry's bytes (flat ``uint8`` CPU views), and the packed form without data."""
-    others, flats, schema, offset = [], [], [], 0
+    others, flats, schema, offset = [], [], [], _HEADER
     for key, value in td.items(include_nested=True, leaves_only=True, is_leaf=is_leaf_nontensor):
         if not isinstance(value, torch.Tensor):
             others.append(key)
@@ -120,7 +124,8 @@ def _layout(td: TensorDictBase) -> tuple[list[torch.Tensor], PackedTensorDict]:
 
 
 def _fill(data: np.ndarray, flats: list[torch.Tensor], schema: tuple) -> None:
-    """Copies each entry's bytes to its offset in ``data`` (padding is left as it was)."""
+    """Writes the schema's digest, then each entry's bytes at its offset (padding is left)."""
+    data[:_HEADER] = np.frombuffer(_digest(schema), dtype=np.uint8)
     out = torch.from_numpy(data)
     for flat, (_, _, _, offset) in zip(flats, schema, strict=True):
         out[offset : offset + flat.numel()].copy_(flat)
@@ -152,6 +157,7 @@ def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
         raise TypeError(f"packed must be a PackedTensorDict, got packed={type(packed).__name__}.")
     if packed.data is None:
         raise ValueError("packed.data is None: the bytes are in a slot; read them in first.")
+    _check_schema(packed)
     entries = {}
     for key, dtype, shape, offset in packed.schema:
         nbytes = shape.numel() * dtype.itemsize
@@ -161,6 +167,23 @@ def unpack_tensordict(packed: PackedTensorDict) -> TensorDict:
     if packed.rest is not None:
         out.update(packed.rest)
     return out
+
+
+def _digest(schema: tuple) -> bytes:
+    """A digest of every entry's key, dtype, shape and offset, in order."""
+    text = repr([(key, str(dtype), tuple(shape), offset) for key, dtype, shape, offset in schema])
+    return hashlib.blake2b(text.encode(), digest_size=_HEADER).digest()
+
+
+def _check_schema(packed: PackedTensorDict) -> None:
+    """Raises unless ``packed.data`` was packed with ``packed.schema`` and holds all its bytes."""
+    data, expected = packed.data, packed_nbytes(packed)
+    if data.size < expected or data[:_HEADER].tobytes() != _digest(packed.schema):
+        raise ValueError(
+            "packed.schema does not describe packed.data (the schema's digest at the start of "
+            f"the bytes differs, or the {data.size} bytes are fewer than the schema's "
+            f"{expected}): unpack the schema and bytes of one pack_tensordict call."
+        )
 
 
 class PackedSampleReplayBuffer(TensorDictReplayBuffer):
