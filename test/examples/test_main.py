@@ -95,11 +95,7 @@ class TestOptions:
         assert next(_common.runs_of(args, "ppo"))[1].out == Path("runs/quick/ppo/seed0")
         args = entry.make_parser().parse_args(["course", "--resume", "runs/course/seed1"])
         seed, run = next(_common.runs_of(args, "course"))
-        assert (
-            seed is None
-            and run.resume
-            and run.checkpoint == Path("runs/course/seed1/checkpoint.pt")
-        )
+        assert (seed, run.resume, run.out) == (None, True, Path("runs/course/seed1"))
 
     def test_frame_defaults_match_the_configs(self):
         from torchrl_ext.examples import ppo_cartpole, ppo_course, r2d2_cartpole
@@ -116,3 +112,42 @@ class TestOptions:
             pytest.skip("needs a machine without CUDA")
         with pytest.raises(SystemExit, match="--device cuda"):
             _common.device("cuda")
+
+
+class TestArgumentErrors:
+    """A bad argument is one argparse line on stderr (exit 2, no traceback), found before any
+    pipeline is imported; a hyperparameter the config refuses is one line naming it."""
+
+    @pytest.mark.parametrize(
+        "args, message",
+        [
+            (
+                ["ppo", "--save-every", "-512"],
+                "argument --save-every: must be at least 0, got -512",
+            ),
+            (["r2d2", "--frames", "0"], "argument --frames: must be at least 1, got 0"),
+            (["course", "--seeds", "-1"], "argument --seeds: must be at least 0, got -1"),
+            (["ppo", "lr"], "argument KEY=VALUE: expected KEY=VALUE, got 'lr'"),
+            (["ppo", "--resume", "nowhere"], "--resume nowhere: no checkpoint there"),
+            (["ppo", "--resume", "nowhere", "lr=1"], "lr=1: a resumed run keeps its config"),
+        ],
+    )
+    def test_one_line(self, args, message):
+        done = _cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert message in done.stderr.splitlines()[-1]
+        assert done.stdout == ""
+
+    @pytest.mark.parametrize(
+        "args, message",
+        [
+            (["--frames", "100"], "ppo: frames must be at least one batch"),
+            (["epoch=2"], "ppo: epoch=2: no such hyperparameter; they are: clip, critic_coeff,"),
+            (["epochs=two"], "ppo: epochs=two: expected int."),
+            (["gamma=2"], "ppo: gamma must be"),
+        ],
+    )
+    def test_refused_hyperparameter(self, args, message):
+        done = _cli("ppo", "--quick", *args)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.splitlines()[-1].startswith(message)

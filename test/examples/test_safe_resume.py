@@ -9,7 +9,10 @@ back (the bitwise resume itself is checked in ``test_pipelines.py``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +25,22 @@ from torchrl_ext.distributed import PackedSampleReplayBuffer
 from torchrl_ext.examples import __main__ as entry
 from torchrl_ext.examples import _common, animate
 from torchrl_ext.examples import r2d2_distributed as dist
+
+
+def seal(folder: Path) -> Path:
+    """Lists every file of a checkpoint folder in its manifest, as a save would."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
+    digests = {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in files}  # fmt: skip
+    (folder / "manifest.json").write_text(json.dumps({"files": digests}))
+    return folder
+
+
+def crafted_checkpoint(run: Path, marker: Path) -> Path:
+    """A checkpoint folder in ``run`` whose manifest is right and whose state.pt runs code."""
+    crafted = torch_file(run / "checkpoint-000001" / "state.pt", marker)
+    seal(crafted.parent)
+    return crafted
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +61,20 @@ class TestLoadCheckpoint:
             "torch_rng": torch.get_rng_state(),
             "carrier": {"next": {"x": torch.ones(2)}},
         }
-        _common.save_checkpoint(tmp_path / "checkpoint.pt", state)
-        loaded = _common.load_checkpoint(tmp_path / "checkpoint.pt")
+        _common.save_checkpoint(tmp_path, state)
+        loaded = _common.load_checkpoint(_common.find_checkpoint(tmp_path))
         assert loaded["config"] == state["config"] and loaded["counters"] == state["counters"]
         assert torch.equal(loaded["torch_rng"], state["torch_rng"])
         assert torch.equal(loaded["carrier"]["next"]["x"], torch.ones(2))
 
     def test_crafted_checkpoint_is_refused(self, tmp_path, marker):
-        crafted = torch_file(tmp_path / "checkpoint.pt", marker)
+        crafted = crafted_checkpoint(tmp_path, marker)
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
-            _common.load_checkpoint(crafted)
+            _common.load_checkpoint(crafted.parent)
 
     def test_every_pipeline_writes_plain_data(self, r2d2_run):
         """The parts a checkpoint holds (the collector's carrier as dicts) load as data."""
-        state = _common.load_checkpoint(r2d2_run / "checkpoint.pt")
+        state = _common.load_checkpoint(_common.find_checkpoint(r2d2_run))
         assert isinstance(state["carrier"], dict) and isinstance(state["config"], dict)
 
 
@@ -64,19 +83,19 @@ class TestEntryPoints:
 
     @pytest.mark.parametrize("name", ["ppo", "r2d2", "course"])
     def test_resume(self, tmp_path, marker, name):
-        crafted = torch_file(tmp_path / "seed0" / "checkpoint.pt", marker)
+        crafted = crafted_checkpoint(tmp_path / "seed0", marker)
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
             _run(name, "--resume", str(tmp_path / "seed0"))
 
     def test_resume_distributed(self, tmp_path, marker):
         """``r2d2 --distributed --resume`` reads the checkpoint's layout first (before Ray)."""
-        crafted = torch_file(tmp_path / "checkpoint.pt", marker)
+        crafted = crafted_checkpoint(tmp_path, marker)
         run = _common.RunOptions(tmp_path, resume=True)
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
             dist.train_run(dist.Layout(), None, run)
 
     def test_animate(self, tmp_path, marker):
-        crafted = torch_file(tmp_path / "checkpoint.pt", marker)
+        crafted = crafted_checkpoint(tmp_path, marker)
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
             entry.main(["animate", str(tmp_path)])
 
@@ -97,9 +116,10 @@ class TestReplayFolder:
     def test_crafted_replay_file_is_refused(self, r2d2_run, tmp_path, marker, where, write):
         run = tmp_path / "seed0"
         shutil.copytree(r2d2_run, run)
-        crafted = write(run / "replay" / where, marker)
+        crafted = write(_common.find_checkpoint(run) / "replay" / where, marker)
+        seal(crafted.parents[len(Path(where).parts)])
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
-            _run("r2d2", "--resume", str(run))
+            _run("r2d2", "--resume", str(run), "--frames", "2048")  # continues: reads the replay
 
 
 def _service() -> PackedSampleReplayBuffer:

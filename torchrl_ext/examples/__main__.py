@@ -12,7 +12,9 @@ import importlib
 import importlib.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PROG = "python -m torchrl_ext.examples"
 
@@ -45,6 +47,29 @@ PIPELINES = {
 }
 
 
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an int of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its messages
+    return parse
+
+
+def _pair(text: str) -> str:
+    """An argparse type: a ``KEY=VALUE`` hyperparameter override."""
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return text
+
+
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Shows defaults (unless the help states its own) and keeps the description's lines."""
 
@@ -57,40 +82,76 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
     _, _, frames, seeds = PIPELINES[name]
     parser.add_argument(
-        "--seeds", type=int, nargs="+", default=seeds, metavar="N",
+        "--seeds",
+        type=_count(0),
+        nargs="+",
+        default=seeds,
+        metavar="N",
         help="seeds to train, one after the other (one run folder each)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--frames", type=int, default=None, metavar="N",
-        help=f"frames to collect per seed (default: {frames:,}; --quick: a few batches)",
-    )  # fmt: skip
+        "--frames",
+        type=_count(1),
+        default=None,
+        metavar="N",
+        help=f"frames to collect per seed (default: {frames:,}; --quick: a few batches); with "
+        "--resume, a larger budget continues a finished run",
+    )
     parser.add_argument(
         "--device", default="cpu", help="torch device of envs, networks and losses (cpu, cuda)"
     )
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out",
+        type=Path,
+        default=None,
         help=f"output folder (default: runs/{name}; --quick: runs/quick/{name})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--logger", choices=["csv", "tensorboard", "wandb"], default="csv",
+        "--logger",
+        choices=["csv", "tensorboard", "wandb"],
+        default="csv",
         help="torchrl.record.loggers backend the scalars go to",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--save-every", type=int, default=0, metavar="FRAMES",
-        help="frames between checkpoints (0: only at the end of the run)",
-    )  # fmt: skip
+        "--save-every",
+        type=_count(0),
+        default=0,
+        metavar="FRAMES",
+        help="frames between checkpoints (0: only at the end of the run, or when stopped by "
+        "Ctrl-C or SIGTERM)",
+    )
     parser.add_argument(
-        "--resume", type=Path, default=None, metavar="DIR",
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="continue the run saved in DIR (a seed's folder, e.g. runs/ppo/seed0)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--quick", action="store_true",
+        "--overwrite",
+        action="store_true",
+        help="replace a run already in a run folder (without it, a new run into a folder "
+        "that holds one is refused; --quick without --out always replaces its own)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
         help="a few batches with shape, mask and finiteness checks",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=True,
+        "overrides",
+        nargs="*",
+        type=_pair,
+        metavar="KEY=VALUE",
+        help="hyperparameters: any field of the pipeline's Config, e.g. lr=3e-4 num_envs=32 "
+        "obs_scale=2,20 (an unknown key lists them); written to <run>/config.json",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="show a progress bar",
-    )  # fmt: skip
+    )
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -98,9 +159,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
                                      formatter_class=_Formatter)  # fmt: skip
     parser.add_argument(
-        "--quick", action="store_true", dest="quick_all",
+        "--quick",
+        action="store_true",
+        dest="quick_all",
         help="without a subcommand: run every pipeline's --quick check",
-    )  # fmt: skip
+    )
     sub = parser.add_subparsers(
         dest="command", metavar="{ppo,r2d2,course,results,animate,signalling}"
     )
@@ -231,8 +294,70 @@ def main(argv: list[str] | None = None) -> object:
             parser.error(f"r2d2: {', '.join(given)} needs --distributed")
         if args.distributed:
             name = "r2d2_distributed"
+    _check_run_args(parser, args)
     module = importlib.import_module(f"torchrl_ext.examples.{name}")
-    return module.main(args)
+    try:
+        return module.main(args)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside a training loop
+        print(f"{args.command}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except _run_folder().RunInterrupted as stop:
+        print(
+            f"{args.command}: stopped by {stop}; checkpoint saved; resume with: {PROG} "
+            f"{args.command} --resume {stop.out}",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + stop.signum) from None
+
+
+#: The package extra that installs what each optional module needs.
+EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "ray": "ray", "PIL": "examples"}
+
+
+def _needs(parser: argparse.ArgumentParser, what: str, module: str) -> None:
+    """Stops with one line if ``module`` is not installed, naming the extra to install."""
+    if importlib.util.find_spec(module) is None:
+        parser.error(f"{what} needs {module}: pip install 'torchrl_ext[{EXTRAS[module]}]'")
+
+
+def _run_folder() -> Any:
+    """:mod:`torchrl_ext.examples._run_folder` (imported on use: it is light, torch-free)."""
+    return importlib.import_module("torchrl_ext.examples._run_folder")
+
+
+def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Checks what can be checked before a pipeline is imported; one line and exit 2 if not."""
+    if args.command == "animate":
+        _needs(parser, "animate", "PIL")
+        return
+    if args.logger in ("tensorboard", "wandb"):
+        _needs(parser, f"--logger {args.logger}", args.logger)
+    if getattr(args, "distributed", False):
+        _needs(parser, "--distributed", "ray")
+    folders = _run_folder()
+    if args.resume is not None:
+        if args.overrides:
+            parser.error(
+                f"{args.overrides[0]}: a resumed run keeps its config (--frames extends it)"
+            )
+        if args.overwrite:
+            parser.error("--overwrite: a resumed run continues its folder; drop one of the two")
+        if folders.latest_checkpoint(args.resume) is None:
+            parser.error(
+                f"--resume {args.resume}: no checkpoint there; pass a run folder "
+                "that holds one (e.g. runs/ppo/seed0)"
+            )
+        return
+    if args.command == "results":
+        return  # its folders are checked as each of its runs starts
+    pipeline = "r2d2_distributed" if getattr(args, "distributed", False) else args.command
+    if args.command == "ppo" and args.policy == "mlp":
+        pipeline = "ppo_mlp"
+    for _, run in folders.runs_of(args, pipeline):
+        try:
+            folders.check_new_run(run.out, run.overwrite)
+        except ValueError as error:
+            parser.error(str(error))
 
 
 if __name__ == "__main__":

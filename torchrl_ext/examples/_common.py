@@ -1,21 +1,19 @@
-"""What the example pipelines share: run folders, loggers, checkpoints, bookkeeping, PPO pieces.
+"""What the example pipelines share: checkpointed state, configs, bookkeeping, PPO pieces.
 
 Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
 :mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`,
 :mod:`~torchrl_ext.examples.mappo_signalling`) reads top to bottom on its own: its env, networks,
 loss and training loop. Only these pieces are common to them:
 
-* :class:`RunOptions`: where a run writes, how it logs, how often it saves, on which device.
-* :func:`make_logger`: a :mod:`torchrl.record.loggers` logger (CSV, TensorBoard or wandb) writing
-  into the run folder.
+* Run folders, loggers and checkpoint folders live in :mod:`~torchrl_ext.examples._run_folder`;
+  the names pipelines use are re-exported here (:class:`RunOptions`, :func:`make_logger`,
+  :func:`log_row`, :func:`read_scalars`, :func:`save_due`, ...).
 * :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
-  the loss, optimizer, env, collector, torch's generator, logger) in one ``checkpoint.pt`` per
-  run folder, written atomically and read back as data only (``weights_only=True``); on resume
-  the CSV rows logged after the checkpoint are dropped, so a resumed run's log equals an
-  uninterrupted one. :func:`save_log` / :func:`restore_log`
-  are the config, counters and logger part of it, for a pipeline that saves the rest its own
-  way.
-* :func:`read_scalars`: a run's CSV log back as ``{name: [(step, value), ...]}``.
+  the loss, optimizer, env, collector, torch's generator, logger, the CSV log's length), read
+  back as data only (``weights_only=True``); on resume the CSV rows logged after the checkpoint
+  are dropped, so a resumed run's log equals an uninterrupted one. :func:`save_log` /
+  :func:`restore_log` are the config, counters and logger part of it, for a pipeline that saves
+  the rest its own way.
 * :class:`TrainConfig` and :class:`PPOConfig`: the fields, batch size and checks every
   pipeline's ``Config`` (every PPO pipeline's) shares.
 * :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: the running mean return and its
@@ -30,16 +28,15 @@ loss and training loop. Only these pieces are common to them:
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import logging
 import math
-import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from tensordict import TensorDictBase
@@ -47,50 +44,39 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext._checks import check_float, check_int
-from torchrl_ext.data.safe_loading import load_plain
+from torchrl_ext.examples._overrides import parse_overrides
+from torchrl_ext.examples._run_folder import (  # noqa: F401  (names the pipelines use)
+    RunInterrupted,
+    RunOptions,
+    catch_signals,
+    check_new_run,
+    csv_rows,
+    due,
+    find_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    log_row,
+    make_logger,
+    progress_bar,
+    raise_if_stopped,
+    read_scalars,
+    run_options,
+    runs_of,
+    save_checkpoint,
+    save_due,
+    start_run,
+    stop_requested,
+    trim_csv_logs,
+    write_json,
+)
 from torchrl_ext.objectives import RecurrentGAE
-
-LoggerKind = Literal["csv", "tensorboard", "wandb"]
 
 #: torchrl's line layout without its colour codes.
 PLAIN_TORCHRL_FORMAT = "%(asctime)s [%(name)s][%(levelname)s] %(message)s"
-#: The checkpoint file inside a run folder.
-CHECKPOINT = "checkpoint.pt"
 #: Batches a ``--quick`` run collects.
 QUICK_BATCHES = 3
 
 T = TypeVar("T")
-
-
-@dataclasses.dataclass
-class RunOptions:
-    """How a run is executed, as opposed to what it learns (the pipeline's ``Config``).
-
-    Args:
-        out (Path): the run folder (logs, checkpoint, plots).
-        logger (str): ``"csv"``, ``"tensorboard"`` or ``"wandb"``.
-        save_every (int): frames between checkpoints (0: only at the end).
-        device (str): torch device of envs, networks and losses.
-        progress (bool): show a progress bar.
-        resume (bool): continue from ``out / "checkpoint.pt"``.
-
-    Examples:
-        >>> from pathlib import Path
-        >>> RunOptions(Path("runs/ppo/seed0")).checkpoint
-        PosixPath('runs/ppo/seed0/checkpoint.pt')
-    """
-
-    out: Path
-    logger: LoggerKind = "csv"
-    save_every: int = 0
-    device: str = "cpu"
-    progress: bool = False
-    resume: bool = False
-
-    @property
-    def checkpoint(self) -> Path:
-        """Where the run's checkpoint lives."""
-        return Path(self.out) / CHECKPOINT
 
 
 def setup() -> None:
@@ -134,113 +120,18 @@ def device(name: str) -> torch.device:
     return dev
 
 
-# ---------------------------------------------------------------------------- logging
-def make_logger(kind: LoggerKind, out: Path, resume: bool = False) -> Any:
-    """A :mod:`torchrl.record.loggers` logger writing into the run folder ``out``.
-
-    The CSV logger writes ``out/scalars/<name>.csv`` (``step,value`` lines) and
-    ``out/videos/``; a new run (``resume=False``) first removes the CSV scalars an earlier run
-    left in the folder, since the CSV logger appends. TensorBoard writes its event files into
-    ``out``; wandb logs offline into ``out`` unless ``WANDB_MODE`` says otherwise.
-
-    Examples:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     logger = make_logger("csv", Path(tmp) / "seed0")
-        ...     logger.log_scalar("mean_return", 9.5, step=64)
-        ...     read_scalars(Path(tmp) / "seed0")
-        {'mean_return': [(64, 9.5)]}
-    """
-    out = Path(out)
-    if kind == "csv":
-        if not resume:
-            for old in (out / "scalars").glob("*.csv"):
-                old.unlink()
-        from torchrl.record.loggers import CSVLogger
-
-        return CSVLogger(exp_name=out.name, log_dir=str(out.parent), video_format="pt")
-    if kind == "tensorboard":
-        from torchrl.record.loggers import TensorboardLogger
-
-        return TensorboardLogger(exp_name=out.name, log_dir=str(out.parent))
-    if kind == "wandb":
-        from torchrl.record.loggers import WandbLogger
-
-        os.environ.setdefault("WANDB_MODE", "offline")
-        return WandbLogger(exp_name=out.name, save_dir=str(out), project="torchrl_ext")
-    raise ValueError(f"logger must be 'csv', 'tensorboard' or 'wandb', got logger={kind!r}.")
-
-
-def log_row(logger: Any, row: dict[str, float], step: int) -> None:
-    """Logs every entry of ``row`` as a scalar at ``step`` (frames)."""
-    for name, value in row.items():
-        logger.log_scalar(name, float(value), step=step)
-
-
-def read_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
-    """A CSV-logged run's scalars: ``{name: [(step, value), ...]}`` in logging order."""
-    scalars = {}
-    for path in sorted((Path(out) / "scalars").glob("*.csv")):
-        with path.open() as f:
-            scalars[path.stem] = [(int(s), float(v)) for s, v in csv.reader(f)]
-    return scalars
-
-
-def trim_csv_logs(out: Path, step: int) -> None:
-    """Drops the CSV rows logged after ``step``, so a resumed run appends after its checkpoint.
-
-    An interrupted run may have logged rows past its last checkpoint; the resumed run logs
-    them again.
-    """
-    for path in (Path(out) / "scalars").glob("*.csv"):
-        with path.open() as f:
-            rows = [row for row in csv.reader(f) if int(row[0]) <= step]
-        with path.open("w", newline="") as f:
-            f.writelines(",".join(row) + "\n" for row in rows)
-
-
-# ---------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Saves ``state`` to ``path`` through a temporary file and a rename.
-
-    An interrupted save never leaves a broken checkpoint behind.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Reads a checkpoint written by :func:`save_checkpoint` (on the CPU).
-
-    The file is read with ``weights_only=True``: a checkpoint is tensors and plain data
-    (dicts, lists, numbers, strings), and a file that holds anything else is refused with a
-    :class:`ValueError` naming it, before anything in it can run.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise SystemExit(f"--resume: no checkpoint at {path}; pass a run folder that holds one.")
-    return load_plain(path)
-
-
-def due(frames: int, previous: int, every: int) -> bool:
-    """Whether a checkpoint is due after going from ``previous`` to ``frames`` frames.
-
-    Examples:
-        >>> due(1024, 512, 1000), due(1536, 1024, 1000), due(1536, 1024, 0)
-        (True, False, False)
-    """
-    return every > 0 and frames // every > previous // every
-
-
 def save_run(
-    run: RunOptions, cfg: Any, counters: dict[str, Any], loss: Any, optim: torch.optim.Optimizer,
-    env: Any, collector: Any, logger: Any, **parts: Any,
-) -> None:  # fmt: skip
-    """Saves everything a bitwise continuation needs into ``run.checkpoint``.
+    run: RunOptions,
+    cfg: Any,
+    counters: dict[str, Any],
+    loss: Any,
+    optim: torch.optim.Optimizer,
+    env: Any,
+    collector: Any,
+    logger: Any,
+    **parts: Any,
+) -> None:
+    """Saves everything a bitwise continuation needs as the run's new checkpoint.
 
     That is what :func:`save_log` saves, the networks (through ``loss``), the optimizer, the
     base env's state, the collector's state and next policy input (as nested dicts of tensors)
@@ -257,15 +148,29 @@ def save_run(
 
 
 def save_log(
-    run: RunOptions, cfg: Any, counters: dict[str, Any], logger: Any, **parts: Any
+    run: RunOptions,
+    cfg: Any,
+    counters: dict[str, Any],
+    logger: Any,
+    files: dict[str, Callable[[Path], None]] | None = None,
+    **parts: Any,
 ) -> None:
-    """Saves the config, the run's ``counters``, the logger and ``parts`` into ``run.checkpoint``.
+    """Saves the config, the run's ``counters``, the logger and ``parts`` as a checkpoint.
 
-    Every pipeline's checkpoint holds these; :func:`restore_log` reads the run's side back.
+    Every pipeline's checkpoint holds these, and the number of rows of each CSV log;
+    :func:`restore_log` reads the run's side back. ``files`` maps a name in the checkpoint
+    folder to what writes it (R2D2's replay folder). If a signal asked the run to stop, this
+    raises :class:`RunInterrupted` once the checkpoint is saved.
     """
-    state = {"config": dataclasses.asdict(cfg), "counters": counters,
-             "logger": logger.state_dict(), **parts}  # fmt: skip
-    save_checkpoint(run.checkpoint, state)
+    state = {
+        "config": dataclasses.asdict(cfg),
+        "counters": counters,
+        "logger": logger.state_dict(),
+        "csv_rows": csv_rows(run.out),
+        **parts,
+    }
+    save_checkpoint(run.out, state, **(files or {}))
+    raise_if_stopped(run.out, counters["frames"])
 
 
 def restore_run(
@@ -293,13 +198,8 @@ def restore_log(run: RunOptions, state: dict[str, Any], logger: Any) -> dict[str
     """
     logger.load_state_dict(state["logger"])
     if run.logger == "csv":
-        trim_csv_logs(run.out, state["counters"]["frames"])
+        trim_csv_logs(run.out, state["csv_rows"])
     return state["counters"]
-
-
-def save_due(frames: int, previous: int, run: RunOptions, total: int) -> bool:
-    """Whether to checkpoint after a batch: every ``run.save_every`` frames, and at the end."""
-    return due(frames, previous, run.save_every) or frames >= total
 
 
 # ---------------------------------------------------------------------------- configs and runs
@@ -490,10 +390,12 @@ def reached(target: float, frames: int | None, seconds: float | None, spec: str 
 
 
 def config_of(args: Any, config: Callable[..., T], quick: dict[str, Any], **fields: Any) -> T:
-    """A run's ``config(**fields)`` with the command line's ``--quick`` and ``--frames``.
+    """A run's ``config(**fields)`` with the command line's ``--quick``, overrides and ``--frames``.
 
-    ``--quick`` applies the ``quick`` overrides and, unless they set ``frames``, collects
-    :data:`QUICK_BATCHES` batches; ``--frames`` sets the frame budget.
+    ``--quick`` applies the ``quick`` overrides, then the command line's ``KEY=VALUE`` ones
+    (:func:`~torchrl_ext.examples._overrides.parse_overrides`) apply; unless they set
+    ``frames``, ``--quick`` collects :data:`QUICK_BATCHES` batches; ``--frames`` sets the frame
+    budget.
 
     Examples:
         >>> from argparse import Namespace
@@ -505,6 +407,7 @@ def config_of(args: Any, config: Callable[..., T], quick: dict[str, Any], **fiel
         (2, 96, 4)
     """
     overrides = dict(quick) if args.quick else {}
+    overrides.update(parse_overrides(config, getattr(args, "overrides", None) or []))
     if args.quick and "frames" not in overrides:
         overrides["frames"] = QUICK_BATCHES * config(**overrides).frames_per_batch
     if args.frames is not None:
@@ -518,18 +421,58 @@ def train_seeds(
 ) -> list[T]:  # fmt: skip
     """Trains each run the command line asks for (see :func:`runs_of`) and prints its summary.
 
-    A resumed run takes its config from its checkpoint, a new one from :func:`config_of`.
+    A new run takes its config from :func:`config_of` and writes it to ``config.json``; a
+    resumed one takes it from its checkpoint (see :func:`resumed_config`). Every run's config
+    and folder are checked before the first one starts. SIGINT and SIGTERM stop a run after a
+    checkpoint (:class:`RunInterrupted`).
     """
     setup()
-    results = []
-    for seed, run in runs_of(args, pipeline):
+    runs = list(runs_of(args, pipeline))
+    configs = []
+    for seed, run in runs:
         if run.resume:
-            cfg = config(**load_checkpoint(run.checkpoint)["config"])
+            configs.append(resumed_config(args, run, config))
         else:
-            cfg = config_of(args, config, quick, seed=seed, **fields)
-        results.append(train(cfg, run, quick=args.quick))
-        print(summary(results[-1]), flush=True)
+            check_new_run(run.out, run.overwrite)
+            try:
+                configs.append(config_of(args, config, quick, seed=seed, **fields))
+            except (TypeError, ValueError) as error:  # a hyperparameter the config refuses
+                raise SystemExit(f"{pipeline}: {error}") from None
+    results = []
+    with catch_signals():
+        for (_, run), cfg in zip(runs, configs, strict=True):
+            if cfg is None:
+                continue
+            if not run.resume:
+                start_run(run, dataclasses.asdict(cfg))
+            results.append(train(cfg, run, quick=args.quick))
+            print(summary(results[-1]), flush=True)
     return results
+
+
+def resumed_config(args: Any, run: RunOptions, config: Callable[..., T]) -> T | None:
+    """The config a resumed run continues with; ``None`` (and a line saying so) if finished.
+
+    The checkpoint's config, with ``--frames`` as the new budget if given: a finished run
+    (trained and evaluated) continues only with more frames than it has.
+    """
+    state = load_checkpoint(find_checkpoint(run.out))
+    cfg, counters = config(**state["config"]), state["counters"]
+    done, finished = counters["frames"], counters.get("evaluated", False)
+    if args.frames is not None and args.frames < done:
+        raise SystemExit(f"--frames {args.frames}: {run.out} has {done:,} frames already.")
+    if finished and (args.frames is None or args.frames == done):
+        print(
+            f"{run.out} is finished ({done:,} frames); pass --frames N with N > {done:,} "
+            "to continue it.",
+            flush=True,
+        )
+        return None
+    if args.frames is None:
+        return cfg
+    cfg = dataclasses.replace(cfg, frames=args.frames)
+    write_json(run.config_file, dataclasses.asdict(cfg))
+    return cfg
 
 
 @dataclasses.dataclass
@@ -554,13 +497,6 @@ class TargetResult:
     frames: int
     seconds: float
     out: Path
-
-
-def progress_bar(total: int, initial: int, run: RunOptions) -> Any:
-    """A tqdm bar over frames (hidden unless ``run.progress``)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, unit="frames", disable=not run.progress)
 
 
 # ---------------------------------------------------------------------------- timing
@@ -588,15 +524,29 @@ class Stopwatch:
             self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
 
 
-def plot_curves(
-    path: Path, curves: dict[str, list[tuple[float, float]]], target: float, title: str
-) -> Path:
-    """Draws each labelled ``(frames, mean_return)`` curve into the PNG ``path``."""
-    import matplotlib
-
+def pyplot() -> Any:
+    """Pyplot of matplotlib (Agg backend), or ``None`` and a line on stderr if not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("no plot: it needs matplotlib (pip install 'torchrl_ext[examples]')", file=sys.stderr)
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_curves(
+    path: Path, curves: dict[str, list[tuple[float, float]]], target: float, title: str
+) -> Path | None:
+    """Draws each labelled ``(frames, mean_return)`` curve into the PNG ``path``.
+
+    Returns ``path``, or ``None`` if matplotlib is not installed.
+    """
+    plt = pyplot()
+    if plt is None:
+        return None
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, curve in curves.items():
         ax.plot([c[0] for c in curve], [c[1] for c in curve], label=label)
@@ -610,34 +560,6 @@ def plot_curves(
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-def runs_of(args: Any, pipeline: str) -> Iterator[tuple[int | None, RunOptions]]:
-    """The runs a command line asks for: one per ``--seeds`` entry, or the ``--resume`` one.
-
-    A seed's run folder is ``<out>/seed<N>``; ``--out`` defaults to ``runs/<pipeline>``
-    (``runs/quick/<pipeline>`` with ``--quick``).
-
-    Examples:
-        >>> from argparse import Namespace
-        >>> args = Namespace(seeds=[0, 1], out=None, quick=False, resume=None, logger="csv",
-        ...                  save_every=0, device="cpu", progress=False)
-        >>> [str(run.out) for _, run in runs_of(args, "ppo")]
-        ['runs/ppo/seed0', 'runs/ppo/seed1']
-    """
-    if args.resume is not None:
-        yield None, run_options(args, Path(args.resume), resume=True)
-        return
-    default = Path("runs") / ("quick" if args.quick else "") / pipeline
-    out = default if args.out is None else Path(args.out)
-    for seed in args.seeds:
-        yield seed, run_options(args, out / f"seed{seed}")
-
-
-def run_options(args: Any, out: Path, resume: bool = False) -> RunOptions:
-    """The run options the command line sets (``--logger``, ``--save-every``, ...) for ``out``."""
-    return RunOptions(out, logger=args.logger, save_every=args.save_every, device=args.device,
-                      progress=args.progress, resume=resume)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- PPO pieces

@@ -29,7 +29,7 @@ ANIMATION_SEED = 7_000_003
 
 def load_agent(run: Path, device: torch.device) -> tuple[Any, Any]:
     """The deterministic policy and a one-env env of the pipeline that wrote ``run``."""
-    state = _common.load_checkpoint(Path(run) / _common.CHECKPOINT)
+    state = _common.load_checkpoint(_common.find_checkpoint(run))
     config = state["config"]
     if "envs_per_minibatch" in config:  # a ppo run
         from torchrl_ext.examples import ppo_cartpole as pipeline

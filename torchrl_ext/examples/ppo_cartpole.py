@@ -301,15 +301,20 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     logger = _common.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
     if run.resume:
-        state = _common.load_checkpoint(run.checkpoint)
+        state = _common.load_checkpoint(_common.find_checkpoint(run.out))
         counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
         generator.set_state(state["minibatch_generator"])
-    frames, curve = counters["frames"], counters["curve"]
+    frames, curve, seconds = counters["frames"], counters["curve"], counters["seconds"]
     window = _common.ReturnWindow(
         cfg.return_window, cfg.target, counters["recent"], counters["hit"]
     )
     bar = _common.progress_bar(cfg.frames, frames, run)
     start = time.perf_counter() - counters["seconds"]
+
+    def save(counters: dict[str, Any]) -> None:
+        parts = {"minibatch_generator": generator.get_state()}
+        _common.save_run(run, cfg, counters, loss, optim, env, collector, logger, **parts)
+
     for batch in _common.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
             check_batch(cfg, batch, first=frames == 0)
@@ -328,15 +333,20 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         _common.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{mean_return:.1f}")
+        counters = {
+            "frames": frames,
+            "seconds": seconds,
+            "hit": window.hit,
+            "recent": list(window.recent),
+            "curve": curve,
+        }
         if _common.save_due(frames, previous, run, cfg.frames):
-            counters = {"frames": frames, "seconds": seconds, "hit": window.hit,
-                        "recent": list(window.recent), "curve": curve}  # fmt: skip
-            _common.save_run(run, cfg, counters, loss, optim, env, collector, logger,
-                             minibatch_generator=generator.get_state())  # fmt: skip
+            save(counters)
     bar.close()
-    collector.shutdown()
     final_eval = evaluate(cfg, actor, primers, device)
     logger.log_scalar("final_eval", final_eval, step=frames)
+    save({**counters, "evaluated": True})
+    collector.shutdown()
     label = f"{cfg.policy} seed {cfg.seed}"
     _common.plot_curves(run.out / "learning_curve.png", {label: curve}, cfg.target,
                         "PPO on CartPole without velocities")  # fmt: skip

@@ -44,6 +44,7 @@ import math
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -431,7 +432,7 @@ PLOT_TITLE = "PPO on CourseEnv: episodes on freshly generated courses (last 100)
 
 
 # ---------------------------------------------------------------------------- logging
-def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: str) -> Path:
+def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: str) -> Path | None:
     """Draws fresh-course mean return and lap-finish rate against frames, one line per label.
 
     Args:
@@ -440,13 +441,11 @@ def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: st
         title (str): figure title.
 
     Returns:
-        ``path``.
+        ``path``, or ``None`` if matplotlib is not installed.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _common.pyplot()
+    if plt is None:
+        return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
     for label, curve in curves.items():
         frames = [row["frames"] for row in curve]
@@ -496,16 +495,21 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     logger = _common.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "seconds": 0.0, "recent": [], "curve": [], "fresh_episodes": 0}
     if run.resume:
-        state = _common.load_checkpoint(run.checkpoint)
+        state = _common.load_checkpoint(_common.find_checkpoint(run.out))
         counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
         vars(tracker).update(state["tracker"])
         generator.set_state(state["minibatch_generator"])
         initial_evaluation = counters["initial_evaluation"]
     recent = deque(counters["recent"], maxlen=cfg.return_window)
     frames, curve = counters["frames"], counters["curve"]
-    fresh_episodes = counters["fresh_episodes"]
+    fresh_episodes, seconds = counters["fresh_episodes"], counters["seconds"]
     bar = _common.progress_bar(cfg.frames, frames, run)
     start = time.perf_counter() - counters["seconds"]
+
+    def save(counters: dict[str, Any]) -> None:
+        parts = {"tracker": dict(vars(tracker)), "minibatch_generator": generator.get_state()}
+        _common.save_run(run, cfg, counters, loss, optim, env, collector, logger, **parts)
+
     for batch in _common.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
             check_batch(cfg, batch, first=frames == 0)
@@ -527,17 +531,21 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         _common.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{means['return']:.2f}")
+        counters = {
+            "frames": frames,
+            "seconds": seconds,
+            "recent": list(recent),
+            "curve": curve,
+            "fresh_episodes": fresh_episodes,
+            "initial_evaluation": initial_evaluation,
+        }
         if _common.save_due(frames, previous, run, cfg.frames):
-            counters = {"frames": frames, "seconds": seconds, "recent": list(recent),
-                        "curve": curve, "fresh_episodes": fresh_episodes,
-                        "initial_evaluation": initial_evaluation}  # fmt: skip
-            _common.save_run(run, cfg, counters, loss, optim, env, collector, logger,
-                             tracker=dict(vars(tracker)),
-                             minibatch_generator=generator.get_state())  # fmt: skip
+            save(counters)
     bar.close()
-    collector.shutdown()
     evaluation = evaluate(cfg, actor, device)
     _common.log_row(logger, {f"eval_{k}": v for k, v in evaluation.items()}, frames)
+    save({**counters, "evaluated": True})
+    collector.shutdown()
     plot_curves(run.out / "learning_curve.png", {f"seed {cfg.seed}": curve}, PLOT_TITLE)
     return Result(
         config=cfg, frames=frames, seconds=seconds, curve=curve, episodes=fresh_episodes,

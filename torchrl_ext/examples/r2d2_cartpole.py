@@ -42,7 +42,6 @@ import dataclasses
 import math
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -298,10 +297,11 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     logger = _common.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "updates": 0, "seconds": 0.0, "hit": None, "recent": deque()}
     if run.resume:
-        state = _common.load_checkpoint(run.checkpoint)
-        _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run)
+        folder = _common.find_checkpoint(run.out)
+        state = _common.load_checkpoint(folder)
+        _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run, folder)
         counters = state["counters"]
-    frames, updates = counters["frames"], counters["updates"]
+    frames, updates, seconds = counters["frames"], counters["updates"], counters["seconds"]
     window = _common.ReturnWindow(
         cfg.return_window, cfg.target, counters["recent"], counters["hit"]
     )
@@ -332,14 +332,31 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             _common.log_row(logger, {**row, "seconds": seconds}, frames)
             bar.set_postfix(ret=f"{mean_return:.0f}", loss=f"{loss:.3f}")
         bar.update(frames - previous)
+        counters = {
+            "frames": frames,
+            "updates": updates,
+            "seconds": seconds,
+            "hit": window.hit,
+            "recent": list(window.recent),
+        }
         if _common.save_due(frames, previous, run, cfg.frames):
-            counters = {"frames": frames, "updates": updates, "seconds": seconds,
-                        "hit": window.hit, "recent": list(window.recent)}  # fmt: skip
             _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger)
     bar.close()
-    collector.shutdown()
     final_eval = evaluate(cfg, policy, device)
     logger.log_scalar("final_eval", final_eval, step=frames)
+    _save(
+        run,
+        cfg,
+        {**counters, "evaluated": True},
+        loss_fn,
+        optim,
+        env,
+        collector,
+        rb,
+        target_updater,
+        logger,
+    )
+    collector.shutdown()
     return Result(
         config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
         out=run.out, lowest_after_target=lowest_after(run, window.hit),
@@ -355,15 +372,24 @@ def lowest_after(run: _common.RunOptions, hit: tuple[int, float] | None) -> floa
 
 # ---------------------------------------------------------------------------- checkpoints
 def _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger):
-    """Everything a bitwise continuation needs; the replay buffer goes next to it."""
-    rb.dumps(Path(run.out) / "replay")
-    _common.save_run(run, cfg, counters, loss_fn, optim, env, collector, logger,
-                     target_updater=target_updater.counter)  # fmt: skip
+    """Everything a bitwise continuation needs, the replay buffer in the same checkpoint."""
+    _common.save_run(
+        run,
+        cfg,
+        counters,
+        loss_fn,
+        optim,
+        env,
+        collector,
+        logger,
+        target_updater=target_updater.counter,
+        files={"replay": rb.dumps},
+    )
 
 
-def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run) -> None:
+def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run, folder):
     _common.restore_run(run, state, loss_fn, optim, env, collector, logger)
-    load_replay(rb, Path(run.out) / "replay")
+    load_replay(rb, folder / "replay")
     target_updater.counter = state["target_updater"]
 
 

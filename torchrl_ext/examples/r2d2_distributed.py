@@ -479,13 +479,14 @@ def _train(cfg: single.Config, layout: Layout, run: _common.RunOptions, quick: b
     try:
         actors.start(policy, counters["frames"])
         counters = _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters, window)
+        greedy = TensorDictSequential(policy[0], policy[1])
+        final_eval = single.evaluate(cfg, greedy, device)
+        frames = counters["frames"]
+        logger.log_scalar("final_eval", final_eval, step=frames)
+        _save(run, cfg, layout, {**counters, "evaluated": True}, learner, logger)
     finally:
         actors.stop()
         learner.close()
-    greedy = TensorDictSequential(policy[0], policy[1])
-    final_eval = single.evaluate(cfg, greedy, device)
-    frames = counters["frames"]
-    logger.log_scalar("final_eval", final_eval, step=frames)
     return single.Result(
         config=cfg, **window.reached(), final_eval=final_eval, frames=frames,
         seconds=counters["seconds"], out=run.out,
@@ -519,7 +520,7 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters,
         frames, snapshot = max(frames, actors.frames), actors.snapshot
         if snapshot is not logged:
             logged, seconds = snapshot, log(snapshot, logged)
-            if _common.due(frames, saved, run.save_every):
+            if _common.due(frames, saved, run.save_every) or _common.stop_requested():
                 _save(run, cfg, layout, _counters(frames, updates, seconds, window),
                       learner, logger)  # fmt: skip
                 saved = frames
@@ -582,16 +583,27 @@ def _counters(frames, updates, seconds, window: _common.ReturnWindow) -> dict[st
 
 # ---------------------------------------------------------------------------- checkpoints
 def _save(run, cfg, layout, counters, learner: _Learner, logger) -> None:
-    """The learner's state, and the replay service's (``rb.dumps``) next to it."""
-    learner.call("dumps", str(Path(run.out).resolve() / "replay"))
-    _common.save_log(run, cfg, counters, logger, layout=dataclasses.asdict(layout),
-                     **learner.state_dict())  # fmt: skip
+    """The learner's state, and the replay service's (``rb.dumps``) in the same checkpoint."""
+
+    def dump_replay(path: Path) -> None:
+        learner.call("dumps", str(path.resolve()))
+
+    _common.save_log(
+        run,
+        cfg,
+        counters,
+        logger,
+        layout=dataclasses.asdict(layout),
+        files={"replay": dump_replay},
+        **learner.state_dict(),
+    )
 
 
 def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
-    state = _common.load_checkpoint(run.checkpoint)
+    folder = _common.find_checkpoint(run.out)
+    state = _common.load_checkpoint(folder)
     learner.load_state_dict(state)
-    learner.call("loads", str(Path(run.out).resolve() / "replay"))
+    learner.call("loads", str(folder.resolve() / "replay"))
     return _common.restore_log(run, state, logger)
 
 
@@ -673,7 +685,7 @@ def train_run(layout: Layout, cfg: single.Config, run: _common.RunOptions, *,
               quick: bool = False) -> single.Result:  # fmt: skip
     """:func:`train` with ``layout``, or for a resumed run the saved one on ``layout``'s Ray."""
     if run.resume:
-        saved = _common.load_checkpoint(run.checkpoint)["layout"]
+        saved = _common.load_checkpoint(_common.find_checkpoint(run.out))["layout"]
         layout = Layout(**{**saved, "address": layout.address})
     check_cpus(layout.workers)
     return train(cfg, layout, run, quick=quick)

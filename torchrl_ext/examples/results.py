@@ -12,6 +12,7 @@ return of 475, final deterministic evaluation, per seed) to ``--table`` (default
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -115,7 +116,9 @@ def run_all(args: argparse.Namespace, out: Path) -> tuple[list[Result], list[Res
     for policy, seeds, results in (("lstm", args.seeds, lstm), ("mlp", args.mlp_seeds, mlp)):
         for seed in seeds:
             run = _common.run_options(args, out / f"{policy}_seed{seed}")
-            result = train(config_of(args, seed, policy), run, quick=args.quick)
+            cfg = config_of(args, seed, policy)
+            _common.start_run(run, dataclasses.asdict(cfg))
+            result = train(cfg, run, quick=args.quick)
             print(result_rows([result])[0], flush=True)
             results.append(result)
     curves = {f"{r.config.policy} seed {r.config.seed}": r.curve for r in lstm + mlp}

@@ -1,0 +1,165 @@
+"""``pip install torchrl_ext`` without extras, then ``python -m torchrl_ext.examples ppo --quick``.
+
+The wheel is built from a copy of the sources and installed (``pip --python``, no package index)
+into a new virtual environment that sees exactly the distributions the wheel requires, and
+theirs, taken from this interpreter: a ``.pth`` file points at a folder of links to their
+files. Nothing of the extras (tqdm, matplotlib, tensorboard, wandb, ray, hydra) is visible
+there, so an example that imports one of them unconditionally fails here. The quick run trains
+with the plain progress lines and no plot; an option that needs an extra is refused in one line
+naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What the build reads (pyproject.toml names README.md and LICENSE).
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "torchrl_ext")
+#: Modules of the extras that must not be importable in the new environment.
+EXTRAS = ("tqdm", "matplotlib", "tensorboard", "wandb", "ray", "hydra")
+
+
+def _call(*args, cwd: Path) -> subprocess.CompletedProcess:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_") and k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+    }
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def required_closure(name: str) -> list[metadata.Distribution]:
+    """The installed distributions ``name`` requires without extras, and theirs, recursively.
+
+    A requirement's own extras (``cuda-toolkit[cublas]``) count: what they require is included.
+    """
+    found, seen = {}, set()
+    todo = [(text, "") for text in metadata.requires(name) or []]
+    while todo:
+        text, extra = todo.pop()
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+            continue
+        dist = metadata.distribution(req.name)
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        found[key] = dist
+        for wanted in {"", *req.extras} - {e for k, e in seen if k == key}:
+            seen.add((key, wanted))
+            todo += [(text, wanted) for text in dist.requires or []]
+    return list(found.values())
+
+
+def link_distributions(dists: list[metadata.Distribution], folder: Path) -> None:
+    """Links the top-level files and folders of ``dists`` (code and metadata) into ``folder``."""
+    folder.mkdir()
+    for dist in dists:
+        tops = {Path(f).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            source = Path(dist.locate_file(top))
+            if source.exists() and not top.endswith(".pth") and not (folder / top).exists():
+                (folder / top).symlink_to(source)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A new venv holding the wheel and, through links, only what the wheel requires."""
+    tmp = tmp_path_factory.mktemp("without_extras")
+    src = tmp / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = ROOT / name
+        copy = shutil.copytree if path.is_dir() else shutil.copy2
+        copy(
+            path,
+            src / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if path.is_dir() else {}),
+        )
+    built = _call(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--isolated",
+        "--no-deps",
+        "--no-index",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        tmp / "wheels",
+        src,
+        cwd=tmp,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp / "wheels").glob("torchrl_ext-*.whl")
+    made = _call(sys.executable, "-m", "venv", "--without-pip", tmp / "venv", cwd=tmp)
+    assert made.returncode == 0, made.stderr
+    python = tmp / "venv" / "bin" / "python"
+    site = _call(
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp
+    ).stdout.strip()
+    link_distributions(required_closure("torchrl_ext"), tmp / "required")
+    (Path(site) / "required.pth").write_text(f"{tmp / 'required'}\n")
+    installed = _call(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--isolated",
+        "--no-index",
+        "-q",
+        wheel,
+        cwd=tmp,
+    )
+    assert installed.returncode == 0, installed.stderr
+    return python, tmp
+
+
+class TestWithoutExtras:
+    """The examples need no extra to train; an option that needs one says which, in one line."""
+
+    def test_extras_are_absent(self, venv):
+        python, tmp = venv
+        code = f"import importlib.util as u; print([m for m in {EXTRAS} if u.find_spec(m)])"
+        assert _call(python, "-c", code, cwd=tmp).stdout.strip() == "[]"
+
+    def test_ppo_quick(self, venv):
+        python, tmp = venv
+        done = _call(python, "-m", "torchrl_ext.examples", "ppo", "--quick", "--out", "o", cwd=tmp)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("ppo lstm seed 0: "), done.stdout
+        assert "1,536/1,536 frames" in done.stderr  # the progress lines without tqdm
+        assert "no plot: it needs matplotlib (pip install 'torchrl_ext[examples]')" in done.stderr
+        assert (tmp / "o" / "seed0" / "config.json").is_file()
+
+    @pytest.mark.parametrize(
+        "args, extra",
+        [
+            (["ppo", "--logger", "tensorboard"], "tensorboard"),
+            (["ppo", "--logger", "wandb"], "wandb"),
+            (["r2d2", "--distributed"], "ray"),
+        ],
+    )
+    def test_option_needing_an_extra(self, venv, args, extra):
+        python, tmp = venv
+        done = _call(python, "-m", "torchrl_ext.examples", *args, cwd=tmp)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr.splitlines()[-1].endswith(f"pip install 'torchrl_ext[{extra}]'")
