@@ -10,4 +10,22 @@
 Every command writes under ``runs/`` unless ``--out`` says otherwise, logs through
 :mod:`torchrl.record.loggers`, checkpoints every ``--save-every`` frames and continues a saved run
 with ``--resume DIR``. What the pipelines share lives in :mod:`torchrl_ext.examples._common`.
+
+:func:`load_policy` returns the policy trained in a run folder (``runs/ppo/seed0``) as a
+TensorDict module, read from its checkpoint as data only (``weights_only=True``).
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_policy"]
+
+
+def __getattr__(name: str) -> Any:
+    # imported on use, so that ``python -m torchrl_ext.examples --help`` stays light
+    if name == "load_policy":
+        from torchrl_ext.examples._policy import load_policy
+
+        return load_policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -198,6 +198,17 @@ def make_qnet(cfg: Config) -> TensorDictSequential:
     )
 
 
+def make_loss(cfg: Config, qnet: TensorDictSequential) -> R2D2Loss:
+    """R2D2's loss over ``qnet``: burn-in, n-step double-Q targets, value rescaling."""
+    return R2D2Loss(
+        qnet,
+        burn_in=cfg.burn_in,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+        value_rescaling=cfg.value_rescaling,
+    )
+
+
 def epsilons(cfg: Config, frames: int) -> torch.Tensor:
     """Per-env exploration rates: a linear decay, floored by a per-env ladder.
 
@@ -285,8 +296,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     env = make_env(cfg, cfg.num_envs, cfg.seed, device)
     egreedy = EGreedyModule(env.action_spec, eps_init=1.0, eps_end=cfg.eps_end).to(device)
     egreedy.eps = epsilons(cfg, 0).to(device)  # one rate per env, set every batch
-    loss_fn = R2D2Loss(qnet, burn_in=cfg.burn_in, n_step=cfg.n_step, gamma=cfg.gamma,
-                       value_rescaling=cfg.value_rescaling)  # fmt: skip
+    loss_fn = make_loss(cfg, qnet)
     target_updater = HardUpdate(loss_fn, value_network_update_interval=cfg.target_period)
     optim = torch.optim.Adam(loss_fn.value_network_params.values(True, True), lr=cfg.lr)
     unit, rb = make_buffer(cfg)
