@@ -151,3 +151,11 @@ class TestArgumentErrors:
         done = _cli("ppo", "--quick", *args)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.splitlines()[-1].startswith(message)
+
+
+def test_stdout_holds_only_our_lines(tmp_path):
+    """torchrl's log lines and warnings go to stderr; stdout is the run's summary line."""
+    done = _cli("r2d2", "--quick", "--no-progress", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [done.stdout.splitlines()[0]]
+    assert done.stdout.startswith("r2d2 seed 0: ")

@@ -80,9 +80,15 @@ T = TypeVar("T")
 
 
 def setup() -> None:
-    """Script-wide settings: one torch thread (the measured setting), plain torchrl log lines."""
+    """Script-wide settings: one torch thread (the measured setting), plain torchrl log lines.
+
+    torchrl's log lines go to stderr, so that stdout holds only the example's own lines.
+    """
     torch.set_num_threads(1)
     plain_torchrl_logs()
+    for handler in logging.getLogger("torchrl").handlers:
+        if getattr(handler, "stream", None) in (sys.stdout, sys.__stdout__):
+            handler.setStream(sys.stderr)
 
 
 def plain_torchrl_logs() -> None:
