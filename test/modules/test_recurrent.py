@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -457,3 +458,44 @@ class TestBlas:
         )
         assert proc.returncode == 0, proc.stderr
         assert float(proc.stdout.strip().splitlines()[-1]) < 1e-12
+
+
+BITS = """
+import hashlib
+import torch
+from tensordict import TensorDict
+from torchrl.modules import set_recurrent_mode
+from torchrl_ext.modules import GRUModule, LSTMModule
+torch.manual_seed(0)
+digest = hashlib.sha256()
+for cls in (LSTMModule, GRUModule):
+    for dtype in (torch.float32, torch.float64):
+        module = cls(input_size=3, hidden_size=16, in_key="obs", out_key="y").to(dtype)
+        data = TensorDict(
+            {"obs": torch.randn(4, 9, 3, dtype=dtype), "is_init": torch.rand(4, 9, 1) < 0.3},
+            [4, 9],
+        )
+        with set_recurrent_mode(True):
+            y = module(data)["y"]
+        grads = torch.autograd.grad(y.pow(2).sum(), list(module.parameters()))
+        for t in (y, *grads):
+            digest.update(t.detach().numpy().tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_freshly_compiled_and_cached_kernels_give_the_same_bits(tmp_path):
+    """A seeded run gives the same bits whether numba compiled the kernels in this process or
+    loaded them from its cache (fast-math contraction made the two round differently)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def run():
+        proc = subprocess.run(
+            [sys.executable, "-c", BITS], capture_output=True, text=True, timeout=600, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    fresh = run()
+    assert any(tmp_path.rglob("*.nbi")), "the first process must have written numba's cache"
+    assert run() == fresh

@@ -178,7 +178,10 @@ def _end_step(t, starts, carried, d_init):
                 carried[b, k] = zero
 
 
-_FAST = {"cache": True, "nogil": True, "fastmath": True, "error_model": "numpy"}
+# Fast-math without contraction, reassociation or approximate functions: those let LLVM round
+# differently in a freshly compiled function than in the same function loaded from numba's cache
+# (or inlined elsewhere), and a seeded run must give the same bits in every process.
+_FAST = {"cache": True, "nogil": True, "fastmath": {"nnan", "ninf", "nsz"}, "error_model": "numpy"}
 
 
 @numba.njit(**_FAST)
