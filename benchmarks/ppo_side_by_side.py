@@ -1,31 +1,35 @@
-"""The same recurrent PPO three ways: our demo, a hand-written CleanRL-style loop, sb3-contrib.
+"""The same recurrent PPO four ways: our demo (with our LSTMModule or TorchRL's), a hand-written
+CleanRL-style loop, sb3-contrib.
 
 Usage::
 
     python benchmarks/ppo_side_by_side.py [--seeds 0 1 2] [--frames 61440]
-        [--pipelines ours cleanrl sb3] [--quick] [--table PATH]
+        [--pipelines ours torchrl-lstm cleanrl sb3] [--quick] [--table PATH]
 
 Each run is a fresh subprocess with one torch thread; runs are interleaved over seeds (ours seed
-0, cleanrl seed 0, sb3 seed 0, ours seed 1, ...), so load on a shared machine falls on all three
-alike. The three pipelines:
+0, torchrl-lstm seed 0, cleanrl seed 0, sb3 seed 0, ours seed 1, ...), so load on a shared
+machine falls on all of them alike. The pipelines:
 
 * ``ours``: ``python -m torchrl_ext.examples ppo`` as it is, through its public ``train`` (the
   call ``python -m torchrl_ext.examples results`` makes), with the demo's ``Config``.
+* ``torchrl-lstm``: the same demo with TorchRL's own ``LSTMModule`` in place of
+  :class:`torchrl_ext.modules.LSTMModule` (the one-line switch a TorchRL user makes), so the
+  two rows show what the whole-row module changes end to end.
 * ``cleanrl``: :mod:`_ppo_baselines.cleanrl_lstm_ppo`, plain torch, the demo's settings.
 * ``sb3``: :mod:`_ppo_baselines.sb3_recurrent_ppo`, sb3-contrib's ``RecurrentPPO`` with the
   demo's settings as far as its options go; skipped with a message when sb3-contrib is missing
   (``pip install -e ".[test]"``).
 
-All three step the same env (:class:`~torchrl_ext.envs.CartPoleEnv`, ``observe_velocity=False``)
+All of them step the same env (:class:`~torchrl_ext.envs.CartPoleEnv`, ``observe_velocity=False``)
 and are judged by the demo's own rule (:class:`torchrl_ext.examples._common.ReturnWindow`): the
 first batch after which the mean return of the last 20 completed episodes is >= 475. Seconds are
 training wall time from the first batch (set-up, imports and the final evaluation excluded),
-read after each batch's update in all three. The learning rate and clip schedules run over
+read after each batch's update in all of them. The learning rate and clip schedules run over
 ``--frames``, so every run trains the whole budget.
 
 Where the time goes, per frame: ``collect`` (env and policy steps; sb3's includes its GAE),
 ``gae``, ``loss forward`` (with minibatch slicing), ``backward``, ``optimizer`` (gradient
-clipping and Adam). For ours, ``backward`` and ``optimizer`` are timed by wrapping
+clipping and Adam). For the demo, ``backward`` and ``optimizer`` are timed by wrapping
 ``torch.autograd.backward``, ``torch.nn.utils.clip_grad_norm_`` and Adam's step hooks in the
 worker process (the demo's code is not touched); ``loss forward`` is the rest of its update.
 sb3 gives only ``collect (with GAE)`` and ``update``.
@@ -46,7 +50,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PIPELINES = ("ours", "cleanrl", "sb3")
+PIPELINES = ("ours", "torchrl-lstm", "cleanrl", "sb3")
 SECTIONS = ("collect", "gae", "loss forward", "backward", "optimizer")
 RESULT_PREFIX = "RESULT "
 
@@ -110,11 +114,18 @@ class _GradientTimer:
         self.totals["optimizer"] += time.perf_counter() - self._step_start
 
 
-def run_ours(cfg) -> dict:
-    """Trains the demo through its public ``train``; returns what the table needs."""
-    from torchrl_ext.examples import _common
-    from torchrl_ext.examples.ppo_cartpole import train
+def run_ours(cfg, torchrl_lstm: bool = False) -> dict:
+    """Trains the demo through its public ``train``; returns what the table needs.
 
+    With ``torchrl_lstm``, the demo builds its memories from TorchRL's ``LSTMModule``.
+    """
+    from torchrl_ext.examples import _common, ppo_cartpole
+
+    if torchrl_lstm:
+        from torchrl.modules import LSTMModule
+
+        ppo_cartpole.LSTMModule = LSTMModule  # the one name the demo builds its memories from
+    train = ppo_cartpole.train
     timer = _GradientTimer()
     with tempfile.TemporaryDirectory() as out:
         result = train(cfg, _common.RunOptions(Path(out), progress=False))
@@ -155,7 +166,10 @@ def worker(name: str, seed: int, frames: int | None, quick: bool) -> None:
     torch.set_num_threads(1)
     logging.getLogger("torchrl").setLevel(logging.WARNING)
     cfg = demo_config(seed, frames, quick)
-    result = run_ours(cfg) if name == "ours" else run_baseline(name, cfg)
+    if name in ("ours", "torchrl-lstm"):
+        result = run_ours(cfg, torchrl_lstm=name == "torchrl-lstm")
+    else:
+        result = run_baseline(name, cfg)
     result.update(pipeline=name, seed=seed, target=cfg.target)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
@@ -263,7 +277,8 @@ def report(
     """The printed page: summary, time per frame by section, every run."""
     target = results[0]["target"]
     lines = [
-        "# Recurrent PPO side by side: our demo, a hand-written loop, sb3-contrib RecurrentPPO",
+        "# Recurrent PPO side by side: our demo (our LSTMModule or TorchRL's), a hand-written "
+        "loop, sb3-contrib RecurrentPPO",
         "",
         f"Command: `{command}` ({platform.machine()}, {os.cpu_count()} cores, one torch thread, "
         "each run a fresh process, pipelines interleaved over seeds; load average "

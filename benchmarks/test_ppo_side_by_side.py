@@ -75,6 +75,30 @@ def test_quick_cleanrl():
 
 
 def test_quick_sb3():
-    pytest.importorskip("sb3_contrib", reason="sb3-contrib not installed (the `compare` extra)")
+    pytest.importorskip("sb3_contrib", reason="sb3-contrib not installed (the `test` extra)")
     text = _quick("sb3")
     assert "| sb3 | 0 | —" in text, text
+
+
+def test_torchrl_lstm_runs_the_demo_on_torchrl_s_module(monkeypatch):
+    """The variant swaps only the class the demo builds its memories from."""
+    from torchrl import modules as torchrl_modules
+
+    from torchrl_ext.examples import ppo_cartpole
+
+    built = []
+
+    def train(cfg, run):
+        built.append(type(ppo_cartpole.make_memory(cfg, 2, "x", ppo_cartpole.ACTOR_STATE)))
+
+    monkeypatch.setattr(ppo_cartpole, "train", train)
+    monkeypatch.setattr(ppo_cartpole, "LSTMModule", ppo_cartpole.LSTMModule)  # undone after
+    cfg = ppo_side_by_side.demo_config(seed=0, frames=None, quick=True)
+    with pytest.raises(AttributeError):  # the stub returns no result to read
+        ppo_side_by_side.run_ours(cfg, torchrl_lstm=True)
+    assert built == [torchrl_modules.LSTMModule]
+
+
+def test_quick_ours_and_torchrl_lstm():
+    text = ppo_side_by_side.main(["--quick", "--seeds", "0", "--pipelines", "ours", "torchrl-lstm"])
+    assert "| ours | 0 | —" in text and "| torchrl-lstm | 0 | —" in text, text
