@@ -1,4 +1,4 @@
-"""The env package stays readable: no module over 500 lines, no import cycle, one door upstream.
+"""The env package stays readable: no module over 500 lines, no import cycle.
 
 Imports are read statically: ``from a.b import c`` is an edge to ``a.b.c`` when that is a module
 of the package, else to ``a.b``; importing a submodule is not an edge to its package.
@@ -13,15 +13,6 @@ import torchrl_ext
 
 ROOT = Path(torchrl_ext.__file__).parent
 ENVS = ROOT / "envs"
-
-#: Private TorchRL / TensorDict names the envs need; they are reached only through _compat.
-PRIVATE_UPSTREAM = (
-    "_new_unsafe",
-    "_set_str",
-    "_step_mdp",
-    "_post_step_mdp_hooks",
-    "_torchrl_native_autoreset",
-)
 
 
 def _module_name(path: Path) -> str:
@@ -86,15 +77,3 @@ def test_no_import_cycle_in_the_envs():
 @pytest.mark.parametrize("path", sorted(ENVS.rglob("*.py")), ids=lambda p: str(p.relative_to(ENVS)))
 def test_no_env_module_over_500_lines(path):
     assert len(path.read_text().splitlines()) <= 500
-
-
-@pytest.mark.parametrize("path", sorted(ENVS.rglob("*.py")), ids=lambda p: str(p.relative_to(ENVS)))
-def test_private_upstream_names_only_through_compat(path):
-    source = path.read_text()
-    tree = ast.parse(source)
-    used = {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_UPSTREAM
-    }
-    assert not used, f"{path.name} uses {sorted(used)}: go through torchrl_ext._compat"

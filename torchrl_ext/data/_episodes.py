@@ -27,6 +27,14 @@ from tensordict import is_tensor_collection
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 
+from torchrl_ext._compat import (
+    storage_attached_entities,
+    storage_contents,
+    storage_last_write,
+    storage_mutation_revision,
+    writer_cursor,
+)
+
 
 @dataclass
 class Reach:
@@ -101,7 +109,7 @@ def snapshot(
             f"LazyMemmapStorage, ...) to read episode boundaries, got "
             f"storage={type(storage).__name__}."
         )
-    contents = getattr(storage, "_storage", None)
+    contents = storage_contents(storage)
     if contents is not None and not is_tensor_collection(contents):
         raise TypeError(
             f"{owner} needs the storage to hold TensorDict data, but it holds "
@@ -127,7 +135,7 @@ def read_flags(storage: TensorStorage, key: NestedKey, owner: str) -> torch.Tens
         ValueError: if the storage has no entry ``key`` (the message lists the keys it has), or
             the entry holds more than one value per record.
     """
-    contents = storage._storage
+    contents = storage_contents(storage)
     flags = contents.get(key, None)
     if flags is None:
         keys = sorted(str(k) for k in contents.keys(include_nested=True, leaves_only=True))
@@ -153,7 +161,7 @@ _LAST_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def seam(storage: TensorStorage) -> tuple[int, int, int]:
     """Returns ``(written, oldest, newest)`` time coordinates of a ring-buffer storage."""
     length = len(storage)  # one length read: it takes a lock
-    total = storage._storage.batch_size[: storage.ndim]
+    total = storage_contents(storage).batch_size[: storage.ndim]
     if length != storage.max_size:  # not full: written from slot 0 on
         written = -(length // -total[1:].numel())  # time steps holding at least one record
         return written, 0, written - 1
@@ -172,7 +180,7 @@ def _newest_slot(storage: TensorStorage, written: int) -> int:
     since the last read while the writers did not (a write straight into the storage);
     otherwise the writer's cursor is.
     """
-    cursor = storage._last_cursor_index
+    cursor = storage_last_write(storage)
     cursor = None if cursor is None else int(cursor) % written
     writers = tuple(_writer_cursors(storage))
     seen = _LAST_READ.get(storage)
@@ -193,8 +201,8 @@ def _newest_slot(storage: TensorStorage, written: int) -> int:
 def _writer_cursors(storage: TensorStorage) -> list[int]:
     """The cursors (next slot to write) of the round-robin writers of attached buffers."""
     cursors = []
-    for entity in storage._attached_entities:
-        cursor = getattr(getattr(entity, "writer", None), "_cursor", None)
+    for entity in storage_attached_entities(storage):
+        cursor = writer_cursor(getattr(entity, "writer", None))
         if isinstance(cursor, int):
             cursors.append(cursor)
     return cursors
@@ -316,7 +324,7 @@ class TrajectoryIndex:
             self._tails.clear()
             self._count = 0
             self._link(order)
-            self._revision = self.storage._mutation_revision
+            self._revision = storage_mutation_revision(self.storage)
 
     def mark_update(self, index: torch.Tensor | int) -> None:
         """Links newly written slots (called by the buffer's writer after every write)."""
@@ -325,11 +333,11 @@ class TrajectoryIndex:
                 return
             index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
             self._link(index)
-            self._revision = self.storage._mutation_revision
+            self._revision = storage_mutation_revision(self.storage)
 
     def is_stale(self) -> bool:
         """``True`` when the storage changed in a way this index was not told about."""
-        return self._revision is None or self._revision != self.storage._mutation_revision
+        return self._revision is None or self._revision != storage_mutation_revision(self.storage)
 
     def _link(self, slots: torch.Tensor) -> None:
         if slots.numel() == 0:

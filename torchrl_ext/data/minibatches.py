@@ -26,6 +26,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
 from torchrl_ext._checks import check_bool, check_int
+from torchrl_ext._compat import sampler_buffer_generator
 from torchrl_ext.data.safe_loading import load_plain
 
 _STATE_KEYS = ("chunks", "shape", "ran_out")
@@ -203,7 +204,9 @@ class EnvMajorSampler(Sampler):
         envs = self._rows_per_sample(storage, batch_size)
         steps, n_envs = shape = tuple(storage.shape)
         if not self._chunks or shape != self._shape:
-            generator = self.generator if self.generator is not None else self._rng
+            generator = self.generator
+            if generator is None:
+                generator = sampler_buffer_generator(self)
             self._chunks = env_chunks(n_envs, envs, generator)
             self._shape = shape
         elif self._chunks[0].numel() != envs:

@@ -25,6 +25,12 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
+from torchrl_ext._compat import (
+    new_tensordict_unchecked,
+    storage_contents,
+    tensordict_entries,
+    tensordict_has_names,
+)
 from torchrl_ext.data._kernels import gather as _rows
 
 
@@ -43,7 +49,7 @@ class _Level:
     __slots__ = ("contents", "device", "entries", "tail")
 
     def __init__(self, contents: TensorDict) -> None:
-        if type(contents) is not TensorDict or contents._has_names():
+        if type(contents) is not TensorDict or tensordict_has_names(contents):
             raise _Unsupported
         self.contents = contents
         self.tail = tuple(contents.batch_size[1:])
@@ -52,9 +58,9 @@ class _Level:
 
     def matches(self, contents: Any) -> bool:
         """Whether ``contents`` still holds exactly the objects this plan was made of."""
-        if contents is not self.contents or contents._has_names():
+        if contents is not self.contents or tensordict_has_names(contents):
             return False
-        stored = contents._tensordict
+        stored = tensordict_entries(contents)
         if len(stored) != len(self.entries):
             return False
         for key, kind, value, spec in self.entries:
@@ -80,9 +86,7 @@ class _Level:
                 out[key] = written.index_select(0, index)
             else:
                 out[key] = spec.read(index, rows, copies)
-        return TensorDict._new_unsafe(
-            out, batch_size=torch.Size([n, *self.tail]), device=self.device
-        )
+        return new_tensordict_unchecked(out, torch.Size([n, *self.tail]), self.device)
 
 
 _COPY, _SELECT, _NESTED = 0, 1, 2  # compared with ==: a pickled plan holds copies
@@ -123,7 +127,7 @@ class _IndexSelectRead:
             and self.ndim == 1
             and self.initialized
             # contents found unsupported once stay so (their layout is fixed at init)
-            and self.__dict__.get("_stock_read_contents") is not self._storage
+            and self.__dict__.get("_stock_read_contents") is not storage_contents(self)
         )
         if fast:
             try:
@@ -132,7 +136,7 @@ class _IndexSelectRead:
                 if out is not None:
                     return out
             except _Unsupported:
-                self._stock_read_contents = self._storage
+                self._stock_read_contents = storage_contents(self)
             except (IndexError, RuntimeError):
                 pass  # negative or out-of-range indices: the stock read's semantics and errors
         return super().get(index)
@@ -140,8 +144,9 @@ class _IndexSelectRead:
     def _read_plan(self) -> _Level:
         """How the contents are read, made once for each layout (raises ``_Unsupported``)."""
         plan = self.__dict__.get("_plan")
-        if plan is None or not plan.matches(self._storage):
-            plan = self._plan = _Level(self._storage)
+        contents = storage_contents(self)
+        if plan is None or not plan.matches(contents):
+            plan = self._plan = _Level(contents)
         return plan
 
 

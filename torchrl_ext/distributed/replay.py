@@ -35,6 +35,7 @@ from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.sample_units import SampleUnit
 
 from torchrl_ext._checks import check_float, check_int, check_key, check_optional_int
+from torchrl_ext._compat import ray_buffer_actor
 from torchrl_ext.data.storages import FastLazyTensorStorage
 from torchrl_ext.distributed.packing import (
     PackedSampleReplayBuffer,
@@ -126,7 +127,7 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
         batch_size = self._checked(batch_size)  # before a slot is taken
         slot = self._slots.acquire()
         try:
-            return self._rb.sample_packed.remote(batch_size, slot), slot
+            return ray_buffer_actor(self).sample_packed.remote(batch_size, slot), slot
         except BaseException:
             self._slots.retire(slot)
             raise
@@ -174,11 +175,11 @@ class ShareableRayReplayBuffer(RayReplayBuffer):
             shared-memory slots instead where the service runs on the same node.
         """
         batch_size = self._checked(batch_size)
-        return self._rb.sample_packed.remote(batch_size)
+        return ray_buffer_actor(self).sample_packed.remote(batch_size)
 
     def _checked(self, batch_size: int | None) -> int | None:
         """``batch_size`` checked, for a live service that can pack samples."""
-        if not hasattr(self, "_rb"):
+        if ray_buffer_actor(self) is None:
             raise RuntimeError("the replay service was closed; build a new buffer to sample.")
         if not self._packed:
             raise RuntimeError(

@@ -44,6 +44,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext._checks import check_float, check_int
+from torchrl_ext._compat import collector_carrier
 from torchrl_ext.examples._overrides import parse_overrides
 from torchrl_ext.examples._run_folder import (  # noqa: F401  (names the pipelines use)
     RunInterrupted,
@@ -148,7 +149,7 @@ def save_run(
     save_log(
         run, cfg, counters, logger, loss=loss.state_dict(), optim=optim.state_dict(),
         env=env.base_env.state_dict(), collector=collector.state_dict(),
-        carrier=collector._carrier.clone().to_dict(),  # the collector's next policy input
+        carrier=collector_carrier(collector).clone().to_dict(),  # the collector's next policy input
         torch_rng=torch.get_rng_state(), **parts,
     )  # fmt: skip
 
@@ -192,7 +193,7 @@ def restore_run(
     optim.load_state_dict(state["optim"])
     collector.load_state_dict(state["collector"])
     env.base_env.load_state_dict(state["env"])
-    collector._carrier.update(state["carrier"])
+    collector_carrier(collector).update(state["carrier"])
     torch.set_rng_state(state["torch_rng"])
     return restore_log(run, state, logger)
 

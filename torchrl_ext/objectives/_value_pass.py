@@ -27,6 +27,7 @@ from tensordict.utils import unravel_key
 from torch import nn
 from torchrl.modules import GRUModule, LSTMModule
 
+from torchrl_ext._compat import has_kwargs_in_keys, rnn_flat_weights, rnn_op
 from torchrl_ext.objectives._segments import Call, Plan, boot_steps, plan_segments
 
 _RECURRENT = (LSTMModule, GRUModule)
@@ -267,11 +268,10 @@ def _call_layer(
     block = x[call.offset : call.offset + call.lanes * call.length]
     block = block.view(call.length, call.lanes, *x.shape[1:])
     hidden = [pool.index_select(1, call.sources) for pool in pools]
-    op = torch._VF.lstm if is_lstm else torch._VF.gru
-    out, *reached = op(
+    out, *reached = rnn_op(is_lstm)(
         block,
         tuple(hidden) if is_lstm else hidden[0],
-        layer._flat_weights,
+        rnn_flat_weights(layer),
         layer.bias,
         layer.num_layers,
         float(layer.dropout),
@@ -295,7 +295,7 @@ def _plain_leaf(module: TensorDictModuleBase) -> bool:
     """Whether a leaf is a plain TensorDictModule: tensors in by key, tensors out by key."""
     return (
         type(module) is TensorDictModule
-        and module._kwargs is None  # no public way to tell in_keys given as a kwargs dict
+        and not has_kwargs_in_keys(module)
         and module.inplace is True
         and list(module.out_keys) == list(module.out_keys_source)
     )
