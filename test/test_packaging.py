@@ -10,6 +10,7 @@ it would have had nowhere to get it from and failed.
 
 from __future__ import annotations
 
+import ast
 import email
 import json
 import os
@@ -26,8 +27,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: What the build reads (pyproject.toml names README.md and LICENSE).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "torchrl_ext")
+#: What the build reads (pyproject.toml names README.md and LICENSE; setup.py is a shim).
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "torchrl_ext")
 
 #: Entries of the parent site-packages the new environment must not see: our own package (an
 #: editable install of it would make the check vacuous), its finder and .pth files (not
@@ -163,6 +164,19 @@ class TestWheel:
         assert Path(after["torchrl_ext_file"]).is_relative_to(site)
         assert after["sequence"] == 4
         assert not (site / "torch").exists()
+
+
+def test_wheel_ships_the_typing_marker(tmp_path):
+    """``py.typed`` is in the wheel, so type checkers read the package's annotations."""
+    with zipfile.ZipFile(_build_wheel(tmp_path)) as zf:
+        assert "torchrl_ext/py.typed" in zf.namelist()
+
+
+def test_setup_py_is_a_shim():
+    """The metadata lives in pyproject.toml only: setup.py passes nothing to setup()."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert [ast.unparse(c) for c in calls] == ["setup()"]
 
 
 @pytest.mark.parametrize("name", ["LICENSE", "constraints.txt"])

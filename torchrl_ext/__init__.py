@@ -29,3 +29,8 @@ def __getattr__(name: str) -> Any:
     if name in _DATA_NAMES:
         return getattr(importlib.import_module("torchrl_ext.data"), name)
     raise AttributeError(f"module 'torchrl_ext' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's own names and the lazily exported ones (``dir()`` lists all of ``__all__``)."""
+    return sorted(set(globals()) | set(__all__))
