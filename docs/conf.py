@@ -5,6 +5,8 @@ import inspect
 import os
 import sys
 
+from docutils import nodes
+from sphinx.util import logging as _sphinx_logging
 from sphinx.util.inspect import signature as _sphinx_signature
 from sphinx.util.inspect import stringify_signature
 
@@ -140,5 +142,20 @@ def _init_signature(app, what, name, obj, options, signature, return_annotation)
     return stringify_signature(sig, show_annotation=False, show_return_annotation=False), None
 
 
+def _refuse_empty_code_blocks(app, doctree):
+    """Warn (an error under ``-W``) on a code block with nothing in it.
+
+    A tutorial cell that holds only a sphinx-gallery config comment (removed from the page by
+    ``remove_config_comments``) renders as an empty block: put such comments inside a cell that
+    has code, or leave them out when they state a default.
+    """
+    for block in doctree.findall(nodes.literal_block):
+        if not block.astext().strip():
+            _sphinx_logging.getLogger(__name__).warning(
+                "empty code block (a cell with only a removed config comment?)", location=block
+            )
+
+
 def setup(app):
     app.connect("autodoc-process-signature", _init_signature)
+    app.connect("doctree-read", _refuse_empty_code_blocks)

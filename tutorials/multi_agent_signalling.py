@@ -10,8 +10,6 @@ advantages with one :class:`~torchrl_ext.objectives.RecurrentGAE` per agent grou
 shared done flags. It runs on the CPU in a second.
 """
 
-# sphinx_gallery_thumbnail_number = 1
-
 # %%
 # The layout
 # ----------

@@ -8,8 +8,6 @@ env-major minibatches of whole rows. It runs on the CPU in a few seconds; set
 ``TORCHRL_EXT_FAST=1`` to shrink it further.
 """
 
-# sphinx_gallery_thumbnail_number = 1
-
 # %%
 # Setup
 # -----

@@ -14,8 +14,6 @@ geometry, the three episode-boundary policies, priorities per anchor and the ``[
 layout that an ``LSTMModule`` consumes directly.
 """
 
-# sphinx_gallery_thumbnail_number = 1
-
 # %%
 # A small buffer with visible episodes
 # ------------------------------------
