@@ -18,11 +18,13 @@ from torchrl_ext.envs.course import (
 from torchrl_ext.envs.pendulum import PendulumEnv
 from torchrl_ext.envs.render import RenderPixels, render_frame, render_frames
 from torchrl_ext.envs.signalling import SignallingEnv
+from torchrl_ext.envs.transforms import BaseEnvState
 from torchrl_ext.envs.warp_env import WarpEnv
 
 _warp.init()
 
 __all__ = [
+    "BaseEnvState",
     "CarConfig",
     "CartPoleEnv",
     "CourseDefect",
