@@ -29,7 +29,6 @@ import warp as wp
 from torchrl.collectors import Collector
 
 from torchrl_ext.examples import ppo_course
-from torchrl_ext.examples._common import anneal, ppo_optimizer
 
 wp.config.log_level = wp.LOG_WARNING
 logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -61,7 +60,7 @@ env = ppo_course.make_env(cfg, cfg.num_envs, cfg.seed)
 obs_dim = env.observation_spec["observation"].shape[-1]
 actor, critic = ppo_course.make_agent(cfg, obs_dim)
 loss = ppo_course.make_loss(cfg, actor, critic)
-optim = ppo_optimizer(cfg, loss)
+optim = ppo_course.make_optimizer(cfg, loss)
 print("observation", obs_dim, "action", tuple(env.action_spec.shape))
 
 # %%
@@ -90,7 +89,7 @@ for batch in collector:
     ppo_course.check_batch(cfg, batch, first=frames == 0)
     fresh = [e for e in tracker.update(batch) if e["fresh"]]
     window = (window + fresh)[-cfg.return_window :]
-    anneal(cfg, loss, optim, frames)
+    ppo_course.anneal(cfg, loss, optim, frames)
     frames += batch.numel()
     ppo_course.update(cfg, batch, loss, optim, generator)
     per_batch.append((frames, ppo_course.window_means(window)))

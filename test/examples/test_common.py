@@ -1,12 +1,9 @@
-"""The examples' shared bookkeeping: the return window and its target, config checks, seeding."""
+"""The examples' shared bookkeeping: the return window and its target, seeding."""
 
 from __future__ import annotations
 
-import functools
 import math
-from argparse import Namespace
 
-import pytest
 import torch
 
 from torchrl_ext.examples import _common
@@ -67,54 +64,8 @@ class TestReturnWindow:
         )
 
 
-#: A PPO config with every field the base leaves to the pipeline set.
-_Config = functools.partial(
-    _common.PPOConfig, frames=256, num_envs=4, steps=8, lr=1e-3, gamma=0.99, max_grad_norm=0.5,
-    eval_episodes=2, epochs=2, lmbda=0.95,
-)  # fmt: skip
-
-
-class TestConfigs:
-    """Config checks name the field and its value (TypeError for a wrong type, ValueError for a
-    wrong value); the fields the pipeline leaves alone keep the base's defaults; ``--quick``
-    collects a few batches unless it sets the frames; ``--frames`` wins."""
-
-    @pytest.mark.parametrize(
-        "field, value, error",
-        [("num_envs", 0, ValueError), ("steps", True, TypeError), ("frames", 2.0, TypeError),
-         ("frames", 16, ValueError), ("hidden", -1, ValueError), ("eval_episodes", 0, ValueError),
-         ("epochs", 0, ValueError), ("seed", -5, ValueError), ("seed", "a", TypeError),
-         ("lr", "fast", TypeError), ("lr", 0.0, ValueError), ("gamma", 1.5, ValueError),
-         ("max_grad_norm", float("inf"), ValueError), ("clip", 0.0, ValueError),
-         ("lmbda", -0.1, ValueError), ("entropy_coeff", -1.0, ValueError),
-         ("critic_coeff", float("nan"), ValueError)],
-    )  # fmt: skip
-    def test_bad_field(self, field, value, error):
-        with pytest.raises(error, match=f"{field}={value!r}"):
-            _Config(**{field: value})
-
-    def test_defaults(self):
-        cfg = _Config()
-        assert (cfg.seed, cfg.frames, cfg.hidden, cfg.clip, cfg.epochs) == (0, 256, 64, 0.2, 2)
-        assert cfg.frames_per_batch == 32
-
-    def test_fields_without_a_base_default_are_required(self):
-        with pytest.raises(TypeError, match="frames"):
-            _common.TrainConfig(num_envs=1, steps=1, lr=1.0, gamma=1.0, max_grad_norm=1.0,
-                                eval_episodes=1)  # fmt: skip
-
-    @pytest.mark.parametrize(
-        "quick, frames, overrides, expected",
-        [
-            (False, None, {"steps": 2}, _Config(seed=1)),
-            (True, None, {"steps": 2}, _Config(seed=1, steps=2, frames=3 * 4 * 2)),
-            (True, 64, {"steps": 2}, _Config(seed=1, steps=2, frames=64)),
-            (True, None, {"frames": 96}, _Config(seed=1, frames=96)),
-        ],
-    )
-    def test_config_of(self, quick, frames, overrides, expected):
-        args = Namespace(quick=quick, frames=frames)
-        assert _common.config_of(args, _Config, overrides, seed=1) == expected
+class TestSeeded:
+    """``seeded`` draws the same numbers for the same seed and leaves the global generator."""
 
     def test_seeded_leaves_the_global_generator(self):
         before = torch.get_rng_state()

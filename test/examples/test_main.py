@@ -84,17 +84,17 @@ class TestOptions:
         assert args.frames is None and args.out is None
 
     def test_run_folders(self):
-        from torchrl_ext.examples import _common
+        from torchrl_ext.examples import _run_folder
 
         args = entry.make_parser().parse_args(["r2d2", "--seeds", "0", "2"])
-        runs = list(_common.runs_of(args, "r2d2"))
+        runs = list(_run_folder.runs_of(args, "r2d2"))
         assert [(s, r.out) for s, r in runs] == [
             (0, Path("runs/r2d2/seed0")), (2, Path("runs/r2d2/seed2")),
         ]  # fmt: skip
         args = entry.make_parser().parse_args(["ppo", "--quick"])
-        assert next(_common.runs_of(args, "ppo"))[1].out == Path("runs/quick/ppo/seed0")
+        assert next(_run_folder.runs_of(args, "ppo"))[1].out == Path("runs/quick/ppo/seed0")
         args = entry.make_parser().parse_args(["course", "--resume", "runs/course/seed1"])
-        seed, run = next(_common.runs_of(args, "course"))
+        seed, run = next(_run_folder.runs_of(args, "course"))
         assert (seed, run.resume, run.out) == (None, True, Path("runs/course/seed1"))
 
     def test_frame_defaults_match_the_configs(self):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torchrl.collectors import Collector
 
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _config
 from torchrl_ext.examples import mappo_signalling as mappo
 
 
@@ -46,7 +46,7 @@ class TestQuickRun:
         (result,), _ = quick_run
         cfg = result.config
         assert cfg.seed == 3 and cfg.listener == "lstm"
-        assert result.frames == _common.QUICK_BATCHES * cfg.frames_per_batch == 3 * 16 * 8
+        assert result.frames == _config.QUICK_BATCHES * cfg.frames_per_batch == 3 * 16 * 8
         assert [c[0] for c in result.curve] == [cfg.frames_per_batch * k for k in (1, 2, 3)]
         assert 0.0 <= result.final_success <= 1.0
 

@@ -6,7 +6,7 @@ from argparse import Namespace
 
 import pytest
 
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _config
 from torchrl_ext.examples._overrides import parse_overrides
 from torchrl_ext.examples.ppo_cartpole import Config
 from torchrl_ext.examples.r2d2_cartpole import Config as R2D2Config
@@ -47,5 +47,5 @@ class TestParseOverrides:
 
     def test_config_of_applies_them_after_quick(self):
         args = Namespace(quick=True, frames=None, overrides=["num_envs=4", "epochs=1"])
-        cfg = _common.config_of(args, Config, {"epochs": 2}, seed=0)
+        cfg = _config.config_of(args, Config, {"epochs": 2}, seed=0)
         assert (cfg.num_envs, cfg.epochs, cfg.frames) == (4, 1, 3 * 4 * cfg.steps)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torchrl_ext.examples import __main__ as entry
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _run_folder
 
 #: subcommand, frames between checkpoints, the logged step the interruption follows.
 RESUME_CASES = [("ppo", 512, 1024), ("r2d2", 256, 768), ("course", 512, 1024)]
@@ -33,7 +33,7 @@ def _run(*argv: str):
 
 def _curve(out) -> dict:
     """Every logged scalar but the wall time, as text (so that NaN equals NaN)."""
-    scalars = _common.read_scalars(out)
+    scalars = _run_folder.read_scalars(out)
     scalars.pop("seconds")
     return {k: [(step, repr(v)) for step, v in rows] for k, rows in scalars.items()}
 
@@ -57,8 +57,8 @@ class TestQuick:
     def test_outputs(self, uninterrupted, name):
         out, results = uninterrupted[name]
         assert len(results) == 1 and results[0].out == out
-        assert _common.latest_checkpoint(out) is not None
-        scalars = _common.read_scalars(out)
+        assert _run_folder.latest_checkpoint(out) is not None
+        scalars = _run_folder.read_scalars(out)
         frames = results[0].frames
         assert scalars["seconds"][-1][0] == frames
         # r2d2 logs NaN until its first update, after the warm-up frames
@@ -69,7 +69,7 @@ class TestQuick:
 
     def test_ppo_curve_and_evaluation(self, uninterrupted):
         out, (result,) = uninterrupted["ppo"]
-        scalars = _common.read_scalars(out)
+        scalars = _run_folder.read_scalars(out)
         assert [s for s, _ in scalars["mean_return"]] == [512, 1024, 1536]
         assert scalars["final_eval"] == [(1536, result.final_eval)]
         assert 1.0 <= result.final_eval <= 500.0
@@ -77,11 +77,11 @@ class TestQuick:
 
     def test_r2d2_updates_after_warmup(self, uninterrupted):
         out, (result,) = uninterrupted["r2d2"]
-        updates = dict(_common.read_scalars(out)["updates"])
+        updates = dict(_run_folder.read_scalars(out)["updates"])
         cfg = result.config
         after_warmup = (cfg.frames - cfg.warmup_frames) // cfg.frames_per_batch + 1
         assert updates[cfg.frames] == after_warmup
-        assert (_common.find_checkpoint(out) / "replay").is_dir()
+        assert (_run_folder.find_checkpoint(out) / "replay").is_dir()
 
     def test_leaves_global_rng_alone(self, tmp_path):
         before = torch.get_rng_state()
@@ -94,19 +94,19 @@ class TestResume:
 
     @pytest.mark.parametrize("name, every, stop", RESUME_CASES)
     def test_resumed_run_matches(self, uninterrupted, tmp_path, monkeypatch, name, every, stop):
-        log_row = _common.log_row
+        log_row = _run_folder.log_row
 
         def log_then_die(logger, row, step):
             log_row(logger, row, step)
             if step == stop:
                 raise Interrupted(step)
 
-        monkeypatch.setattr(_common, "log_row", log_then_die)
+        monkeypatch.setattr(_run_folder, "log_row", log_then_die)
         with pytest.raises(Interrupted):
             _run(name, "--quick", "--out", str(tmp_path), "--save-every", str(every))
-        monkeypatch.setattr(_common, "log_row", log_row)
+        monkeypatch.setattr(_run_folder, "log_row", log_row)
         run = tmp_path / "seed0"
-        saved = _common.load_checkpoint(_common.find_checkpoint(run))["counters"]["frames"]
+        saved = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run))["counters"]["frames"]
         assert saved < stop  # the rows logged after the checkpoint are logged again
         _run(name, "--resume", str(run))
         reference, _ = uninterrupted[name]

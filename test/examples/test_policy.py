@@ -9,7 +9,7 @@ from tensordict.nn import TensorDictModuleBase
 from test_pipelines import _run
 from test_safe_resume import crafted_checkpoint
 
-from torchrl_ext.examples import _common, load_policy
+from torchrl_ext.examples import _run_folder, load_policy
 
 
 @pytest.mark.parametrize("name", ["ppo", "r2d2"])
@@ -18,7 +18,7 @@ def test_loaded_policy_is_the_trained_one(tmp_path, name):
     _run(name, "--quick", "--out", str(tmp_path))
     policy = load_policy(tmp_path / "seed0")
     assert isinstance(policy, TensorDictModuleBase) and not policy.training
-    saved = _common.load_checkpoint(_common.find_checkpoint(tmp_path / "seed0"))["loss"]
+    saved = _run_folder.load_checkpoint(_run_folder.find_checkpoint(tmp_path / "seed0"))["loss"]
     saved = [v for k, v in saved.items() if "target" not in k]
     for param in policy.parameters():
         assert any(p.shape == param.shape and torch.equal(p, param) for p in saved)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from torchrl_ext.examples import __main__ as entry
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _run_folder
 from torchrl_ext.examples import r2d2_cartpole as single
 
 ray = pytest.importorskip("ray", reason="needs ray (pip install 'torchrl_ext[ray]')")
@@ -59,15 +59,15 @@ class TestQuick:
     def test_runs_checked_updates(self, quick):
         out, (result,) = quick
         assert result.out == out and result.frames >= result.config.frames
-        updates = _common.read_scalars(out)["updates"]
+        updates = _run_folder.read_scalars(out)["updates"]
         assert updates[-1][1] >= dist.QUICK_UPDATES
-        losses = [v for _, v in _common.read_scalars(out)["loss"] if not math.isnan(v)]
+        losses = [v for _, v in _run_folder.read_scalars(out)["loss"] if not math.isnan(v)]
         assert losses and all(math.isfinite(v) for v in losses)
         assert 1.0 <= result.final_eval <= 500.0
 
     def test_logs_every_rate(self, quick):
         out, _ = quick
-        scalars = _common.read_scalars(out)
+        scalars = _run_folder.read_scalars(out)
         for name in RATES:
             assert name in scalars, name
             assert all(v >= 0 for _, v in scalars[name]), name
@@ -81,9 +81,9 @@ class TestQuick:
 
     def test_checkpoint_and_replay(self, quick):
         out, (result,) = quick
-        state = _common.load_checkpoint(out / "checkpoint.pt")
+        state = _run_folder.load_checkpoint(out / "checkpoint.pt")
         assert state["counters"]["frames"] == result.frames
-        assert state["counters"]["updates"] == _common.read_scalars(out)["updates"][-1][1]
+        assert state["counters"]["updates"] == _run_folder.read_scalars(out)["updates"][-1][1]
         assert state["layout"]["workers"] == 2  # the default on a Ray with 2 CPUs
         assert (out / "replay").is_dir() and any((out / "replay").iterdir())
 
@@ -108,14 +108,14 @@ class TestResume:
         out, _ = quick
         run = tmp_path / "seed0"
         shutil.copytree(out, run)
-        state = _common.load_checkpoint(run / "checkpoint.pt")
+        state = _run_folder.load_checkpoint(run / "checkpoint.pt")
         saved = state["counters"]
         state["config"]["frames"] = saved["frames"] + 1024  # a longer budget to go on with
-        _common.save_checkpoint(run / "checkpoint.pt", state)
+        _run_folder.save_checkpoint(run / "checkpoint.pt", state)
         (resumed,) = _run("--resume", str(run))
         assert resumed.config == single.Config(**state["config"])
         assert resumed.frames >= saved["frames"] + 1024
-        updates = _common.read_scalars(run)["updates"]
+        updates = _run_folder.read_scalars(run)["updates"]
         assert [s for s, _ in updates] == sorted(s for s, _ in updates)
         assert updates[-1][1] > saved["updates"]  # the learner went on from its count
         printed = capfd.readouterr()

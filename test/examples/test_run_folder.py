@@ -21,7 +21,7 @@ import pytest
 import torch
 from test_pipelines import _curve, _run
 
-from torchrl_ext.examples import _common, _run_folder
+from torchrl_ext.examples import _run_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,9 +147,9 @@ class TestLoad:
 #: state.pt and the manifest (WHEN=save).
 DRIVER = """
 import os, sys
-from torchrl_ext.examples import __main__ as entry, _common, _run_folder
+from torchrl_ext.examples import __main__ as entry, _run_folder
 signum, step, when = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-log_row, save_steps, saves = _common.log_row, _run_folder._save_steps, []
+log_row, save_steps, saves = _run_folder.log_row, _run_folder._save_steps, []
 
 def log_then_signal(logger, row, at):
     log_row(logger, row, at)
@@ -164,7 +164,7 @@ def signal_mid_save(out, parts):
         yield name
 
 if when == "batch":
-    _common.log_row = log_then_signal
+    _run_folder.log_row = log_then_signal
 else:
     _run_folder._save_steps = signal_mid_save
 entry.main(sys.argv[4:])
@@ -224,7 +224,7 @@ class TestStopAndResume:
                 f"ppo: stopped by {signum.name} at {saved:,} frames; checkpoint saved; resume "
                 f"with: python -m torchrl_ext.examples ppo --resume {run}"
             )
-        state = _common.load_checkpoint(_common.find_checkpoint(run))
+        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run))
         assert state["counters"]["frames"] == saved
         _run("ppo", "--resume", str(run))
         assert _curve(run) == _curve(reference)
@@ -237,12 +237,12 @@ class TestFinishedRun:
     def test_resume_finished_then_extend(self, reference, tmp_path, capsys):
         run = tmp_path / "seed0"
         shutil.copytree(reference, run)
-        before = _common.read_scalars(run)
+        before = _run_folder.read_scalars(run)
         assert _run("ppo", "--resume", str(run)) == []
         assert "is finished (1,536 frames); pass --frames N" in capsys.readouterr().out
-        assert _common.read_scalars(run) == before
+        assert _run_folder.read_scalars(run) == before
         (result,) = _run("ppo", "--resume", str(run), "--frames", "2048")
-        scalars = _common.read_scalars(run)
+        scalars = _run_folder.read_scalars(run)
         assert result.frames == 2048
         assert [s for s, _ in scalars["mean_return"]] == [512, 1024, 1536, 2048]
         assert [s for s, _ in scalars["final_eval"]] == [1536, 2048]

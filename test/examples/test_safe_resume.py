@@ -23,7 +23,7 @@ from torchrl.data import LazyTensorStorage
 
 from torchrl_ext.distributed import PackedSampleReplayBuffer
 from torchrl_ext.examples import __main__ as entry
-from torchrl_ext.examples import _common, animate
+from torchrl_ext.examples import _run_folder, animate
 from torchrl_ext.examples import r2d2_distributed as dist
 
 
@@ -61,8 +61,8 @@ class TestLoadCheckpoint:
             "torch_rng": torch.get_rng_state(),
             "carrier": {"next": {"x": torch.ones(2)}},
         }
-        _common.save_checkpoint(tmp_path, state)
-        loaded = _common.load_checkpoint(_common.find_checkpoint(tmp_path))
+        _run_folder.save_checkpoint(tmp_path, state)
+        loaded = _run_folder.load_checkpoint(_run_folder.find_checkpoint(tmp_path))
         assert loaded["config"] == state["config"] and loaded["counters"] == state["counters"]
         assert torch.equal(loaded["torch_rng"], state["torch_rng"])
         assert torch.equal(loaded["carrier"]["next"]["x"], torch.ones(2))
@@ -70,11 +70,11 @@ class TestLoadCheckpoint:
     def test_crafted_checkpoint_is_refused(self, tmp_path, marker):
         crafted = crafted_checkpoint(tmp_path, marker)
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
-            _common.load_checkpoint(crafted.parent)
+            _run_folder.load_checkpoint(crafted.parent)
 
     def test_every_pipeline_writes_plain_data(self, r2d2_run):
         """The parts a checkpoint holds (the collector's carrier as dicts) load as data."""
-        state = _common.load_checkpoint(_common.find_checkpoint(r2d2_run))
+        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(r2d2_run))
         assert isinstance(state["carrier"], dict) and isinstance(state["config"], dict)
 
 
@@ -90,7 +90,7 @@ class TestEntryPoints:
     def test_resume_distributed(self, tmp_path, marker):
         """``r2d2 --distributed --resume`` reads the checkpoint's layout first (before Ray)."""
         crafted = crafted_checkpoint(tmp_path, marker)
-        run = _common.RunOptions(tmp_path, resume=True)
+        run = _run_folder.RunOptions(tmp_path, resume=True)
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
             dist.train_run(dist.Layout(), None, run)
 
@@ -116,7 +116,7 @@ class TestReplayFolder:
     def test_crafted_replay_file_is_refused(self, r2d2_run, tmp_path, marker, where, write):
         run = tmp_path / "seed0"
         shutil.copytree(r2d2_run, run)
-        crafted = write(_common.find_checkpoint(run) / "replay" / where, marker)
+        crafted = write(_run_folder.find_checkpoint(run) / "replay" / where, marker)
         seal(crafted.parents[len(Path(where).parts)])
         with pytest.raises(ValueError, match=f"{crafted}.*{REFUSED}"):
             _run("r2d2", "--resume", str(run), "--frames", "2048")  # continues: reads the replay

@@ -9,7 +9,9 @@
 
 Every command writes under ``runs/`` unless ``--out`` says otherwise, logs through
 :mod:`torchrl.record.loggers`, checkpoints every ``--save-every`` frames and continues a saved run
-with ``--resume DIR``. What the pipelines share lives in :mod:`torchrl_ext.examples._common`.
+with ``--resume DIR``. What the pipelines share lives in private modules: run folders, logs and
+checkpoints in ``_run_folder``, the shared ``Config`` fields in ``_config``, training pieces in
+``_common`` and the PPO pieces in ``_ppo``.
 
 :func:`load_policy` returns the policy trained in a run folder (``runs/ppo/seed0``) as a
 TensorDict module, read from its checkpoint as data only (``weights_only=True``).

@@ -1,28 +1,26 @@
-"""What the example pipelines share: checkpointed state, configs, bookkeeping, PPO pieces.
+"""What the example pipelines share in training: checkpointed state, seeding, bookkeeping.
 
 Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
 :mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`,
 :mod:`~torchrl_ext.examples.mappo_signalling`) reads top to bottom on its own: its env, networks,
-loss and training loop. Only these pieces are common to them:
+loss and training loop. Run folders, loggers and checkpoint folders live in
+:mod:`~torchrl_ext.examples._run_folder`, the shared ``Config`` fields in
+:mod:`~torchrl_ext.examples._config` and the PPO pieces in :mod:`~torchrl_ext.examples._ppo`.
+These pieces are common to the training loops:
 
-* Run folders, loggers and checkpoint folders live in :mod:`~torchrl_ext.examples._run_folder`;
-  the names pipelines use are re-exported here (:class:`RunOptions`, :func:`make_logger`,
-  :func:`log_row`, :func:`read_scalars`, :func:`save_due`, ...).
 * :func:`save_run` / :func:`restore_run`: the state every pipeline checkpoints (networks through
   the loss, optimizer, env, collector, torch's generator, logger, the CSV log's length), read
   back as data only (``weights_only=True``); on resume the CSV rows logged after the checkpoint
   are dropped, so a resumed run's log equals an uninterrupted one. :func:`save_log` /
   :func:`restore_log` are the config, counters and logger part of it, for a pipeline that saves
   the rest its own way.
-* :class:`TrainConfig` and :class:`PPOConfig`: the fields, batch size and checks every
-  pipeline's ``Config`` (every PPO pipeline's) shares.
 * :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: the running mean return and its
   first crossing of the target, what a run reached, training under a seeded global generator.
-* :func:`config_of` and :func:`train_seeds`: from the command line to one result per seed.
-* :func:`ppo_loss`, :func:`ppo_optimizer`, :func:`anneal`, :func:`gae_batches`,
-  :func:`ppo_step`: ClipPPOLoss with RecurrentGAE, its optimizer and schedules, the collected
-  batches with advantages, one clipped gradient step.
-* :class:`Stopwatch` and :func:`setup` (one torch thread, torchrl's log lines without colours).
+* :func:`train_seeds`: from the command line to one result per seed.
+* :func:`gradient_step`, :func:`mean_first_return`, :func:`completed_returns`,
+  :func:`check_is_init`: a clipped step, the final evaluation, episode returns, the mask check.
+* :class:`Stopwatch`, :func:`plot_curves` and :func:`setup` (one torch thread, torchrl's log
+  lines without colours).
 """
 
 from __future__ import annotations
@@ -41,41 +39,23 @@ from typing import Any, TypeVar
 import torch
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.objectives import ClipPPOLoss
 
-from torchrl_ext._checks import check_float, check_int
 from torchrl_ext._compat import collector_carrier
-from torchrl_ext.examples._overrides import parse_overrides
-from torchrl_ext.examples._run_folder import (  # noqa: F401  (names the pipelines use)
-    RunInterrupted,
+from torchrl_ext.examples._config import config_of, resumed_config
+from torchrl_ext.examples._run_folder import (
     RunOptions,
     catch_signals,
     check_new_run,
     csv_rows,
-    due,
-    find_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    log_row,
-    make_logger,
-    progress_bar,
     raise_if_stopped,
-    read_scalars,
-    run_options,
     runs_of,
     save_checkpoint,
-    save_due,
     start_run,
-    stop_requested,
     trim_csv_logs,
-    write_json,
 )
-from torchrl_ext.objectives import RecurrentGAE
 
 #: torchrl's line layout without its colour codes.
 PLAIN_TORCHRL_FORMAT = "%(asctime)s [%(name)s][%(levelname)s] %(message)s"
-#: Batches a ``--quick`` run collects.
-QUICK_BATCHES = 3
 
 T = TypeVar("T")
 
@@ -147,11 +127,18 @@ def save_run(
     ``weights_only=True``.
     """
     save_log(
-        run, cfg, counters, logger, loss=loss.state_dict(), optim=optim.state_dict(),
-        env=env.base_env.state_dict(), collector=collector.state_dict(),
-        carrier=collector_carrier(collector).clone().to_dict(),  # the collector's next policy input
-        torch_rng=torch.get_rng_state(), **parts,
-    )  # fmt: skip
+        run,
+        cfg,
+        counters,
+        logger,
+        loss=loss.state_dict(),
+        optim=optim.state_dict(),
+        env=env.base_env.state_dict(),
+        collector=collector.state_dict(),
+        carrier=collector_carrier(collector).clone().to_dict(),  # the next policy input
+        torch_rng=torch.get_rng_state(),
+        **parts,
+    )
 
 
 def save_log(
@@ -181,9 +168,14 @@ def save_log(
 
 
 def restore_run(
-    run: RunOptions, state: dict[str, Any], loss: Any, optim: torch.optim.Optimizer, env: Any,
-    collector: Any, logger: Any,
-) -> dict[str, Any]:  # fmt: skip
+    run: RunOptions,
+    state: dict[str, Any],
+    loss: Any,
+    optim: torch.optim.Optimizer,
+    env: Any,
+    collector: Any,
+    logger: Any,
+) -> dict[str, Any]:
     """Loads what :func:`save_run` saved into the run's objects; returns the run's counters.
 
     The logger and the CSV log as :func:`restore_log` leaves them; the pipeline restores its own
@@ -207,114 +199,6 @@ def restore_log(run: RunOptions, state: dict[str, Any], logger: Any) -> dict[str
     if run.logger == "csv":
         trim_csv_logs(run.out, state["csv_rows"])
     return state["counters"]
-
-
-# ---------------------------------------------------------------------------- configs and runs
-@dataclasses.dataclass(kw_only=True)
-class TrainConfig:
-    """What every pipeline's ``Config`` has; the pipeline's dataclass adds its own fields.
-
-    Fields are keyword-only. Those without a default here get the pipeline's own (a subclass
-    redeclares a field to set its default); the checks run in ``__post_init__``, which a subclass
-    with more checks extends.
-
-    Args:
-        seed (int, optional): seed of the envs, the network initialization and the pipeline's
-            own generator (minibatch order or replay sampling). Defaults to 0.
-        frames (int): frames collected in total; the pipeline's schedules (learning rate, clip
-            range, exploration) run over them.
-        num_envs (int): parallel envs.
-        steps (int): steps per env per collected batch (the row length).
-        hidden (int, optional): width of the networks' hidden layers (the LSTM's hidden size).
-            Defaults to 64.
-        lr (float): Adam learning rate (its initial value where it is scheduled).
-        gamma (float): discount.
-        max_grad_norm (float): gradient-norm clip, applied per parameter group (per network).
-        eval_episodes (int): episodes of the final deterministic (greedy) evaluation.
-
-    Examples:
-        >>> cfg = TrainConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
-        ...                   max_grad_norm=0.5, eval_episodes=4)
-        >>> cfg.frames_per_batch, cfg.seed, cfg.hidden, cfg.eval_seed
-        (32, 0, 64, 1000003)
-        >>> dataclasses.replace(cfg, frames=16)
-        Traceback (most recent call last):
-        ...
-        ValueError: frames must be at least one batch (num_envs * steps = 32), got frames=16.
-    """
-
-    seed: int = 0
-    frames: int
-    num_envs: int
-    steps: int
-    hidden: int = 64
-    lr: float
-    gamma: float
-    max_grad_norm: float
-    eval_episodes: int
-
-    def __post_init__(self) -> None:
-        self.check_ints("frames", "num_envs", "steps", "hidden", "eval_episodes")
-        self.seed = check_int("seed", self.seed, minimum=0)
-        self.lr = check_float("lr", self.lr, 0.0, open_minimum=True)
-        self.gamma = check_float("gamma", self.gamma, 0.0, 1.0)
-        self.max_grad_norm = check_float(
-            "max_grad_norm", self.max_grad_norm, 0.0, open_minimum=True
-        )
-        if self.frames < self.frames_per_batch:
-            raise ValueError(
-                f"frames must be at least one batch (num_envs * steps = {self.frames_per_batch}),"
-                f" got frames={self.frames!r}."
-            )
-
-    @property
-    def frames_per_batch(self) -> int:
-        """Frames in one collected batch: ``num_envs * steps``."""
-        return self.num_envs * self.steps
-
-    @property
-    def eval_seed(self) -> int:
-        """Seed of the final evaluation's envs: ``seed + 1_000_003``, not a training seed."""
-        return self.seed + 1_000_003
-
-    def check_ints(self, *names: str) -> None:
-        """Checks that the named fields are ints >= 1 (TypeError, ValueError otherwise)."""
-        for name in names:
-            setattr(self, name, check_int(name, getattr(self, name), minimum=1))
-
-
-@dataclasses.dataclass(kw_only=True)
-class PPOConfig(TrainConfig):
-    """:class:`TrainConfig` and what a PPO pipeline adds: epochs, clip range, GAE, loss weights.
-
-    Args:
-        epochs (int): passes over each batch.
-        clip (float, optional): PPO clip range (its initial value where it is annealed).
-            Defaults to 0.2.
-        lmbda (float): GAE lambda.
-        entropy_coeff (float, optional): entropy bonus weight. Defaults to 0.0.
-        critic_coeff (float, optional): value-loss weight. Defaults to 0.5.
-
-    Examples:
-        >>> cfg = PPOConfig(frames=64, num_envs=4, steps=8, lr=1e-3, gamma=0.99,
-        ...                 max_grad_norm=0.5, eval_episodes=4, epochs=2, lmbda=0.95)
-        >>> cfg.clip, cfg.critic_coeff
-        (0.2, 0.5)
-    """
-
-    epochs: int
-    clip: float = 0.2
-    lmbda: float
-    entropy_coeff: float = 0.0
-    critic_coeff: float = 0.5
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.check_ints("epochs")
-        self.clip = check_float("clip", self.clip, 0.0, open_minimum=True)
-        self.lmbda = check_float("lmbda", self.lmbda, 0.0, 1.0)
-        self.entropy_coeff = check_float("entropy_coeff", self.entropy_coeff, 0.0)
-        self.critic_coeff = check_float("critic_coeff", self.critic_coeff, 0.0)
 
 
 def seeded(seed: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -396,41 +280,21 @@ def reached(target: float, frames: int | None, seconds: float | None, spec: str 
     return f"mean return reached {target:g} after {frames:,} frames ({seconds:{spec}} s)"
 
 
-def config_of(args: Any, config: Callable[..., T], quick: dict[str, Any], **fields: Any) -> T:
-    """A run's ``config(**fields)`` with the command line's ``--quick``, overrides and ``--frames``.
-
-    ``--quick`` applies the ``quick`` overrides, then the command line's ``KEY=VALUE`` ones
-    (:func:`~torchrl_ext.examples._overrides.parse_overrides`) apply; unless they set
-    ``frames``, ``--quick`` collects :data:`QUICK_BATCHES` batches; ``--frames`` sets the frame
-    budget.
-
-    Examples:
-        >>> from argparse import Namespace
-        >>> from functools import partial
-        >>> config = partial(TrainConfig, frames=1000, num_envs=8, steps=16, lr=1e-3,
-        ...                  gamma=0.99, max_grad_norm=0.5, eval_episodes=4)
-        >>> cfg = config_of(Namespace(quick=True, frames=None), config, {"steps": 4}, seed=2)
-        >>> cfg.seed, cfg.frames, cfg.steps
-        (2, 96, 4)
-    """
-    overrides = dict(quick) if args.quick else {}
-    overrides.update(parse_overrides(config, getattr(args, "overrides", None) or []))
-    if args.quick and "frames" not in overrides:
-        overrides["frames"] = QUICK_BATCHES * config(**overrides).frames_per_batch
-    if args.frames is not None:
-        overrides["frames"] = args.frames
-    return config(**fields, **overrides)
-
-
 def train_seeds(
-    args: Any, pipeline: str, train: Callable[..., T], summary: Callable[[T], str],
-    config: Callable[..., Any], quick: dict[str, Any], **fields: Any,
-) -> list[T]:  # fmt: skip
+    args: Any,
+    pipeline: str,
+    train: Callable[..., T],
+    summary: Callable[[T], str],
+    config: Callable[..., Any],
+    quick: dict[str, Any],
+    **fields: Any,
+) -> list[T]:
     """Trains each run the command line asks for (see :func:`runs_of`) and prints its summary.
 
-    A new run takes its config from :func:`config_of` and writes it to ``config.json``; a
-    resumed one takes it from its checkpoint (see :func:`resumed_config`). Every run's config
-    and folder are checked before the first one starts. SIGINT and SIGTERM stop a run after a
+    A new run takes its config from :func:`~torchrl_ext.examples._config.config_of` and writes
+    it to ``config.json``; a resumed one takes it from its checkpoint (see
+    :func:`~torchrl_ext.examples._config.resumed_config`). Every run's config and folder are
+    checked before the first one starts. SIGINT and SIGTERM stop a run after a
     checkpoint (:class:`RunInterrupted`).
     """
     setup()
@@ -455,31 +319,6 @@ def train_seeds(
             results.append(train(cfg, run, quick=args.quick))
             print(summary(results[-1]), flush=True)
     return results
-
-
-def resumed_config(args: Any, run: RunOptions, config: Callable[..., T]) -> T | None:
-    """The config a resumed run continues with; ``None`` (and a line saying so) if finished.
-
-    The checkpoint's config, with ``--frames`` as the new budget if given: a finished run
-    (trained and evaluated) continues only with more frames than it has.
-    """
-    state = load_checkpoint(find_checkpoint(run.out))
-    cfg, counters = config(**state["config"]), state["counters"]
-    done, finished = counters["frames"], counters.get("evaluated", False)
-    if args.frames is not None and args.frames < done:
-        raise SystemExit(f"--frames {args.frames}: {run.out} has {done:,} frames already.")
-    if finished and (args.frames is None or args.frames == done):
-        print(
-            f"{run.out} is finished ({done:,} frames); pass --frames N with N > {done:,} "
-            "to continue it.",
-            flush=True,
-        )
-        return None
-    if args.frames is None:
-        return cfg
-    cfg = dataclasses.replace(cfg, frames=args.frames)
-    write_json(run.config_file, dataclasses.asdict(cfg))
-    return cfg
 
 
 @dataclasses.dataclass
@@ -545,9 +384,13 @@ def pyplot() -> Any:
 
 
 def plot_curves(
-    path: Path, curves: dict[str, list[tuple[float, float]]], target: float, title: str
+    path: Path,
+    curves: dict[str, list[tuple[float, float]]],
+    target: float,
+    title: str,
+    ylabel: str = "mean episode return",
 ) -> Path | None:
-    """Draws each labelled ``(frames, mean_return)`` curve into the PNG ``path``.
+    """Draws each labelled ``(frames, value)`` curve into the PNG ``path``, ``target`` dashed.
 
     Returns ``path``, or ``None`` if matplotlib is not installed.
     """
@@ -559,7 +402,7 @@ def plot_curves(
         ax.plot([c[0] for c in curve], [c[1] for c in curve], label=label)
     ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("frames")
-    ax.set_ylabel("mean episode return")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
@@ -569,67 +412,6 @@ def plot_curves(
     return path
 
 
-# ---------------------------------------------------------------------------- PPO pieces
-def ppo_loss(cfg: Any, actor: Any, critic: Any, **gae_options: Any) -> ClipPPOLoss:
-    """ClipPPOLoss with :class:`~torchrl_ext.objectives.RecurrentGAE` as its value estimator.
-
-    ``cfg`` gives ``clip``, ``entropy_coeff``, ``critic_coeff``, ``gamma`` and ``lmbda``;
-    ``gae_options`` go to ``RecurrentGAE``.
-    """
-    loss = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip,
-        entropy_bonus=cfg.entropy_coeff > 0,
-        entropy_coeff=cfg.entropy_coeff if cfg.entropy_coeff > 0 else None,
-        critic_coeff=cfg.critic_coeff,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-    )
-    gae = RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic, **gae_options)
-    loss.make_value_estimator(gae)
-    return loss
-
-
-def ppo_optimizer(cfg: Any, loss: ClipPPOLoss) -> torch.optim.Optimizer:
-    """Adam with one parameter group per network, so gradients are clipped per network.
-
-    Clipping the two networks' gradients together (as sb3 does) lets the critic's large early
-    value errors shrink the actor's step; sb3 avoids that with reward normalization.
-    """
-    groups = [
-        {"params": list(loss.actor_network_params.values(True, True))},
-        {"params": list(loss.critic_network_params.values(True, True))},
-    ]
-    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
-
-
-def anneal(cfg: Any, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: int) -> float:
-    """Sets learning rate and clip range to their linear schedules; returns the fraction left."""
-    left = max(0.0, 1.0 - frames / cfg.frames)
-    for group in optim.param_groups:
-        group["lr"] = cfg.lr * left
-    loss.clip_epsilon.fill_(cfg.clip * left)
-    return left
-
-
-def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> dict[str, float]:
-    """One gradient step on the sum of the PPO losses in ``out``, clipped per parameter group.
-
-    Returns the mean of each loss term.
-    """
-    gradient_step(ppo_total(out), optim, max_grad_norm)
-    return {k: float(v.detach().mean()) for k, v in out.items() if k.startswith("loss_")}
-
-
-def ppo_total(out: Any) -> torch.Tensor:
-    """The sum of the PPO loss terms in ``out``: objective, critic and, if present, entropy."""
-    total = out["loss_objective"] + out["loss_critic"]
-    if "loss_entropy" in out.keys():
-        total = total + out["loss_entropy"]
-    return total
-
-
 def gradient_step(total: torch.Tensor, optim: torch.optim.Optimizer, max_grad_norm: float) -> None:
     """One optimizer step on ``total``, each parameter group's gradient clipped on its own."""
     optim.zero_grad(set_to_none=True)
@@ -637,24 +419,6 @@ def gradient_step(total: torch.Tensor, optim: torch.optim.Optimizer, max_grad_no
     for group in optim.param_groups:
         torch.nn.utils.clip_grad_norm_(group["params"], max_grad_norm)
     optim.step()
-
-
-def gae_batches(
-    collector: Any, loss: ClipPPOLoss, watch: Stopwatch, frames: int, total: int
-) -> Iterator[TensorDictBase]:
-    """The collector's batches from ``frames`` until ``total`` frames, with GAE's outputs.
-
-    The loss's value estimator writes ``advantage`` and ``value_target`` into each batch; the
-    collection and GAE times go to ``watch`` under ``"collect"`` and ``"gae"``.
-    """
-    batches = iter(collector)
-    while frames < total:
-        with watch("collect"):
-            batch = next(batches)
-        with watch("gae"):
-            loss.value_estimator(batch)
-        frames += batch.numel()
-        yield batch
 
 
 def mean_first_return(env: Any, policy: Any, episodes: int, device: torch.device | str) -> float:

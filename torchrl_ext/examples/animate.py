@@ -21,7 +21,7 @@ import torch
 from torchrl.envs import ExplorationType, set_exploration_type
 
 from torchrl_ext.envs import render_frame
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _run_folder
 
 #: Seed of the env the animation is recorded in (not a training seed).
 ANIMATION_SEED = 7_000_003
@@ -29,7 +29,7 @@ ANIMATION_SEED = 7_000_003
 
 def load_agent(run: Path, device: torch.device) -> tuple[Any, Any]:
     """The deterministic policy and a one-env env of the pipeline that wrote ``run``."""
-    state = _common.load_checkpoint(_common.find_checkpoint(run))
+    state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run))
     config = state["config"]
     if "envs_per_minibatch" in config:  # a ppo run
         from torchrl_ext.examples import ppo_cartpole as pipeline

@@ -55,7 +55,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import SignallingEnv
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _config, _ppo
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import RecurrentGAE
 
@@ -63,11 +63,18 @@ GROUPS = ("speaker", "listener")
 Memory = Literal["lstm", "mlp"]
 
 
+#: This pipeline's defaults of the fields declared in
+#: :class:`~torchrl_ext.examples._config.PPOConfig`: the run's size, learning, the loss weights.
+SIZE = dict(frames=1_000_000, num_envs=64, steps=16, eval_episodes=1024)
+LEARNING = dict(lr=3e-3, gamma=0.99, max_grad_norm=1.0, epochs=4, lmbda=0.95)
+WEIGHTS = dict(entropy_coeff=0.05, critic_coeff=1.0)
+
+
 @dataclasses.dataclass(kw_only=True)
-class Config(_common.PPOConfig):
+class Config(_config.PPOConfig, **SIZE, **LEARNING, **WEIGHTS):
     """Hyperparameters of one run.
 
-    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    The fields of :class:`~torchrl_ext.examples._config.PPOConfig` (``seed`` to
     ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, learning rate
     and clip range stay constant, the gradient is clipped per agent group) with this pipeline's
     defaults, then:
@@ -82,17 +89,6 @@ class Config(_common.PPOConfig):
         print_every (int): print the success rate every this many batches (0: never).
     """
 
-    frames: int = 1_000_000
-    num_envs: int = 64
-    steps: int = 16
-    lr: float = 3e-3
-    gamma: float = 0.99
-    max_grad_norm: float = 1.0
-    eval_episodes: int = 1024
-    epochs: int = 4
-    lmbda: float = 0.95
-    entropy_coeff: float = 0.05
-    critic_coeff: float = 1.0
     listener: Memory = "lstm"
     vocab: int = 8
     delay: int = 2
@@ -268,7 +264,7 @@ def update(
             with set_recurrent_mode(True):
                 out = loss(minibatch)
             stats.setdefault(f"{group}_first_max_ratio", float(out["max_ratio"]))
-            total = total + _common.ppo_total(out)
+            total = total + _ppo.ppo_total(out)
             stats.update(
                 {f"{group}_{k}": float(v.detach()) for k, v in out.items() if k.startswith("loss_")}
             )
@@ -446,7 +442,7 @@ def run(args: argparse.Namespace) -> list[Result]:
     options = {k: getattr(args, k) for k in ("listener", "vocab", "delay", "lr", "entropy_coeff")}
     results = []
     for seed in args.seeds:
-        cfg = _common.config_of(args, Config, QUICK, seed=seed, **options)
+        cfg = _config.config_of(args, Config, QUICK, seed=seed, **options)
         results.append(train(cfg, args.out, quick=args.quick))
         print(summary(results[-1]), flush=True)
     return results

@@ -65,7 +65,7 @@ from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _config, _ppo, _run_folder
 from torchrl_ext.examples._common import completed_returns
 from torchrl_ext.modules import LSTMModule
 
@@ -75,11 +75,17 @@ ACTOR_STATE = ("rs_actor_h", "rs_actor_c")
 CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
 
 
+#: This pipeline's defaults of the fields declared in
+#: :class:`~torchrl_ext.examples._config.PPOConfig`: the run's size, then learning.
+SIZE = dict(frames=61_440, num_envs=16, steps=32, eval_episodes=16)
+LEARNING = dict(lr=1.5e-3, gamma=0.98, max_grad_norm=0.5, epochs=8, lmbda=0.8)
+
+
 @dataclasses.dataclass(kw_only=True)
-class Config(_common.PPOConfig):
+class Config(_config.PPOConfig, **SIZE, **LEARNING):
     """Hyperparameters of one run (defaults: the tuned recurrent PPO).
 
-    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    The fields of :class:`~torchrl_ext.examples._config.PPOConfig` (``seed`` to
     ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, and ``lr`` and
     ``clip`` decay linearly to zero over ``frames``) with this pipeline's defaults, then:
 
@@ -98,15 +104,6 @@ class Config(_common.PPOConfig):
             normalization, as a constant).
     """
 
-    frames: int = 61_440
-    num_envs: int = 16
-    steps: int = 32
-    lr: float = 1.5e-3
-    gamma: float = 0.98
-    max_grad_norm: float = 0.5
-    eval_episodes: int = 16
-    epochs: int = 8
-    lmbda: float = 0.8
     policy: PolicyKind = "lstm"
     envs_per_minibatch: int = 8
     head: int = 64
@@ -227,7 +224,7 @@ def evaluate(
 # ---------------------------------------------------------------------------- learning
 def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictSequential) -> Any:
     """ClipPPOLoss with RecurrentGAE as its value estimator."""
-    return _common.ppo_loss(cfg, actor, critic, initial_state="stored")
+    return _ppo.ppo_loss(cfg, actor, critic, initial_state="stored")
 
 
 def update(
@@ -253,7 +250,7 @@ def update(
             out = loss(minibatch)
         if first_max_ratio is None:
             first_max_ratio = float(out["max_ratio"])
-        stats = _common.ppo_step(out, optim, cfg.max_grad_norm)
+        stats = _ppo.ppo_step(out, optim, cfg.max_grad_norm)
     return {**stats, "first_max_ratio": first_max_ratio}
 
 
@@ -272,7 +269,7 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
 
 
 # ---------------------------------------------------------------------------- training
-def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Result:
+def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
     """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
 
     Args:
@@ -284,7 +281,7 @@ def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Resul
     return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
-def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
+def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     device = _common.device(run.device)
     watch = _common.Stopwatch()
     actor, critic = make_agent(cfg, obs_dim=2)
@@ -292,34 +289,34 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     primers = memories(actor, critic)
     env = make_env(cfg, cfg.num_envs, cfg.seed, primers, device)
     loss = make_loss(cfg, actor, critic)
-    optim = _common.ppo_optimizer(cfg, loss)
+    optim = _ppo.ppo_optimizer(cfg, loss)
     generator = torch.Generator().manual_seed(cfg.seed)
+    policy = collection_policy(actor, critic)
     collector = Collector(
-        env, collection_policy(actor, critic), frames_per_batch=cfg.frames_per_batch,
-        total_frames=-1, device=device,
-    )  # fmt: skip
-    logger = _common.make_logger(run.logger, run.out, run.resume)
+        env, policy, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
+    )
+    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
     if run.resume:
-        state = _common.load_checkpoint(_common.find_checkpoint(run.out))
+        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))
         counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
         generator.set_state(state["minibatch_generator"])
     frames, curve, seconds = counters["frames"], counters["curve"], counters["seconds"]
     window = _common.ReturnWindow(
         cfg.return_window, cfg.target, counters["recent"], counters["hit"]
     )
-    bar = _common.progress_bar(cfg.frames, frames, run)
+    bar = _run_folder.progress_bar(cfg.frames, frames, run)
     start = time.perf_counter() - counters["seconds"]
 
     def save(counters: dict[str, Any]) -> None:
         parts = {"minibatch_generator": generator.get_state()}
         _common.save_run(run, cfg, counters, loss, optim, env, collector, logger, **parts)
 
-    for batch in _common.gae_batches(collector, loss, watch, frames, cfg.frames):
+    for batch in _ppo.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
             check_batch(cfg, batch, first=frames == 0)
         previous, frames = frames, frames + batch.numel()
-        left = _common.anneal(cfg, loss, optim, previous)
+        left = _ppo.anneal(cfg, loss, optim, previous)
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
         if quick:
@@ -328,9 +325,14 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         seconds = time.perf_counter() - start
         mean_return = window.update(completed_returns(batch).tolist(), frames, seconds)
         curve.append((frames, mean_return))
-        row = {"mean_return": mean_return, "episodes_in_window": len(window.recent),
-               "lr": cfg.lr * left, "clip": cfg.clip * left, **losses}  # fmt: skip
-        _common.log_row(logger, {**row, "seconds": seconds}, frames)
+        row = {
+            "mean_return": mean_return,
+            "episodes_in_window": len(window.recent),
+            "lr": cfg.lr * left,
+            "clip": cfg.clip * left,
+            **losses,
+        }
+        _run_folder.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{mean_return:.1f}")
         counters = {
@@ -340,7 +342,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             "recent": list(window.recent),
             "curve": curve,
         }
-        if _common.save_due(frames, previous, run, cfg.frames):
+        if _run_folder.save_due(frames, previous, run, cfg.frames):
             save(counters)
     bar.close()
     final_eval = evaluate(cfg, actor, primers, device)
@@ -348,12 +350,22 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     save({**counters, "evaluated": True})
     collector.shutdown()
     label = f"{cfg.policy} seed {cfg.seed}"
-    _common.plot_curves(run.out / "learning_curve.png", {label: curve}, cfg.target,
-                        "PPO on CartPole without velocities")  # fmt: skip
+    _common.plot_curves(
+        run.out / "learning_curve.png",
+        {label: curve},
+        cfg.target,
+        "PPO on CartPole without velocities",
+    )
     return Result(
-        config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
-        out=run.out, timings=dict(watch.totals), curve=curve,
-    )  # fmt: skip
+        config=cfg,
+        **window.reached(),
+        final_eval=final_eval,
+        frames=frames,
+        seconds=seconds,
+        out=run.out,
+        timings=dict(watch.totals),
+        curve=curve,
+    )
 
 
 # ---------------------------------------------------------------------------- command line
@@ -374,7 +386,7 @@ def summary(result: Result) -> str:
 
 def config_of(args: argparse.Namespace, seed: int, policy: PolicyKind = "lstm") -> Config:
     """The run's hyperparameters from the command line (``--quick``, ``--frames``)."""
-    return _common.config_of(args, Config, QUICK, seed=seed, policy=policy)
+    return _config.config_of(args, Config, QUICK, seed=seed, policy=policy)
 
 
 def main(args: argparse.Namespace) -> list[Result]:

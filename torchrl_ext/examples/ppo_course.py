@@ -66,16 +66,37 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl_ext._checks import check_int
 from torchrl_ext.envs import CarConfig, CourseEnv
 from torchrl_ext.envs.course import CourseParams
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _config, _ppo, _run_folder
 
-__all__ = ["Config", "EpisodeTracker", "Result", "main", "train"]
+__all__ = [
+    "Config",
+    "EpisodeTracker",
+    "Result",
+    "anneal",
+    "check_batch",
+    "evaluate",
+    "main",
+    "make_agent",
+    "make_env",
+    "make_loss",
+    "make_optimizer",
+    "train",
+    "update",
+    "window_means",
+]
+
+
+#: This pipeline's defaults of the fields declared in
+#: :class:`~torchrl_ext.examples._config.PPOConfig`: the run's size, then learning.
+SIZE = dict(frames=491_520, num_envs=64, steps=64, eval_episodes=64)
+LEARNING = dict(lr=1e-3, gamma=0.99, max_grad_norm=0.5, epochs=4, lmbda=0.95)
 
 
 @dataclasses.dataclass(kw_only=True)
-class Config(_common.PPOConfig):
+class Config(_config.PPOConfig, **SIZE, **LEARNING):
     """Hyperparameters of one run (defaults: the tuned run of the benchmarks page).
 
-    The fields of :class:`~torchrl_ext.examples._common.PPOConfig` (``seed`` to
+    The fields of :class:`~torchrl_ext.examples._config.PPOConfig` (``seed`` to
     ``critic_coeff``; env ``i`` starts on course seed ``seed + i``, ``hidden`` is the width of
     the two hidden layers of actor and critic, ``lr`` and ``clip`` decay linearly to zero over
     ``frames``, ``eval_episodes`` counts unseen courses) with this pipeline's defaults, then:
@@ -97,15 +118,6 @@ class Config(_common.PPOConfig):
         ValueError: frames must be at least one batch (num_envs * steps = 4096), got frames=10.
     """
 
-    frames: int = 491_520
-    num_envs: int = 64
-    steps: int = 64
-    lr: float = 1e-3
-    gamma: float = 0.99
-    max_grad_norm: float = 0.5
-    eval_episodes: int = 64
-    epochs: int = 4
-    lmbda: float = 0.95
     minibatch_size: int = 1024
     init_scale: float = 0.6
     max_steps: int = 300
@@ -254,8 +266,14 @@ class EpisodeTracker:
 
 
 _TRACKED_KEYS = (
-    "reward", "done", "truncated", "out_of_bounds", "checkpoints_passed", "laps", "valid",
-)  # fmt: skip
+    "reward",
+    "done",
+    "truncated",
+    "out_of_bounds",
+    "checkpoints_passed",
+    "laps",
+    "valid",
+)
 _METRICS = ("return", "checkpoints", "finished", "length")
 
 
@@ -358,7 +376,21 @@ def make_agent(cfg: Config, obs_dim: int) -> tuple[ProbabilisticActor, TensorDic
 
 def make_loss(cfg: Config, actor: ProbabilisticActor, critic: TensorDictModule) -> ClipPPOLoss:
     """ClipPPOLoss with RecurrentGAE (feed-forward critic) as its value estimator."""
-    return _common.ppo_loss(cfg, actor, critic)
+    return _ppo.ppo_loss(cfg, actor, critic)
+
+
+def make_optimizer(cfg: Config, loss: ClipPPOLoss) -> torch.optim.Optimizer:
+    """Adam over ``loss``'s networks, one parameter group (one gradient clip) per network."""
+    return _ppo.ppo_optimizer(cfg, loss)
+
+
+def anneal(cfg: Config, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: int) -> float:
+    """Sets learning rate and clip range to their linear decay at ``frames``; returns the rest.
+
+    Both fall from their ``cfg`` values to zero over ``cfg.frames``; the return value is the
+    fraction of the budget left (1 at the start, 0 at the end).
+    """
+    return _ppo.anneal(cfg, loss, optim, frames)
 
 
 def update(
@@ -375,7 +407,7 @@ def update(
         order = torch.randperm(flat.numel(), generator=generator)
         for start in range(0, flat.numel() - size + 1, size):
             out = loss(flat[order[start : start + size]])
-            stats = _common.ppo_step(out, optim, cfg.max_grad_norm)
+            stats = _ppo.ppo_step(out, optim, cfg.max_grad_norm)
     return stats
 
 
@@ -466,7 +498,7 @@ def plot_curves(path: Path, curves: dict[str, list[dict[str, float]]], title: st
 
 
 # ---------------------------------------------------------------------------- training
-def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Result:
+def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
     """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
 
     Args:
@@ -478,24 +510,24 @@ def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Resul
     return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
-def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
+def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     device = _common.device(run.device)
     watch = _common.Stopwatch()
     env = make_env(cfg, cfg.num_envs, cfg.seed, device)
     actor, critic = make_agent(cfg, env.observation_spec["observation"].shape[-1])
     actor, critic = actor.to(device), critic.to(device)
     loss = make_loss(cfg, actor, critic)
-    optim = _common.ppo_optimizer(cfg, loss)
+    optim = make_optimizer(cfg, loss)
     initial_evaluation = evaluate(cfg, actor, device)
     generator = torch.Generator().manual_seed(cfg.seed)
     collector = Collector(
         env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
     )
     tracker = EpisodeTracker(cfg.num_envs)
-    logger = _common.make_logger(run.logger, run.out, run.resume)
+    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "seconds": 0.0, "recent": [], "curve": [], "fresh_episodes": 0}
     if run.resume:
-        state = _common.load_checkpoint(_common.find_checkpoint(run.out))
+        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))
         counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
         vars(tracker).update(state["tracker"])
         generator.set_state(state["minibatch_generator"])
@@ -503,20 +535,20 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     recent = deque(counters["recent"], maxlen=cfg.return_window)
     frames, curve = counters["frames"], counters["curve"]
     fresh_episodes, seconds = counters["fresh_episodes"], counters["seconds"]
-    bar = _common.progress_bar(cfg.frames, frames, run)
+    bar = _run_folder.progress_bar(cfg.frames, frames, run)
     start = time.perf_counter() - counters["seconds"]
 
     def save(counters: dict[str, Any]) -> None:
         parts = {"tracker": dict(vars(tracker)), "minibatch_generator": generator.get_state()}
         _common.save_run(run, cfg, counters, loss, optim, env, collector, logger, **parts)
 
-    for batch in _common.gae_batches(collector, loss, watch, frames, cfg.frames):
+    for batch in _ppo.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
             check_batch(cfg, batch, first=frames == 0)
         fresh = [e for e in tracker.update(batch.cpu()) if e["fresh"]]
         recent.extend(fresh)
         fresh_episodes += len(fresh)
-        left = _common.anneal(cfg, loss, optim, frames)
+        left = anneal(cfg, loss, optim, frames)
         previous, frames = frames, frames + batch.numel()
         with watch("update"):
             losses = update(cfg, batch, loss, optim, generator)
@@ -525,10 +557,15 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         seconds = time.perf_counter() - start
         means = window_means(recent)
         curve.append({"frames": frames, "seconds": seconds, **means})
-        row = {**{f"mean_{k}": v for k, v in means.items()}, "episodes_in_window": len(recent),
-               "fresh_episodes": fresh_episodes, "lr": cfg.lr * left, "clip": cfg.clip * left,
-               **losses}  # fmt: skip
-        _common.log_row(logger, {**row, "seconds": seconds}, frames)
+        row = {
+            **{f"mean_{k}": v for k, v in means.items()},
+            "episodes_in_window": len(recent),
+            "fresh_episodes": fresh_episodes,
+            "lr": cfg.lr * left,
+            "clip": cfg.clip * left,
+            **losses,
+        }
+        _run_folder.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{means['return']:.2f}")
         counters = {
@@ -539,19 +576,25 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             "fresh_episodes": fresh_episodes,
             "initial_evaluation": initial_evaluation,
         }
-        if _common.save_due(frames, previous, run, cfg.frames):
+        if _run_folder.save_due(frames, previous, run, cfg.frames):
             save(counters)
     bar.close()
     evaluation = evaluate(cfg, actor, device)
-    _common.log_row(logger, {f"eval_{k}": v for k, v in evaluation.items()}, frames)
+    _run_folder.log_row(logger, {f"eval_{k}": v for k, v in evaluation.items()}, frames)
     save({**counters, "evaluated": True})
     collector.shutdown()
     plot_curves(run.out / "learning_curve.png", {f"seed {cfg.seed}": curve}, PLOT_TITLE)
     return Result(
-        config=cfg, frames=frames, seconds=seconds, curve=curve, episodes=fresh_episodes,
-        evaluation=evaluation, initial_evaluation=initial_evaluation,
-        timings=dict(watch.totals), out=run.out,
-    )  # fmt: skip
+        config=cfg,
+        frames=frames,
+        seconds=seconds,
+        curve=curve,
+        episodes=fresh_episodes,
+        evaluation=evaluation,
+        initial_evaluation=initial_evaluation,
+        timings=dict(watch.totals),
+        out=run.out,
+    )
 
 
 # ---------------------------------------------------------------------------- command line

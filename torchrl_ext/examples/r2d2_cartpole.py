@@ -62,7 +62,7 @@ from torchrl.objectives import HardUpdate
 
 from torchrl_ext.data import Sequence, load_replay
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _config, _run_folder
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import R2D2Loss
 
@@ -71,17 +71,29 @@ STATE = ("recurrent_state_h", "recurrent_state_c")
 BOUNDS = (2.4, 12 * 2 * math.pi / 360)
 #: What the replay buffer stores of each collected record.
 STORED = (
-    "observation", "action", "is_init", *STATE,
-    ("next", "observation"), ("next", "reward"), ("next", "done"), ("next", "terminated"),
+    "observation",
+    "action",
+    "is_init",
+    *STATE,
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
     ("next", "truncated"),
-)  # fmt: skip
+)
+
+
+#: This pipeline's defaults of the fields declared in
+#: :class:`~torchrl_ext.examples._config.TrainConfig`: the run's size, then learning.
+SIZE = dict(frames=400_000, num_envs=16, steps=4, eval_episodes=16)
+LEARNING = dict(lr=5e-4, gamma=0.98, max_grad_norm=10.0)
 
 
 @dataclasses.dataclass(kw_only=True)
-class Config(_common.TrainConfig):
+class Config(_config.TrainConfig, **SIZE, **LEARNING):
     """Hyperparameters of one run.
 
-    The fields of :class:`~torchrl_ext.examples._common.TrainConfig` (``seed`` to
+    The fields of :class:`~torchrl_ext.examples._config.TrainConfig` (``seed`` to
     ``eval_episodes``; one update follows each batch of ``num_envs * steps`` frames, ``hidden``
     is the embedding, LSTM and head width) with this pipeline's defaults, then:
 
@@ -114,13 +126,6 @@ class Config(_common.TrainConfig):
         (16, 64)
     """
 
-    frames: int = 400_000
-    num_envs: int = 16
-    steps: int = 4
-    lr: float = 5e-4
-    gamma: float = 0.98
-    max_grad_norm: float = 10.0
-    eval_episodes: int = 16
     warmup_frames: int = 2_048
     capacity: int = 100_000
     burn_in: int = 8
@@ -284,12 +289,12 @@ def check_sample(cfg: Config, sample: TensorDictBase, out: TensorDictBase) -> No
 
 
 # ---------------------------------------------------------------------------- training
-def train(cfg: Config, run: _common.RunOptions, *, quick: bool = False) -> Result:
+def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
     """Trains one seed; see the module docstring. The caller's global RNG state is kept."""
     return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
-def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
+def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     device = _common.device(run.device)
     qnet = make_qnet(cfg).to(device)
     policy = TensorDictSequential(qnet, QValueModule(action_space="categorical"))
@@ -300,22 +305,22 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     target_updater = HardUpdate(loss_fn, value_network_update_interval=cfg.target_period)
     optim = torch.optim.Adam(loss_fn.value_network_params.values(True, True), lr=cfg.lr)
     unit, rb = make_buffer(cfg)
+    explorer = TensorDictSequential(policy, egreedy)
     collector = Collector(
-        env, TensorDictSequential(policy, egreedy), frames_per_batch=cfg.frames_per_batch,
-        total_frames=-1, device=device,
-    )  # fmt: skip
-    logger = _common.make_logger(run.logger, run.out, run.resume)
+        env, explorer, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
+    )
+    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "updates": 0, "seconds": 0.0, "hit": None, "recent": deque()}
     if run.resume:
-        folder = _common.find_checkpoint(run.out)
-        state = _common.load_checkpoint(folder)
+        folder = _run_folder.find_checkpoint(run.out)
+        state = _run_folder.load_checkpoint(folder)
         _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run, folder)
         counters = state["counters"]
     frames, updates, seconds = counters["frames"], counters["updates"], counters["seconds"]
     window = _common.ReturnWindow(
         cfg.return_window, cfg.target, counters["recent"], counters["hit"]
     )
-    bar = _common.progress_bar(cfg.frames, frames, run)
+    bar = _run_folder.progress_bar(cfg.frames, frames, run)
     start, loss, batches = time.perf_counter() - counters["seconds"], math.nan, iter(collector)
     while frames < cfg.frames:
         batch = next(batches)
@@ -337,9 +342,14 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
         mean_return = window.update(_common.completed_returns(batch).tolist(), frames, seconds)
         if (frames // cfg.frames_per_batch) % cfg.log_every == 0 or frames >= cfg.frames:
             lr, eps = optim.param_groups[0]["lr"], float(egreedy.eps.mean())
-            row = {"mean_return": mean_return, "loss": loss, "updates": updates, "lr": lr,
-                   "epsilon": eps}  # fmt: skip
-            _common.log_row(logger, {**row, "seconds": seconds}, frames)
+            row = {
+                "mean_return": mean_return,
+                "loss": loss,
+                "updates": updates,
+                "lr": lr,
+                "epsilon": eps,
+            }
+            _run_folder.log_row(logger, {**row, "seconds": seconds}, frames)
             bar.set_postfix(ret=f"{mean_return:.0f}", loss=f"{loss:.3f}")
         bar.update(frames - previous)
         counters = {
@@ -349,7 +359,7 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
             "hit": window.hit,
             "recent": list(window.recent),
         }
-        if _common.save_due(frames, previous, run, cfg.frames):
+        if _run_folder.save_due(frames, previous, run, cfg.frames):
             _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger)
     bar.close()
     final_eval = evaluate(cfg, policy, device)
@@ -368,16 +378,21 @@ def _train(cfg: Config, run: _common.RunOptions, quick: bool) -> Result:
     )
     collector.shutdown()
     return Result(
-        config=cfg, **window.reached(), final_eval=final_eval, frames=frames, seconds=seconds,
-        out=run.out, lowest_after_target=lowest_after(run, window.hit),
-    )  # fmt: skip
+        config=cfg,
+        **window.reached(),
+        final_eval=final_eval,
+        frames=frames,
+        seconds=seconds,
+        out=run.out,
+        lowest_after_target=lowest_after(run, window.hit),
+    )
 
 
-def lowest_after(run: _common.RunOptions, hit: tuple[int, float] | None) -> float | None:
+def lowest_after(run: _run_folder.RunOptions, hit: tuple[int, float] | None) -> float | None:
     """The lowest mean return logged after ``hit`` (CSV logs only; ``None`` otherwise)."""
     if hit is None or run.logger != "csv":
         return None
-    return min(v for step, v in _common.read_scalars(run.out)["mean_return"] if step > hit[0])
+    return min(v for step, v in _run_folder.read_scalars(run.out)["mean_return"] if step > hit[0])
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -404,8 +419,14 @@ def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, 
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK = {"frames": 1024, "warmup_frames": 512, "capacity": 2048, "batch_size": 8,
-         "eval_episodes": 2, "log_every": 2}  # fmt: skip
+QUICK = {
+    "frames": 1024,
+    "warmup_frames": 512,
+    "capacity": 2048,
+    "batch_size": 8,
+    "eval_episodes": 2,
+    "log_every": 2,
+}
 
 
 def summary(result: Result, command: str = "r2d2") -> str:

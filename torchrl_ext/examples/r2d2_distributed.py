@@ -62,7 +62,7 @@ from torchrl.modules import EGreedyModule, QValueModule
 from torchrl.objectives import HardUpdate
 
 from torchrl_ext._checks import check_int
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _run_folder
 from torchrl_ext.examples import r2d2_cartpole as single
 from torchrl_ext.objectives import R2D2Loss
 
@@ -362,9 +362,13 @@ def make_replay(cfg: single.Config) -> tuple[Any, Any]:
 
     unit = single.make_unit(cfg)
     rb = prioritized_ray_buffer(
-        cfg.capacity, sample_unit=unit, alpha=cfg.alpha, beta=cfg.beta,
-        batch_size=cfg.batch_size, remote_config={"num_cpus": 0},
-    )  # fmt: skip
+        cfg.capacity,
+        sample_unit=unit,
+        alpha=cfg.alpha,
+        beta=cfg.beta,
+        batch_size=cfg.batch_size,
+        remote_config={"num_cpus": 0},
+    )
     return unit, rb
 
 
@@ -410,8 +414,13 @@ class _Learner:
 
     def __init__(self, cfg: single.Config, qnet: nn.Module, device: torch.device) -> None:
         self.cfg, self.device = cfg, device
-        self.loss_fn = R2D2Loss(qnet, burn_in=cfg.burn_in, n_step=cfg.n_step, gamma=cfg.gamma,
-                                value_rescaling=cfg.value_rescaling)  # fmt: skip
+        self.loss_fn = R2D2Loss(
+            qnet,
+            burn_in=cfg.burn_in,
+            n_step=cfg.n_step,
+            gamma=cfg.gamma,
+            value_rescaling=cfg.value_rescaling,
+        )
         self.target_updater = HardUpdate(
             self.loss_fn, value_network_update_interval=cfg.target_period
         )
@@ -442,8 +451,11 @@ class _Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimizer and target-copy counter (the replay is saved by ``dumps``)."""
-        return {"loss": self.loss_fn.state_dict(), "optim": self.optim.state_dict(),
-                "target_updater": self.target_updater.counter}  # fmt: skip
+        return {
+            "loss": self.loss_fn.state_dict(),
+            "optim": self.optim.state_dict(),
+            "target_updater": self.target_updater.counter,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned."""
@@ -457,17 +469,18 @@ class _Learner:
         self.rb.close()
 
 
-def train(cfg: single.Config, layout: Layout, run: _common.RunOptions, *,
-          quick: bool = False) -> single.Result:  # fmt: skip
+def train(
+    cfg: single.Config, layout: Layout, run: _run_folder.RunOptions, *, quick: bool = False
+) -> single.Result:
     """Trains one seed on the running Ray; see the module docstring. Global RNG state is kept."""
     return _common.seeded(cfg.seed, _train, cfg, layout, run, quick)
 
 
-def _train(cfg: single.Config, layout: Layout, run: _common.RunOptions, quick: bool):
+def _train(cfg: single.Config, layout: Layout, run: _run_folder.RunOptions, quick: bool):
     device = _common.device(run.device)
     policy = make_policy(cfg, device)
     learner = _Learner(cfg, policy[0], device)
-    logger = _common.make_logger(run.logger, run.out, run.resume)
+    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "updates": 0, "seconds": 0.0, "hit": None, "recent": []}
     if run.resume:
         counters = _restore(run, learner, logger)
@@ -488,29 +501,40 @@ def _train(cfg: single.Config, layout: Layout, run: _common.RunOptions, quick: b
         actors.stop()
         learner.close()
     return single.Result(
-        config=cfg, **window.reached(), final_eval=final_eval, frames=frames,
-        seconds=counters["seconds"], out=run.out,
+        config=cfg,
+        **window.reached(),
+        final_eval=final_eval,
+        frames=frames,
+        seconds=counters["seconds"],
+        out=run.out,
         lowest_after_target=single.lowest_after(run, window.hit),
-    )  # fmt: skip
+    )
 
 
-def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters,
-          window: _common.ReturnWindow) -> dict[str, Any]:  # fmt: skip
+def _loop(
+    cfg, layout, run, quick, policy, learner, actors, logger, counters, window: _common.ReturnWindow
+) -> dict[str, Any]:
     """Learns until the actors have stepped ``cfg.frames`` frames; logs each new snapshot."""
     frames, updates = counters["frames"], counters["updates"]
     rates, logged, saved = Rates(actors.snapshot, updates), actors.snapshot, frames
     start, loss = time.perf_counter() - counters["seconds"], math.nan
-    bar = _common.progress_bar(cfg.frames, frames, run)
+    bar = _run_folder.progress_bar(cfg.frames, frames, run)
 
     def log(snapshot: Snapshot, before: Snapshot) -> float:
         """Logs a row for ``snapshot``, with the episodes finished since ``before``."""
         seconds = time.perf_counter() - start
         mean_return = window.update(snapshot.returns_since(before), frames, seconds)
         eps = float(lane_epsilons(cfg, layout.workers, frames).mean())
-        row = {"mean_return": mean_return, "loss": loss, "updates": updates,
-               "lr": learner.optim.param_groups[0]["lr"], "epsilon": eps, "seconds": seconds,
-               **rates.step(snapshot, updates, cfg.batch_size)}  # fmt: skip
-        _common.log_row(logger, row, frames)
+        row = {
+            "mean_return": mean_return,
+            "loss": loss,
+            "updates": updates,
+            "lr": learner.optim.param_groups[0]["lr"],
+            "epsilon": eps,
+            "seconds": seconds,
+            **rates.step(snapshot, updates, cfg.batch_size),
+        }
+        _run_folder.log_row(logger, row, frames)
         bar.set_postfix_str(progress_text(row), refresh=False)
         bar.update(min(frames, cfg.frames) - bar.n)
         return seconds
@@ -520,9 +544,10 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters,
         frames, snapshot = max(frames, actors.frames), actors.snapshot
         if snapshot is not logged:
             logged, seconds = snapshot, log(snapshot, logged)
-            if _common.due(frames, saved, run.save_every) or _common.stop_requested():
-                _save(run, cfg, layout, _counters(frames, updates, seconds, window),
-                      learner, logger)  # fmt: skip
+            if _run_folder.due(frames, saved, run.save_every) or _run_folder.stop_requested():
+                _save(
+                    run, cfg, layout, _counters(frames, updates, seconds, window), learner, logger
+                )
                 saved = frames
         elif time.perf_counter() - snapshot.time > TIMEOUT:
             raise TimeoutError(f"the actors have not answered for {TIMEOUT:.0f} s.")
@@ -543,8 +568,9 @@ def _loop(cfg, layout, run, quick, policy, learner, actors, logger, counters,
     return counters
 
 
-def _may_update(cfg: single.Config, layout: Layout, frames: int, updates: int,
-                snapshot: Snapshot) -> bool:  # fmt: skip
+def _may_update(
+    cfg: single.Config, layout: Layout, frames: int, updates: int, snapshot: Snapshot
+) -> bool:
     """After the warm-up, at most one update per ``layout.frames_per_update`` frames.
 
     Examples:
@@ -569,16 +595,26 @@ def progress_text(row: dict[str, float]) -> str:
         'ret=22 loss=0.250 w0=2.5k fr/s ins=2.4k/s smp=640/s upd=20.0/s'
     """
     workers = [f"w{k[6:-13]}={row[k] / 1e3:.1f}k fr/s" for k in row if k.endswith("frames_per_s")]
-    return " ".join([
-        f"ret={row['mean_return']:.0f}", f"loss={row['loss']:.3f}", *workers,
-        f"ins={row['inserts_per_s'] / 1e3:.1f}k/s", f"smp={row['samples_per_s']:.0f}/s",
-        f"upd={row['updates_per_s']:.1f}/s",
-    ])  # fmt: skip
+    return " ".join(
+        [
+            f"ret={row['mean_return']:.0f}",
+            f"loss={row['loss']:.3f}",
+            *workers,
+            f"ins={row['inserts_per_s'] / 1e3:.1f}k/s",
+            f"smp={row['samples_per_s']:.0f}/s",
+            f"upd={row['updates_per_s']:.1f}/s",
+        ]
+    )
 
 
 def _counters(frames, updates, seconds, window: _common.ReturnWindow) -> dict[str, Any]:
-    return {"frames": frames, "updates": updates, "seconds": seconds, "hit": window.hit,
-            "recent": list(window.recent)}  # fmt: skip
+    return {
+        "frames": frames,
+        "updates": updates,
+        "seconds": seconds,
+        "hit": window.hit,
+        "recent": list(window.recent),
+    }
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -600,8 +636,8 @@ def _save(run, cfg, layout, counters, learner: _Learner, logger) -> None:
 
 
 def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
-    folder = _common.find_checkpoint(run.out)
-    state = _common.load_checkpoint(folder)
+    folder = _run_folder.find_checkpoint(run.out)
+    state = _run_folder.load_checkpoint(folder)
     learner.load_state_dict(state)
     learner.call("loads", str(folder.resolve() / "replay"))
     return _common.restore_log(run, state, logger)
@@ -609,8 +645,13 @@ def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- command line
 #: ``--quick``: a short run (overrides of the example's ``Config``) with checked samples.
-QUICK = {"frames": 2048, "warmup_frames": 512, "capacity": 4096, "batch_size": 8,
-         "eval_episodes": 2}  # fmt: skip
+QUICK = {
+    "frames": 2048,
+    "warmup_frames": 512,
+    "capacity": 4096,
+    "batch_size": 8,
+    "eval_episodes": 2,
+}
 #: Actor workers without ``--workers`` (fewer on a cluster with fewer CPUs).
 DEFAULT_WORKERS = 2
 #: ``--quick`` runs at least this many checked updates.
@@ -671,8 +712,9 @@ def main(args: argparse.Namespace) -> list[single.Result]:
         if args.workers is None:
             cpus = ray.cluster_resources().get("CPU", 0)
             layout = dataclasses.replace(layout, workers=default_workers(cpus))
-        results = _common.train_seeds(args, "r2d2_distributed", partial(train_run, layout),
-                                      summary, single.Config, QUICK)  # fmt: skip
+        results = _common.train_seeds(
+            args, "r2d2_distributed", partial(train_run, layout), summary, single.Config, QUICK
+        )
     finally:
         if started:
             ray.shutdown()
@@ -681,11 +723,12 @@ def main(args: argparse.Namespace) -> list[single.Result]:
     return results
 
 
-def train_run(layout: Layout, cfg: single.Config, run: _common.RunOptions, *,
-              quick: bool = False) -> single.Result:  # fmt: skip
+def train_run(
+    layout: Layout, cfg: single.Config, run: _run_folder.RunOptions, *, quick: bool = False
+) -> single.Result:
     """:func:`train` with ``layout``, or for a resumed run the saved one on ``layout``'s Ray."""
     if run.resume:
-        saved = _common.load_checkpoint(_common.find_checkpoint(run.out))["layout"]
+        saved = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))["layout"]
         layout = Layout(**{**saved, "address": layout.address})
     check_cpus(layout.workers)
     return train(cfg, layout, run, quick=quick)

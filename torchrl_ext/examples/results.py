@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from torchrl_ext.examples import _common
+from torchrl_ext.examples import _common, _run_folder
 from torchrl_ext.examples.ppo_cartpole import Result, config_of, train
 
 
@@ -115,9 +115,9 @@ def run_all(args: argparse.Namespace, out: Path) -> tuple[list[Result], list[Res
     lstm, mlp = [], []
     for policy, seeds, results in (("lstm", args.seeds, lstm), ("mlp", args.mlp_seeds, mlp)):
         for seed in seeds:
-            run = _common.run_options(args, out / f"{policy}_seed{seed}")
+            run = _run_folder.run_options(args, out / f"{policy}_seed{seed}")
             cfg = config_of(args, seed, policy)
-            _common.start_run(run, dataclasses.asdict(cfg))
+            _run_folder.start_run(run, dataclasses.asdict(cfg))
             result = train(cfg, run, quick=args.quick)
             print(result_rows([result])[0], flush=True)
             results.append(result)
