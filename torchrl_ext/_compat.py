@@ -27,6 +27,7 @@ from torchrl.envs import EnvBase
 
 __all__ = [
     "blas_gemm_addresses",
+    "buffer_sample_unit",
     "collector_carrier",
     "env_reset_check_done",
     "env_step_and_maybe_reset",
@@ -163,11 +164,23 @@ def storage_last_write(storage: Any) -> Any:
     return storage._last_cursor_index
 
 
+def buffer_sample_unit(buffer: Any) -> Any:
+    """The sample unit a replay buffer expands its anchors with (``None`` for other objects).
+
+    Why: a ``Sequence`` unit routes the priority calls of the buffers that sample through it,
+    and TorchRL neither tells a unit which buffer it serves nor exposes the buffer's unit.
+    Public replacement: none in TorchRL 0.14 (a ``rb.sample_unit`` property, or a hook called
+    when a unit is given to a buffer).
+    """
+    return getattr(buffer, "_sample_unit", None)
+
+
 def storage_attached_entities(storage: Any) -> Any:
     """The buffers (and samplers) attached to ``storage``.
 
     Why: ``loads`` restores the writer's cursor but not the storage's last write, so the seam
-    is read from the attached buffers' writers too. Public replacement: none in TorchRL 0.14.
+    is read from the attached buffers' writers too; and a ``Sequence`` unit finds the buffers it
+    samples for among them. Public replacement: none in TorchRL 0.14.
     """
     return storage._attached_entities
 

@@ -157,8 +157,8 @@ print(batch.shape, sorted(k for k in batch.keys() if isinstance(k, str)))
 # the sample under the buffer's ``priority_key`` and call ``unit.update_priority(rb, sample)``:
 # the unit reduces each window over its valid records (here R2D2's
 # ``0.9 * max + 0.1 * mean``) and writes one priority per anchor through the buffer's public
-# ``update_priority``. (torchrl's own ``rb.update_tensordict_priority(sample)`` always takes
-# the max, and gives the same result only for flat samples with ``"max"``.)
+# ``update_priority``. TorchRL's own ``rb.update_tensordict_priority(sample)`` is routed
+# through the unit and gives the same result (see the concept page).
 unit = Sequence(length=8, burn_in=4, priority_reduction="mixture", priority_eta=0.9)
 prb = TensorDictPrioritizedReplayBuffer(
     alpha=0.9,

@@ -686,14 +686,6 @@ class TestSequencePriorities:
         with pytest.raises(TypeError, match="buffer=dict"):
             unit.update_priority({}, rb.sample(), torch.ones(36))
 
-    def test_unit_installs_nothing_on_the_buffer(self):
-        unit = Sequence(4, burn_in=2)
-        rb = prioritized(unit)
-        before = dict(vars(rb))
-        rb.sample()
-        assert vars(rb).keys() == before.keys()
-        assert all(vars(rb)[k] is v for k, v in before.items() if callable(v))
-
     def test_update_tensordict_priority_equals_ours_on_flat_max(self):
         """torchrl's own anchor reduction: max over valid records, per anchor (flat layout)."""
         unit = Sequence(4, burn_in=2, bootstrap=1)
@@ -705,12 +697,14 @@ class TestSequencePriorities:
         theirs.update_tensordict_priority(sample)
         assert self._tree(ours) == self._tree(theirs)
 
-    def test_update_tensordict_priority_on_batch_time_is_torchrl_s(self):
-        """batch_time: torchrl takes the max over all records and skips anchors whose first
-        record is invalid; the unit's update reduces over valid records and keeps them all."""
+    def test_torchrl_s_own_call_on_batch_time_differs(self):
+        """Why the unit routes the stock call: torchrl's own method, on batch_time samples,
+        takes the max over all records and skips anchors whose first record is invalid; the
+        unit's update reduces over valid records and keeps them all."""
         unit = Sequence(4, burn_in=2, layout="batch_time")
         rb = prioritized(unit)
         sample = rb.sample()
+        unit.restore_priority_calls(rb)  # torchrl's own update_tensordict_priority
         first_invalid = ~sample["validity_mask"][:, 0]
         assert first_invalid.any()  # the seed draws a window whose burn-in is clamped
         td_error = torch.rand(sample.shape, generator=torch.Generator().manual_seed(1)) + 0.1

@@ -22,6 +22,7 @@ from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
 from torchrl_ext.data import _episodes
 from torchrl_ext.data._kernels import windows
 from torchrl_ext.data._priorities import reduce_window_priorities
+from torchrl_ext.data._priority_calls import PriorityCalls
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 
@@ -166,12 +167,11 @@ class Sequence(SampleUnit, _TorchRLSequence):
     ``"learning_mask"`` or ``"validity_mask"``, as torchrl's own unit accepts, reduces over
     the masks it has) with ``priority_reduction`` (``"max"``; ``"mean"``; ``"mixture"``,
     R2D2's ``eta * max + (1 - eta) * mean``) and writes them to the anchors with the buffer's
-    public ``update_priority``. torchrl's ``rb.update_tensordict_priority(sample)`` applies
-    its own reduction, a max over valid records per anchor: the same result for flat samples
-    with ``"max"`` and ``priority_learning_only=False``; for any other reduction, for
-    ``priority_learning_only=True`` and for ``layout="batch_time"`` (where torchrl reduces
-    over all records and skips windows whose first record is invalid) call
-    ``unit.update_priority``.
+    public ``update_priority``. TorchRL's own ``rb.update_tensordict_priority(sample)`` does
+    the same: TorchRL gives a unit no hook into that call, so the first time the unit samples
+    for a buffer it sets two methods on that buffer object (see
+    :meth:`route_priority_calls`, undone by :meth:`restore_priority_calls`). Either call
+    refuses NaN, infinite or negative priorities before the sum tree is touched.
 
     Args:
         length (int): records in the learning region, ``>= 1``.
@@ -285,6 +285,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
         # (contents, done flags) of the last storage read, checked for colliding keys
         self._known: tuple[Any, torch.Tensor | None] | None = None
+        self._priority_calls = PriorityCalls(self)
 
     # -- window geometry ---------------------------------------------------------------------
 
@@ -354,6 +355,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
             index, per_record = self._records_compiled(view, time, lanes)
         else:
             index, per_record = self._records_vectorized(view, storage, time, lanes, anchors)
+        self._priority_calls.install_on_buffers_of(storage)
         return index, {**expanded, **per_record}
 
     def _snapshot(self, storage: Storage) -> _episodes.Snapshot:
@@ -625,6 +627,66 @@ class Sequence(SampleUnit, _TorchRLSequence):
                 )
         buffer.update_priority(*self.reduce_priority(sample, priority))
 
+    def route_priority_calls(self, buffer: Any) -> None:
+        """Routes TorchRL's priority calls of ``buffer`` through this unit.
+
+        Done automatically the first time the unit samples for ``buffer``; call it yourself
+        only to route a buffer before its first sample (a priority method bound earlier, as
+        TorchRL's ``ReplayBufferTrainer`` binds ``rb.update_tensordict_priority`` when it is
+        built, keeps TorchRL's reduction), or again after :meth:`restore_priority_calls`.
+
+        Sets two attributes on the buffer object: ``update_tensordict_priority``, which writes
+        window samples (those carrying ``"anchor_index"``) with :meth:`update_priority` and
+        passes any other data to TorchRL's method, and ``update_priority``, which refuses NaN,
+        infinite or negative priorities before calling TorchRL's method. A method already set
+        on the object is left alone.
+
+        Args:
+            buffer (ReplayBuffer): a buffer built with ``sample_unit=`` this unit.
+
+        Raises:
+            ValueError: if ``buffer`` does not sample through this unit.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+            >>> from torchrl_ext import Sequence
+            >>> unit = Sequence(length=2, done_key=None, priority_reduction="mean")
+            >>> rb = TensorDictPrioritizedReplayBuffer(
+            ...     alpha=1.0, beta=1.0, storage=LazyTensorStorage(10), sample_unit=unit,
+            ...     batch_size=3, generator=torch.Generator().manual_seed(0),
+            ... )
+            >>> _ = rb.extend(TensorDict({"obs": torch.arange(10.0)}, [10]))
+            >>> sample = rb.sample()  # the first sample routes the buffer's calls
+            >>> sample["td_error"] = torch.tensor([1.0, 3.0, 0.0, 2.0, 4.0, float("nan")])
+            >>> try:
+            ...     rb.update_tensordict_priority(sample)  # TorchRL's call, this unit's rules
+            ... except ValueError as err:
+            ...     print("refused:", str(err).startswith("priorities must be finite"))
+            refused: True
+            >>> unit.restore_priority_calls(rb)  # TorchRL's own methods again
+            >>> "update_tensordict_priority" in vars(rb)
+            False
+            >>> unit.route_priority_calls(rb)
+            >>> "update_tensordict_priority" in vars(rb)
+            True
+        """
+        self._priority_calls.install(buffer)
+
+    def restore_priority_calls(self, buffer: Any) -> None:
+        """Gives ``buffer`` back TorchRL's own priority methods, for good.
+
+        Removes what :meth:`route_priority_calls` set on the buffer object; the unit does not
+        route that buffer again unless :meth:`route_priority_calls` is called. Then
+        ``rb.update_tensordict_priority`` reduces windows with TorchRL's rule and writes
+        priorities unchecked, so call :meth:`update_priority` instead.
+
+        Args:
+            buffer (ReplayBuffer): a buffer that samples (or sampled) through this unit.
+        """
+        self._priority_calls.restore(buffer)
+
     # -- misc --------------------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
@@ -633,11 +695,13 @@ class Sequence(SampleUnit, _TorchRLSequence):
         state["_lock"] = None
         state["_tables"] = {}
         state["_known"] = None
+        state["_priority_calls"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._priority_calls = PriorityCalls(self)
 
     def __repr__(self) -> str:
         return (
