@@ -37,7 +37,7 @@ class TestHelp:
         for name in ("ppo", "r2d2", "course", "results", "signalling", "--quick"):
             assert name in done.stdout
 
-    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results"])
+    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results", "signalling"])
     def test_subcommand_help(self, name):
         done = _cli(name, "--help")
         assert done.returncode == 0, done.stderr
@@ -46,11 +46,10 @@ class TestHelp:
             assert option in done.stdout, option
         assert done.stdout.count("(default:") >= len(COMMON)
 
-    def test_signalling_help_is_its_modules(self):
+    def test_signalling_has_its_own_option(self):
         done = _cli("signalling", "--help")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("usage: python -m torchrl_ext.examples signalling")
-        assert "--listener" in done.stdout and "--vocab" in done.stdout
+        assert "--listener {lstm,mlp}" in done.stdout and "KEY=VALUE" in done.stdout
 
     def test_help_imports_no_pipeline(self):
         code = (
@@ -75,7 +74,7 @@ class TestOptions:
     """Every subcommand takes the same run options with the same defaults; outputs default to
     ``runs/<pipeline>/seed<N>``."""
 
-    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results"])
+    @pytest.mark.parametrize("name", ["ppo", "r2d2", "course", "results", "signalling"])
     def test_same_defaults(self, name):
         args = entry.make_parser().parse_args([name])
         assert (args.device, args.logger, args.save_every, args.resume, args.quick) == (
@@ -98,12 +97,15 @@ class TestOptions:
         assert (seed, run.resume, run.out) == (None, True, Path("runs/course/seed1"))
 
     def test_frame_defaults_match_the_configs(self):
-        from torchrl_ext.examples import ppo_cartpole, ppo_course, r2d2_cartpole
+        from torchrl_ext.examples import mappo_signalling, ppo_cartpole, ppo_course, r2d2_cartpole
 
         configs = {"ppo": ppo_cartpole.Config, "r2d2": r2d2_cartpole.Config,
-                   "course": ppo_course.Config, "results": ppo_cartpole.Config}  # fmt: skip
-        for name, (_, _, frames, _) in entry.PIPELINES.items():
-            assert configs[name]().frames == frames, name
+                   "course": ppo_course.Config, "results": ppo_cartpole.Config,
+                   "signalling": mappo_signalling.Config}  # fmt: skip
+        trains = {n: c for n, c in entry.COMMANDS.items() if c.frames is not None}
+        assert set(trains) == set(configs)
+        for name, command in trains.items():
+            assert configs[name]().frames == command.frames, name
 
     def test_missing_cuda_is_a_clear_exit(self):
         from torchrl_ext.examples import _common

@@ -1,28 +1,30 @@
-"""Multi-agent PPO example: the --quick run, per-group GAE against a plain loop, the CLI."""
+"""Multi-agent PPO example: the quick run through the entry point, checkpoints and resume,
+per-group GAE against a plain loop."""
 
 from __future__ import annotations
 
-import argparse
-import csv
 import math
+import shutil
 
 import pytest
 import torch
+from test_pipelines import Interrupted, _curve, _run
 from torchrl.collectors import Collector
 
-from torchrl_ext.examples import _config
+from torchrl_ext.examples import _config, _run_folder
 from torchrl_ext.examples import mappo_signalling as mappo
+
+#: Frames between checkpoints, and the logged step after which a run is killed.
+EVERY, STOP = 128, 256
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mappo")
-    threads = torch.get_num_threads()
-    try:
-        results = mappo.main(["--quick", "--seeds", "3", "--out", str(out)])
-    finally:
-        torch.set_num_threads(threads)
-    return results, out
+    """``signalling --quick`` (seed 3) left alone, checkpointing every batch."""
+    out = tmp_path_factory.mktemp("signalling")
+    results = _run("signalling", "--quick", "--seeds", "3", "--out", str(out), "--save-every",
+                   str(EVERY))  # fmt: skip
+    return results, out / "seed3"
 
 
 def _gae_loop(reward, value, next_value, terminated, done, gamma, lmbda):
@@ -40,40 +42,86 @@ def _gae_loop(reward, value, next_value, terminated, done, gamma, lmbda):
 
 
 class TestQuickRun:
-    """--quick trains 3 small batches with layout/mask/replay checks and writes a CSV per run."""
+    """``signalling --quick`` trains 3 small batches with layout, mask and replay checks, logs
+    both groups' losses through the CSV logger, draws the learning curve, leaves a checkpoint and
+    prints the summary line the other pipelines print."""
 
     def test_runs_and_counts_frames(self, quick_run):
-        (result,), _ = quick_run
+        (result,), out = quick_run
         cfg = result.config
-        assert cfg.seed == 3 and cfg.listener == "lstm"
+        assert cfg.seed == 3 and cfg.listener == "lstm" and result.out == out
         assert result.frames == _config.QUICK_BATCHES * cfg.frames_per_batch == 3 * 16 * 8
         assert [c[0] for c in result.curve] == [cfg.frames_per_batch * k for k in (1, 2, 3)]
-        assert 0.0 <= result.final_success <= 1.0
+        assert 0.0 <= result.final_eval <= 1.0
 
-    def test_writes_csv_with_both_groups(self, quick_run):
-        _, out = quick_run
-        with (out / "lstm_seed3.csv").open() as f:
-            rows = list(csv.DictReader(f))
-        assert len(rows) == 3
+    def test_logs_both_groups_and_a_curve(self, quick_run):
+        (result,), out = quick_run
+        scalars = _run_folder.read_scalars(out)
+        assert [s for s, _ in scalars["success"]] == [128, 256, 384]
+        assert scalars["final_eval"] == [(384, result.final_eval)]
         for group in mappo.GROUPS:
-            assert all(math.isfinite(float(r[f"{group}_loss_objective"])) for r in rows)
-            assert float(rows[0][f"{group}_first_max_ratio"]) == pytest.approx(1.0, abs=1e-3)
+            assert all(math.isfinite(v) for _, v in scalars[f"{group}_loss_objective"])
+            assert scalars[f"{group}_first_max_ratio"][0][1] == pytest.approx(1.0, abs=1e-3)
+        assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert _run_folder.read_config(out)["listener"] == "lstm"
 
     def test_summary_names_listener_and_chance(self, quick_run):
         (result,), _ = quick_run
         line = mappo.summary(result)
-        assert line.startswith("listener=lstm seed=3:") and "chance 0.125" in line
+        assert line.startswith("signalling lstm seed 3: success never reached 0.95")
+        assert "(chance 0.125)" in line and line.endswith(f"log: {result.out}")
 
-    def test_feed_forward_listener_quick_run(self):
-        threads = torch.get_num_threads()
-        try:
-            (result,) = mappo.main(["--quick", "--listener", "mlp"])
-        finally:
-            torch.set_num_threads(threads)
+    def test_feed_forward_listener_quick_run(self, tmp_path):
+        (result,) = _run("signalling", "--quick", "--listener", "mlp", "--out", str(tmp_path))
         assert result.config.listener == "mlp"
         assert result.frames == 3 * result.config.frames_per_batch
         agents = mappo.make_agents(result.config)
         assert not any(k[1].startswith("rs_") for k in agents["listener"].actor.in_keys)
+
+    def test_default_folder_names_the_listener(self):
+        from torchrl_ext.examples import __main__ as entry
+
+        args = entry.make_parser().parse_args(["signalling", "--listener", "mlp"])
+        assert entry.pipeline(args) == "signalling_mlp"
+
+
+class TestResume:
+    """Killed after a checkpoint and resumed, the run logs the same curve bit for bit; a
+    finished run resumed says it is finished and logs nothing; a larger ``--frames`` extends
+    it."""
+
+    def test_resumed_run_matches(self, quick_run, tmp_path, monkeypatch):
+        log_row = _run_folder.log_row
+
+        def log_then_die(logger, row, step):
+            log_row(logger, row, step)
+            if step == STOP:
+                raise Interrupted(step)
+
+        monkeypatch.setattr(_run_folder, "log_row", log_then_die)
+        with pytest.raises(Interrupted):
+            _run("signalling", "--quick", "--seeds", "3", "--out", str(tmp_path), "--save-every",
+                 str(EVERY))  # fmt: skip
+        monkeypatch.setattr(_run_folder, "log_row", log_row)
+        run = tmp_path / "seed3"
+        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run))
+        assert state["counters"]["frames"] == EVERY < STOP
+        (result,) = _run("signalling", "--resume", str(run))
+        (reference,), out = quick_run
+        assert _curve(run) == _curve(out)
+        assert result.final_eval == reference.final_eval
+
+    def test_finished_run_says_so_then_extends(self, quick_run, tmp_path, capsys):
+        _, out = quick_run
+        run = tmp_path / "seed3"
+        shutil.copytree(out, run)
+        before = _run_folder.read_scalars(run)
+        assert _run("signalling", "--resume", str(run)) == []
+        assert "is finished (384 frames); pass --frames N" in capsys.readouterr().out
+        assert _run_folder.read_scalars(run) == before
+        (result,) = _run("signalling", "--resume", str(run), "--frames", "512")
+        assert result.frames == 512
+        assert [s for s, _ in _run_folder.read_scalars(run)["success"]] == [128, 256, 384, 512]
 
 
 class TestPerGroupGAE:
@@ -114,18 +162,3 @@ class TestPerGroupGAE:
             torch.testing.assert_close(target, expected + value, rtol=1e-5, atol=1e-5)
         speaker, listener = (batch[g, "advantage"] for g in mappo.GROUPS)
         assert not torch.equal(speaker, listener)  # each group's own critic
-
-
-class TestCommandLine:
-    """The parser can be mounted on a subcommand; bad options exit with argparse's error."""
-
-    def test_parser_mounts_on_a_given_parser(self):
-        sub = argparse.ArgumentParser(prog="torchrl_ext signalling")
-        parser = mappo.build_parser(sub)
-        assert parser is sub
-        args = parser.parse_args(["--seeds", "1", "2", "--listener", "mlp", "--frames", "512"])
-        assert (args.seeds, args.listener, args.frames, args.quick) == ([1, 2], "mlp", 512, False)
-
-    def test_bad_listener_exits(self):
-        with pytest.raises(SystemExit):
-            mappo.build_parser().parse_args(["--listener", "gru"])

@@ -8,6 +8,7 @@ assertions).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -17,34 +18,6 @@ from pathlib import Path
 from typing import Any
 
 PROG = "python -m torchrl_ext.examples"
-
-#: subcommand: (module, one-line description, default --frames, default --seeds)
-PIPELINES = {
-    "ppo": (
-        "ppo_cartpole",
-        "recurrent PPO (separate actor and critic LSTMs) on CartPole without velocities",
-        61_440,
-        [0],
-    ),
-    "r2d2": (
-        "r2d2_cartpole",
-        "R2D2 (LSTM Q-network, sequence replay, R2D2Loss) on CartPole without velocities",
-        400_000,
-        [0],
-    ),
-    "course": (
-        "ppo_course",
-        "feed-forward PPO driving procedurally generated courses (CourseEnv)",
-        491_520,
-        [0],
-    ),
-    "results": (
-        "results",
-        "the main demo: recurrent PPO on 3 seeds and a feed-forward baseline, results table",
-        61_440,
-        [0, 1, 2],
-    ),
-}
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -79,13 +52,13 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
         return super()._get_help_string(action)
 
 
-def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
-    _, _, frames, seeds = PIPELINES[name]
+def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Command) -> None:
+    """The options every training subcommand shares, with ``command``'s defaults."""
     parser.add_argument(
         "--seeds",
         type=_count(0),
         nargs="+",
-        default=seeds,
+        default=list(command.seeds),
         metavar="N",
         help="seeds to train, one after the other (one run folder each)",
     )
@@ -94,8 +67,8 @@ def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
         type=_count(1),
         default=None,
         metavar="N",
-        help=f"frames to collect per seed (default: {frames:,}; --quick: a few batches); with "
-        "--resume, a larger budget continues a finished run",
+        help=f"frames to collect per seed (default: {command.frames:,}; --quick: a few batches); "
+        "with --resume, a larger budget continues a finished run",
     )
     parser.add_argument(
         "--device", default="cpu", help="torch device of envs, networks and losses (cpu, cuda)"
@@ -125,7 +98,7 @@ def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="continue the run saved in DIR (a seed's folder, e.g. runs/ppo/seed0)",
+        help=f"continue the run saved in DIR (a seed's folder, e.g. runs/{name}/seed0)",
     )
     parser.add_argument(
         "--overwrite",
@@ -144,7 +117,7 @@ def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
         type=_pair,
         metavar="KEY=VALUE",
         help="hyperparameters: any field of the pipeline's Config, e.g. lr=3e-4 num_envs=32 "
-        "obs_scale=2,20 (an unknown key lists them); written to <run>/config.json",
+        "(an unknown key lists them); written to <run>/config.json",
     )
     parser.add_argument(
         "--progress",
@@ -154,89 +127,179 @@ def _add_common(parser: argparse.ArgumentParser, name: str) -> None:
     )
 
 
+# ---------------------------------------------------------------------------- each command's own
+def _ppo_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy",
+        choices=["lstm", "mlp"],
+        default="lstm",
+        help="recurrent or feed-forward actor and critic",
+    )
+
+
+def _r2d2_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="Ape-X layout on Ray: actor workers, a replay service, this process learns "
+        "(output: runs/r2d2_distributed)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --distributed: Ray actor workers, one CPU each (default: 2, or 1 on a "
+        "single CPU)",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="with --distributed: join this Ray cluster (HOST:PORT, ray://HOST:PORT or "
+        "auto) instead of starting a local Ray (default: local)",
+    )
+
+
+def _results_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mlp-seeds",
+        type=int,
+        nargs="*",
+        default=[0],
+        metavar="N",
+        help="seeds of the feed-forward baseline",
+    )
+    parser.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="markdown table file (default: <out>/results.md)",
+    )
+
+
+def _signalling_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listener",
+        choices=["lstm", "mlp"],
+        default="lstm",
+        help="a listener with memory, or a feed-forward one (which stays at chance)",
+    )
+
+
+def _animate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", type=Path, help="run folder with a checkpoint, e.g. runs/ppo/seed0")
+    parser.add_argument("--gif", type=Path, help="output file (default: RUN/agent.gif)")
+    parser.add_argument("--frames", type=int, default=64, help="pictures in the animation")
+    parser.add_argument("--stride", type=int, default=4, help="env steps between pictures")
+    parser.add_argument("--size", type=int, default=160, help="picture height and width in pixels")
+    parser.add_argument("--fps", type=int, default=20, help="pictures per second of the GIF")
+    parser.add_argument("--device", default="cpu", help="torch device of the env and the policy")
+
+
+def _no_options(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: the module that runs it, what it does, its own options, its run defaults.
+
+    Args:
+        module (str): the module of :mod:`torchrl_ext.examples` whose ``main(args)`` runs it.
+        description (str): one line for ``--help``.
+        options (callable, optional): adds the command's own options to its parser. Defaults to
+            none.
+        frames (int or None, optional): default ``--frames`` of a training command, which takes
+            the shared run options; ``None`` for a command that does not train. Defaults to
+            ``None``.
+        seeds (tuple of int, optional): default ``--seeds``. Defaults to ``(0,)``.
+        needs (tuple of str, optional): optional modules the command cannot run without (each
+            named in :data:`EXTRAS`). Defaults to none.
+    """
+
+    module: str
+    description: str
+    options: Callable[[argparse.ArgumentParser], None] = _no_options
+    frames: int | None = None
+    seeds: tuple[int, ...] = (0,)
+    needs: tuple[str, ...] = ()
+
+
+#: Every subcommand, in the order ``--help`` lists them.
+COMMANDS = {
+    "ppo": Command(
+        "ppo_cartpole",
+        "recurrent PPO (separate actor and critic LSTMs) on CartPole without velocities",
+        _ppo_options,
+        frames=61_440,
+    ),
+    "r2d2": Command(
+        "r2d2_cartpole",
+        "R2D2 (LSTM Q-network, sequence replay, R2D2Loss) on CartPole without velocities",
+        _r2d2_options,
+        frames=400_000,
+    ),
+    "course": Command(
+        "ppo_course",
+        "feed-forward PPO driving procedurally generated courses (CourseEnv)",
+        frames=491_520,
+    ),
+    "results": Command(
+        "results",
+        "the main demo: recurrent PPO on 3 seeds and a feed-forward baseline, results table",
+        _results_options,
+        frames=61_440,
+        seeds=(0, 1, 2),
+    ),
+    "animate": Command(
+        "animate",
+        "animated GIF of the agent saved in a ppo or course run folder",
+        _animate_options,
+        needs=("PIL",),
+    ),
+    "signalling": Command(
+        "mappo_signalling",
+        "recurrent multi-agent PPO on the speaker-listener game (SignallingEnv)",
+        _signalling_options,
+        frames=1_000_000,
+    ),
+}
+
+
 def make_parser() -> argparse.ArgumentParser:
-    """The command line: one subcommand per pipeline, each with the same run options."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
-                                     formatter_class=_Formatter)  # fmt: skip
+    """The command line: one subcommand per entry of :data:`COMMANDS`."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.splitlines()[0], formatter_class=_Formatter
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
         dest="quick_all",
         help="without a subcommand: run every pipeline's --quick check",
     )
-    sub = parser.add_subparsers(
-        dest="command", metavar="{ppo,r2d2,course,results,animate,signalling}"
-    )
-    for name, (_, description, _, _) in PIPELINES.items():
-        p = sub.add_parser(name, help=description, description=description,
-                           formatter_class=_Formatter)  # fmt: skip
-        _add_common(p, name)
-        if name == "ppo":
-            p.add_argument("--policy", choices=["lstm", "mlp"], default="lstm",
-                           help="recurrent or feed-forward actor and critic")  # fmt: skip
-        if name == "r2d2":
-            _add_distributed(p)
-        if name == "results":
-            p.add_argument("--mlp-seeds", type=int, nargs="*", default=[0], metavar="N",
-                           help="seeds of the feed-forward baseline")  # fmt: skip
-            p.add_argument("--table", type=Path, default=None, metavar="PATH",
-                           help="markdown table file (default: <out>/results.md)")  # fmt: skip
-    _add_animate(sub)
-    _add_signalling(sub)
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(
+            name,
+            help=command.description,
+            description=command.description,
+            formatter_class=_Formatter,
+        )
+        if command.frames is not None:
+            _add_run_options(p, name, command)
+        command.options(p)
     return parser
 
 
-#: ``r2d2`` options of the Ape-X layout on Ray (``r2d2_distributed``).
-DISTRIBUTED_OPTIONS = {
-    "--distributed": {
-        "action": "store_true",
-        "help": "Ape-X layout on Ray: actor workers, a replay service, this process learns "
-        "(output: runs/r2d2_distributed)",
-    },
-    "--workers": {
-        "type": int, "default": None, "metavar": "N",
-        "help": "with --distributed: Ray actor workers, one CPU each (default: 2, or 1 on a "
-        "single CPU)",
-    },
-    "--address": {
-        "default": None, "metavar": "ADDR",
-        "help": "with --distributed: join this Ray cluster (HOST:PORT, ray://HOST:PORT or "
-        "auto) instead of starting a local Ray (default: local)",
-    },
-}  # fmt: skip
-
-
-def _add_distributed(p: argparse.ArgumentParser) -> None:
-    for flag, options in DISTRIBUTED_OPTIONS.items():
-        p.add_argument(flag, **options)
-
-
-SIGNALLING = "recurrent multi-agent PPO on the speaker-listener game (SignallingEnv)"
-
-
-def _add_signalling(sub: argparse._SubParsersAction) -> None:
-    # its options live in its module, parsed there (so --help here imports nothing)
-    sub.add_parser("signalling", help=SIGNALLING, add_help=False)
-
-
-def _run_signalling(rest: list[str]) -> object:
-    module = importlib.import_module("torchrl_ext.examples.mappo_signalling")
-    parser = argparse.ArgumentParser(prog=f"{PROG} signalling", description=SIGNALLING,
-                                     formatter_class=_Formatter)  # fmt: skip
-    return module.run(module.build_parser(parser).parse_args(rest))
-
-
-def _add_animate(sub: argparse._SubParsersAction) -> None:
-    description = "animated GIF of the agent saved in a ppo or course run folder"
-    p = sub.add_parser("animate", help=description, description=description,
-                       formatter_class=_Formatter)  # fmt: skip
-    p.add_argument("run", type=Path, help="run folder with a checkpoint, e.g. runs/ppo/seed0")
-    p.add_argument("--gif", type=Path, default=None, help="output file (default: RUN/agent.gif)")
-    p.add_argument("--frames", type=int, default=64, help="pictures in the animation")
-    p.add_argument("--stride", type=int, default=4, help="env steps between pictures")
-    p.add_argument("--size", type=int, default=160, help="picture height and width in pixels")
-    p.add_argument("--fps", type=int, default=20, help="pictures per second of the GIF")
-    p.add_argument("--device", default="cpu", help="torch device of the env and the policy")
+def pipeline(args: argparse.Namespace) -> str:
+    """The name of the parsed command's runs under ``runs/`` (a variant has its own)."""
+    if getattr(args, "distributed", False):
+        return "r2d2_distributed"
+    if "mlp" in (getattr(args, "policy", None), getattr(args, "listener", None)):
+        return f"{args.command}_mlp"
+    return args.command
 
 
 def run(name: str, argv: list[str]) -> object:
@@ -250,6 +313,7 @@ QUICK_RUNS = (
     ("r2d2", "r2d2", []),
     ("r2d2 --distributed", "r2d2", ["--distributed"]),
     ("course", "course", []),
+    ("signalling", "signalling", []),
 )
 
 
@@ -274,30 +338,30 @@ def run_quick() -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> object:
     """Dispatches to the chosen pipeline (see ``--help``)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["signalling"]:
-        return _run_signalling(argv[1:])
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     if args.command is None:
         if args.quick_all:
             return run_quick()
         parser.print_help()
         raise SystemExit(2)
-    if args.quick_all and args.command != "animate":
+    command = COMMANDS[args.command]
+    if args.quick_all and command.frames is not None:
         args.quick = True  # `--quick ppo` means `ppo --quick`
-    name = "animate" if args.command == "animate" else PIPELINES[args.command][0]
+    module = command.module
     if args.command == "r2d2":
-        given = [f"--{k} {v}" for k, v in (("workers", args.workers), ("address", args.address))
-                 if v is not None]  # fmt: skip
+        options = {"--workers": args.workers, "--address": args.address}
+        given = [f"{k} {v}" for k, v in options.items() if v is not None]
         if given and not args.distributed:
             parser.error(f"r2d2: {', '.join(given)} needs --distributed")
         if args.distributed:
-            name = "r2d2_distributed"
+            module = "r2d2_distributed"
+    if command.frames is not None:
+        args.pipeline = pipeline(args)
     _check_run_args(parser, args)
-    module = importlib.import_module(f"torchrl_ext.examples.{name}")
+    pipeline_module = importlib.import_module(f"torchrl_ext.examples.{module}")
     try:
-        return module.main(args)
+        return pipeline_module.main(args)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside a training loop
         print(f"{args.command}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
@@ -327,8 +391,10 @@ def _run_folder() -> Any:
 
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Checks what can be checked before a pipeline is imported; one line and exit 2 if not."""
-    if args.command == "animate":
-        _needs(parser, "animate", "PIL")
+    command = COMMANDS[args.command]
+    for module in command.needs:
+        _needs(parser, args.command, module)
+    if command.frames is None:
         return
     if args.logger in ("tensorboard", "wandb"):
         _needs(parser, f"--logger {args.logger}", args.logger)
@@ -350,10 +416,7 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         return
     if args.command == "results":
         return  # its folders are checked as each of its runs starts
-    pipeline = "r2d2_distributed" if getattr(args, "distributed", False) else args.command
-    if args.command == "ppo" and args.policy == "mlp":
-        pipeline = "ppo_mlp"
-    for _, run in folders.runs_of(args, pipeline):
+    for _, run in folders.runs_of(args, args.pipeline):
         try:
             folders.check_new_run(run.out, run.overwrite)
         except ValueError as error:

@@ -266,6 +266,20 @@ class ReturnWindow:
         return {"frames_to_target": frames, "seconds_to_target": seconds}
 
 
+def window_counters(
+    frames: int, seconds: float, window: ReturnWindow, **more: Any
+) -> dict[str, Any]:
+    """A run's counters as its checkpoint stores them: frames, seconds, the window, ``more``.
+
+    Examples:
+        >>> window = ReturnWindow(2, target=1.0, values=[0.5])
+        >>> window_counters(64, 1.5, window, curve=[(64, 0.5)])
+        {'frames': 64, 'seconds': 1.5, 'hit': None, 'recent': [0.5], 'curve': [(64, 0.5)]}
+    """
+    recent = list(window.recent)
+    return {"frames": frames, "seconds": seconds, "hit": window.hit, "recent": recent, **more}
+
+
 def reached(target: float, frames: int | None, seconds: float | None, spec: str = ".1f") -> str:
     """Says when the mean return reached ``target``.
 
@@ -290,6 +304,8 @@ def train_seeds(
     **fields: Any,
 ) -> list[T]:
     """Trains each run the command line asks for (see :func:`runs_of`) and prints its summary.
+
+    ``pipeline`` names the runs' folder under ``runs/`` (``runs/<pipeline>/seed<N>``).
 
     A new run takes its config from :func:`~torchrl_ext.examples._config.config_of` and writes
     it to ``config.json``; a resumed one takes it from its checkpoint (see

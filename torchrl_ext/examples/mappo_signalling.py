@@ -1,9 +1,7 @@
 """Recurrent multi-agent PPO on the signalling game, one actor and one critic per agent group.
 
-Run it with::
-
-    python -m torchrl_ext.examples.mappo_signalling [--seeds 0 1 2] [--listener lstm|mlp]
-                                                    [--frames N] [--quick] [--out DIR]
+Run it with ``python -m torchrl_ext.examples signalling [--seeds 0 1 2] [--listener lstm|mlp]
+[--frames N] [--device cpu] [--save-every N] [--resume DIR] [KEY=VALUE ...]``.
 
 The pipeline, top to bottom:
 
@@ -28,7 +26,11 @@ The pipeline, top to bottom:
 
 A run reports the success rate (answers equal to the target) over the last
 ``success_window`` episodes, the frames and seconds at which it first reaches
-``target_success``, and a final evaluation of the policies' modes on fresh episodes.
+``target_success``, and a final evaluation of the policies' modes on fresh episodes. It logs
+through a :mod:`torchrl.record.loggers` logger (``<run folder>/scalars/*.csv`` by default), draws
+``learning_curve.png`` and, every ``--save-every`` frames, saves the networks, the optimizer,
+the env and collector state, the random generators and its counters; ``--resume DIR`` continues
+bitwise.
 Randomness: the envs take the seed; network initialisation and the collector's action draws use
 torch's global generator, seeded inside :func:`torch.random.fork_rng` (the caller's RNG state is
 left as it was); minibatch order comes from its own :class:`torch.Generator`.
@@ -37,11 +39,9 @@ left as it was); minibatch order comes from its own :class:`torch.Generator`.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -55,7 +55,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import SignallingEnv
-from torchrl_ext.examples import _common, _config, _ppo
+from torchrl_ext.examples import _common, _config, _ppo, _run_folder
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import RecurrentGAE
 
@@ -86,7 +86,6 @@ class Config(_config.PPOConfig, **SIZE, **LEARNING, **WEIGHTS):
         envs_per_minibatch (int): env rows per minibatch.
         target_success (float): the success rate that counts as solved.
         success_window (int): episodes the success rate is measured over.
-        print_every (int): print the success rate every this many batches (0: never).
     """
 
     listener: Memory = "lstm"
@@ -95,20 +94,23 @@ class Config(_config.PPOConfig, **SIZE, **LEARNING, **WEIGHTS):
     envs_per_minibatch: int = 16
     target_success: float = 0.95
     success_window: int = 1024
-    print_every: int = 20
 
 
 @dataclasses.dataclass
-class Result:
-    """What a run measured: frames and seconds to the target success rate, final evaluation."""
+class Result(_common.TargetResult):
+    """Outcome of one run.
 
-    config: Config
-    frames_to_target: int | None
-    seconds_to_target: float | None
-    final_success: float
-    frames: int
-    seconds: float
-    curve: list[tuple[int, float, float]]
+    The fields of :class:`~torchrl_ext.examples._common.TargetResult` (``config`` to ``out``;
+    the target is ``target_success``, ``final_eval`` the success rate of the actors' modes on
+    ``eval_episodes`` fresh episodes), then:
+
+    Args:
+        timings (dict): seconds spent per section of this process (collection, GAE, updates).
+        curve (list): ``(frames, success_rate)`` after each batch.
+    """
+
+    timings: dict[str, float]
+    curve: list[tuple[int, float]]
 
 
 # ---------------------------------------------------------------------------- model
@@ -153,6 +155,12 @@ class Agent:
         """The actor's and the critic's first modules."""
         return [self.actor.module[0][0], self.critic[0]]
 
+    def to(self, device: torch.device | str) -> Agent:
+        """Moves actor and critic to ``device``; returns ``self``."""
+        self.actor.to(device)
+        self.critic.to(device)
+        return self
+
 
 def make_agent(cfg: Config, group: str, obs_dim: int, memory: Memory) -> Agent:
     """The group's actor (categorical over ``V``) and critic, each with its own trunk."""
@@ -188,16 +196,22 @@ def collection_policy(agents: dict[str, Agent]) -> TensorDictSequential:
     return TensorDictSequential(*modules)
 
 
-def make_env(cfg: Config, num_envs: int, seed: int, agents: dict[str, Agent]) -> TransformedEnv:
+def make_env(
+    cfg: Config,
+    num_envs: int,
+    seed: int,
+    agents: dict[str, Agent],
+    device: torch.device | str = "cpu",
+) -> TransformedEnv:
     """The game with ``is_init`` and every LSTM's state primer (states kept in their groups)."""
-    base = SignallingEnv(num_envs, seed=seed, vocab=cfg.vocab, delay=cfg.delay)
+    base = SignallingEnv(num_envs, device, seed, vocab=cfg.vocab, delay=cfg.delay)
     primers = [
         trunk.make_tensordict_primer()
         for agent in agents.values()
         for trunk in agent.trunks
         if isinstance(trunk, LSTMModule)
     ]
-    return TransformedEnv(base, Compose(InitTracker(), *primers))
+    return TransformedEnv(base, Compose(InitTracker(), *primers).to(device))
 
 
 # ---------------------------------------------------------------------------- learning
@@ -241,6 +255,14 @@ def make_loss(cfg: Config, group: str, agent: Agent) -> ClipPPOLoss:
         action=(group, "action"), sample_log_prob=(group, "action_log_prob"), **group_keys(group)
     )
     return loss
+
+
+def make_optimizer(cfg: Config, agents: dict[str, Agent]) -> torch.optim.Optimizer:
+    """Adam with one parameter group per agent group, so each group's gradient is clipped alone."""
+    groups = [
+        {"params": [*agents[g].actor.parameters(), *agents[g].critic.parameters()]} for g in GROUPS
+    ]
+    return torch.optim.Adam(groups, lr=cfg.lr)
 
 
 def update(
@@ -287,9 +309,9 @@ def successes(batch: TensorDictBase) -> torch.Tensor:
     return _common.completed_returns(batch, ("next", "listener", "reward"))
 
 
-def evaluate(cfg: Config, agents: dict[str, Agent]) -> float:
+def evaluate(cfg: Config, agents: dict[str, Agent], device: torch.device | str = "cpu") -> float:
     """Success rate of the actors' modes on ``cfg.eval_episodes`` fresh episodes (one per env)."""
-    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, agents)
+    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, agents, device)
     policy = TensorDictSequential(*(agents[g].actor for g in GROUPS))
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         data = env.rollout(cfg.delay + 2, policy, break_when_any_done=False)
@@ -315,143 +337,128 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
                 assert bool((state[is_init] == 0).all()), f"{group}.{key} must be zero at is_init"
 
 
-# ---------------------------------------------------------------------------- main loop
-def train(cfg: Config, out: Path | None = None, *, quick: bool = False) -> Result:
-    """Trains one run; writes ``progress.csv`` under ``out`` when given.
+# ---------------------------------------------------------------------------- training
+def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
+    """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
 
     Args:
         cfg (Config): hyperparameters.
-        out (Path, optional): directory for ``progress.csv``. Defaults to ``None``.
-        quick (bool, optional): check layout, masks and losses on every batch. Defaults to False.
-
-    Returns:
-        The run's :class:`Result`.
+        run (RunOptions): run folder, logger, checkpoint period, device, resume.
+        quick (bool, optional): check layout, masks, stored-state replay and finite losses on
+            every batch (meant for a few batches). Defaults to ``False``.
     """
-    return _common.seeded(cfg.seed, _train, cfg, out, quick=quick)
+    return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
 
-def _train(cfg: Config, out: Path | None, *, quick: bool) -> Result:
+def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
+    device = _common.device(run.device)
+    watch = _common.Stopwatch()
     agents = make_agents(cfg)
-    env = make_env(cfg, cfg.num_envs, cfg.seed, agents)
+    for agent in agents.values():
+        agent.to(device)
+    env = make_env(cfg, cfg.num_envs, cfg.seed, agents, device)
     gaes = {g: make_gae(cfg, g, agents[g]) for g in GROUPS}
-    losses = {g: make_loss(cfg, g, agents[g]) for g in GROUPS}
-    optim = torch.optim.Adam(
-        [
-            {"params": list(agents[g].actor.parameters()) + list(agents[g].critic.parameters())}
-            for g in GROUPS
-        ],
-        lr=cfg.lr,
-    )
+    losses = nn.ModuleDict({g: make_loss(cfg, g, agents[g]) for g in GROUPS})
+    optim = make_optimizer(cfg, agents)
     generator = torch.Generator().manual_seed(cfg.seed)
+    policy = collection_policy(agents)
     collector = Collector(
-        env,
-        collection_policy(agents),
-        frames_per_batch=cfg.frames_per_batch,
-        total_frames=cfg.frames,
+        env, policy, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
     )
-    window = _common.ReturnWindow(cfg.success_window, cfg.target_success)
-    rows, curve, frames = [], [], 0
-    start = time.perf_counter()
-    for batch in collector:
-        for gae in gaes.values():
-            gae(batch)
+    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
+    counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
+    if run.resume:
+        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))
+        counters = _common.restore_run(run, state, losses, optim, env, collector, logger)
+        generator.set_state(state["minibatch_generator"])
+    frames, curve, seconds = counters["frames"], counters["curve"], counters["seconds"]
+    window = _common.ReturnWindow(
+        cfg.success_window, cfg.target_success, counters["recent"], counters["hit"]
+    )
+    bar = _run_folder.progress_bar(cfg.frames, frames, run)
+    start = time.perf_counter() - seconds
+
+    def save(counters: dict[str, Any]) -> None:
+        parts = {"minibatch_generator": generator.get_state()}
+        _common.save_run(run, cfg, counters, losses, optim, env, collector, logger, **parts)
+
+    batches = iter(collector)
+    while frames < cfg.frames:
+        with watch("collect"):
+            batch = next(batches)
+        with watch("gae"):
+            for gae in gaes.values():
+                gae(batch)
         if quick:
             check_batch(cfg, batch, first=frames == 0)
-        frames += batch.numel()
-        stats = update(cfg, batch, losses, optim, generator)
+        previous, frames = frames, frames + batch.numel()
+        with watch("update"):
+            stats = update(cfg, batch, losses, optim, generator)
         if quick:
-            assert all(math.isfinite(v) for v in stats.values()), stats
-            for g in GROUPS:
-                assert abs(stats[f"{g}_first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
+            check_stats(stats)
         seconds = time.perf_counter() - start
         rate = window.update(successes(batch).tolist(), frames, seconds)
-        curve.append((frames, seconds, rate))
-        rows.append({"frames": frames, "seconds": round(seconds, 3), "success": rate, **stats})
-        if cfg.print_every and len(rows) % cfg.print_every == 0:
-            print(f"  {frames:>8} frames {seconds:6.0f} s  success {rate:.3f}", flush=True)
+        curve.append((frames, rate))
+        row = {"success": rate, "episodes_in_window": len(window.recent), **stats}
+        _run_folder.log_row(logger, {**row, "seconds": seconds}, frames)
+        bar.update(batch.numel())
+        bar.set_postfix(success=f"{rate:.3f}")
+        counters = _common.window_counters(frames, seconds, window, curve=curve)
+        if _run_folder.save_due(frames, previous, run, cfg.frames):
+            save(counters)
+    bar.close()
+    final_eval = evaluate(cfg, agents, device)
+    logger.log_scalar("final_eval", final_eval, step=frames)
+    save({**counters, "evaluated": True})
     collector.shutdown()
-    result = Result(
+    title = f"MAPPO on the signalling game ({cfg.listener} listener)"
+    curves = {f"seed {cfg.seed}": curve}
+    path = run.out / "learning_curve.png"
+    _common.plot_curves(path, curves, cfg.target_success, title, ylabel="success rate")
+    return Result(
         config=cfg,
         **window.reached(),
-        final_success=evaluate(cfg, agents),
+        final_eval=final_eval,
         frames=frames,
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
+        out=run.out,
+        timings=dict(watch.totals),
         curve=curve,
     )
-    if out is not None:
-        write_csv(Path(out) / f"{cfg.listener}_seed{cfg.seed}.csv", rows)
-    return result
 
 
-def write_csv(path: Path, rows: list[dict[str, float]]) -> Path:
-    """Writes one row per batch to ``path`` (its folder created); returns ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def summary(result: Result) -> str:
-    """One line per run."""
-    cfg = result.config
-    if result.frames_to_target is None:
-        reached = f"never reached {cfg.target_success:.0%}"
-    else:
-        reached = (
-            f"reached {cfg.target_success:.0%} at {result.frames_to_target} frames, "
-            f"{result.seconds_to_target:.0f} s"
-        )
-    return (
-        f"listener={cfg.listener} seed={cfg.seed}: success {reached}; final evaluation "
-        f"{result.final_success:.3f} (chance {1 / cfg.vocab:.3f}); {result.frames} frames in "
-        f"{result.seconds:.0f} s"
-    )
+def check_stats(stats: dict[str, float]) -> None:
+    """Asserts finite losses and that each group's actor replays its stored states."""
+    assert all(math.isfinite(v) for v in stats.values()), stats
+    for group in GROUPS:
+        assert abs(stats[f"{group}_first_max_ratio"] - 1.0) < 1e-3, "stored states must replay"
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK = {
-    "num_envs": 16,
-    "steps": 8,
-    "epochs": 2,
-    "envs_per_minibatch": 8,
-    "eval_episodes": 64,
-    "print_every": 0,
-}
+QUICK = {"num_envs": 16, "steps": 8, "epochs": 2, "envs_per_minibatch": 8, "eval_episodes": 64}
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """The command's options, added to ``parser`` (a new one if ``None``)."""
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed")
-    parser.add_argument("--listener", choices=["lstm", "mlp"], default="lstm")
-    parser.add_argument("--frames", type=int, default=None, help="frame budget per run")
-    parser.add_argument("--vocab", type=int, default=Config.vocab)
-    parser.add_argument("--delay", type=int, default=Config.delay)
-    parser.add_argument("--lr", type=float, default=Config.lr, help="initial learning rate")
-    parser.add_argument("--entropy-coeff", type=float, default=Config.entropy_coeff)
-    parser.add_argument("--quick", action="store_true", help="3 small batches with checks")
-    parser.add_argument("--out", type=Path, default=None, help="directory of progress CSVs")
-    return parser
+def summary(result: Result) -> str:
+    """What a run reached, its final evaluation against chance, and where the time went."""
+    cfg = result.config
+    if result.frames_to_target is None:
+        reached = f"success never reached {cfg.target_success:g}"
+    else:
+        reached = (
+            f"success reached {cfg.target_success:g} after {result.frames_to_target:,} frames "
+            f"({result.seconds_to_target:.1f} s)"
+        )
+    times = ", ".join(f"{name} {sec:.1f} s" for name, sec in result.timings.items())
+    return (
+        f"signalling {cfg.listener} seed {cfg.seed}: {reached}; deterministic evaluation "
+        f"{result.final_eval:.3f} (chance {1 / cfg.vocab:.3f}) over {cfg.eval_episodes} "
+        f"episodes; {result.frames:,} frames in {result.seconds:.1f} s ({times}); log: "
+        f"{result.out}"
+    )
 
 
-def run(args: argparse.Namespace) -> list[Result]:
-    """Runs the parsed command: one training run per seed, a summary line each."""
-    _common.setup()
-    options = {k: getattr(args, k) for k in ("listener", "vocab", "delay", "lr", "entropy_coeff")}
-    results = []
-    for seed in args.seeds:
-        cfg = _config.config_of(args, Config, QUICK, seed=seed, **options)
-        results.append(train(cfg, args.out, quick=args.quick))
-        print(summary(results[-1]), flush=True)
-    return results
-
-
-def main(argv: list[str] | None = None) -> list[Result]:
-    """Parses ``argv`` (the command line if ``None``) and runs it."""
-    return run(build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    main()
+def main(args: argparse.Namespace) -> list[Result]:
+    """Runs ``python -m torchrl_ext.examples signalling`` (see ``--help``)."""
+    return _common.train_seeds(
+        args, args.pipeline, train, summary, Config, QUICK, listener=args.listener
+    )

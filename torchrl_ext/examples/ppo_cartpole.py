@@ -391,5 +391,6 @@ def config_of(args: argparse.Namespace, seed: int, policy: PolicyKind = "lstm") 
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples ppo`` (see ``--help``)."""
-    pipeline = "ppo" if args.policy == "lstm" else "ppo_mlp"
-    return _common.train_seeds(args, pipeline, train, summary, Config, QUICK, policy=args.policy)
+    return _common.train_seeds(
+        args, args.pipeline, train, summary, Config, QUICK, policy=args.policy
+    )

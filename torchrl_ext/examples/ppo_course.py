@@ -662,7 +662,7 @@ QUICK = {
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples course`` (see ``--help``); one result per seed."""
-    results = _common.train_seeds(args, "course", train, summary, Config, QUICK)
+    results = _common.train_seeds(args, args.pipeline, train, summary, Config, QUICK)
     if len(results) > 1:
         curves = {f"seed {r.config.seed}": r.curve for r in results}
         path = plot_curves(results[0].out.parent / "learning_curves.png", curves, PLOT_TITLE)

@@ -466,7 +466,7 @@ def table(results: list[Result]) -> str:
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Runs ``python -m torchrl_ext.examples r2d2`` (see ``--help``)."""
-    results = _common.train_seeds(args, "r2d2", train, summary, Config, QUICK)
+    results = _common.train_seeds(args, args.pipeline, train, summary, Config, QUICK)
     if len(results) > 1:
         print(table(results))
     return results

@@ -713,7 +713,7 @@ def main(args: argparse.Namespace) -> list[single.Result]:
             cpus = ray.cluster_resources().get("CPU", 0)
             layout = dataclasses.replace(layout, workers=default_workers(cpus))
         results = _common.train_seeds(
-            args, "r2d2_distributed", partial(train_run, layout), summary, single.Config, QUICK
+            args, args.pipeline, partial(train_run, layout), summary, single.Config, QUICK
         )
     finally:
         if started:
