@@ -16,7 +16,12 @@ from torchrl_ext.examples import __main__ as entry
 from torchrl_ext.examples import _run_folder
 
 #: subcommand, frames between checkpoints, the logged step the interruption follows.
-RESUME_CASES = [("ppo", 512, 1024), ("r2d2", 256, 768), ("course", 512, 1024)]
+RESUME_CASES = [
+    ("ppo", 512, 1024),
+    ("r2d2", 256, 768),
+    ("course", 512, 1024),
+    ("signalling", 128, 256),
+]
 
 
 class Interrupted(Exception):

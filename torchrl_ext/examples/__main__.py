@@ -128,13 +128,14 @@ def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Comman
 
 
 # ---------------------------------------------------------------------------- each command's own
-def _ppo_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--policy",
-        choices=["lstm", "mlp"],
-        default="lstm",
-        help="recurrent or feed-forward actor and critic",
-    )
+def _memory_choice(flag: str, what: str) -> Callable[[argparse.ArgumentParser], None]:
+    """Adds ``flag``: whether ``what`` is recurrent (``lstm``) or feed-forward (``mlp``)."""
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        help = f"recurrent or feed-forward {what}"
+        parser.add_argument(flag, choices=["lstm", "mlp"], default="lstm", help=help)
+
+    return add
 
 
 def _r2d2_options(parser: argparse.ArgumentParser) -> None:
@@ -176,15 +177,6 @@ def _results_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="markdown table file (default: <out>/results.md)",
-    )
-
-
-def _signalling_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--listener",
-        choices=["lstm", "mlp"],
-        default="lstm",
-        help="a listener with memory, or a feed-forward one (which stays at chance)",
     )
 
 
@@ -232,7 +224,7 @@ COMMANDS = {
     "ppo": Command(
         "ppo_cartpole",
         "recurrent PPO (separate actor and critic LSTMs) on CartPole without velocities",
-        _ppo_options,
+        _memory_choice("--policy", "actor and critic"),
         frames=61_440,
     ),
     "r2d2": Command(
@@ -262,7 +254,7 @@ COMMANDS = {
     "signalling": Command(
         "mappo_signalling",
         "recurrent multi-agent PPO on the speaker-listener game (SignallingEnv)",
-        _signalling_options,
+        _memory_choice("--listener", "listener (a feed-forward one stays at chance)"),
         frames=1_000_000,
     ),
 }

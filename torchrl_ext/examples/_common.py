@@ -14,6 +14,7 @@ These pieces are common to the training loops:
   are dropped, so a resumed run's log equals an uninterrupted one. :func:`save_log` /
   :func:`restore_log` are the config, counters and logger part of it, for a pipeline that saves
   the rest its own way.
+* :class:`Checkpoints`: a run's logger and checkpoints, restored on resume.
 * :class:`ReturnWindow`, :class:`TargetResult`, :func:`seeded`: the running mean return and its
   first crossing of the target, what a run reached, training under a seeded global generator.
 * :func:`train_seeds`: from the command line to one result per seed.
@@ -41,12 +42,16 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from torchrl_ext._compat import collector_carrier
+from torchrl_ext.examples import _run_folder
 from torchrl_ext.examples._config import config_of, resumed_config
 from torchrl_ext.examples._run_folder import (
     RunOptions,
     catch_signals,
     check_new_run,
     csv_rows,
+    find_checkpoint,
+    load_checkpoint,
+    make_logger,
     raise_if_stopped,
     runs_of,
     save_checkpoint,
@@ -201,6 +206,79 @@ def restore_log(run: RunOptions, state: dict[str, Any], logger: Any) -> dict[str
     return state["counters"]
 
 
+class Checkpoints:
+    """A run's logger, minibatch generator and checkpoints.
+
+    Holds the run's objects; :meth:`start` restores them from the latest checkpoint of a resumed
+    run, :meth:`save` writes a new one (see :func:`save_run`), the state of :attr:`generator`
+    (the minibatch order's, seeded with ``cfg.seed``) included.
+
+    Args:
+        run (RunOptions): the run folder and how it runs.
+        cfg (dataclass): the run's config.
+        loss (nn.Module): the networks, through the loss (or a ``ModuleDict`` of losses).
+        optim (torch.optim.Optimizer): the optimizer.
+        env (TransformedEnv): the training env.
+        collector (Collector): the collector.
+    """
+
+    def __init__(
+        self,
+        run: RunOptions,
+        cfg: Any,
+        loss: Any,
+        optim: torch.optim.Optimizer,
+        env: Any,
+        collector: Any,
+    ) -> None:
+        self.run, self.cfg, self.loss, self.optim = run, cfg, loss, optim
+        self.env, self.collector = env, collector
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.logger = make_logger(run.logger, run.out, run.resume)
+
+    def start(self, **counters: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The counters to start from and the checkpoint's state (empty for a new run).
+
+        A new run starts from ``counters``; a resumed one restores every object from its
+        latest checkpoint and continues from the counters saved there.
+        """
+        if not self.run.resume:
+            return counters, {}
+        state = load_checkpoint(find_checkpoint(self.run.out))
+        objects = (self.loss, self.optim, self.env, self.collector, self.logger)
+        counters = restore_run(self.run, state, *objects)
+        self.generator.set_state(state["minibatch_generator"])
+        return counters, state
+
+    def start_window(
+        self, size: int, target: float, **counters: Any
+    ) -> tuple[dict[str, Any], ReturnWindow]:
+        """:meth:`start` for a run that follows a :class:`ReturnWindow`; returns it too.
+
+        A new run starts at 0 frames and seconds with an empty window and ``counters``.
+        """
+        fresh = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], **counters}
+        counters, _ = self.start(**fresh)
+        return counters, ReturnWindow.resumed(size, target, counters)
+
+    def end_batch(self, row: dict[str, float], counters: dict[str, Any], previous: int) -> None:
+        """Logs ``row`` and the seconds at the batch's frames; saves a checkpoint if one is due.
+
+        ``counters`` are the run's after the batch, ``previous`` its frames before it (see
+        :func:`~torchrl_ext.examples._run_folder.save_due`).
+        """
+        frames = counters["frames"]
+        _run_folder.log_row(self.logger, {**row, "seconds": counters["seconds"]}, frames)
+        if _run_folder.save_due(frames, previous, self.run, self.cfg.frames):
+            self.save(counters)
+
+    def save(self, counters: dict[str, Any], **parts: Any) -> None:
+        """Saves the run's objects, ``counters`` and the pipeline's ``parts`` as a checkpoint."""
+        objects = (self.loss, self.optim, self.env, self.collector, self.logger)
+        generator = self.generator.get_state()
+        save_run(self.run, self.cfg, counters, *objects, minibatch_generator=generator, **parts)
+
+
 def seeded(seed: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` with torch's global generator seeded with ``seed``.
 
@@ -247,6 +325,11 @@ class ReturnWindow:
         self.target = target
         self.hit = hit
 
+    @classmethod
+    def resumed(cls, size: int, target: float, counters: dict[str, Any]) -> ReturnWindow:
+        """The window saved in a run's ``counters`` (see :func:`window_counters`)."""
+        return cls(size, target, counters["recent"], counters["hit"])
+
     @property
     def mean(self) -> float:
         """Mean of the window (NaN while empty)."""
@@ -264,6 +347,17 @@ class ReturnWindow:
         """``frames_to_target`` and ``seconds_to_target`` (``None`` while not reached)."""
         frames, seconds = self.hit or (None, None)
         return {"frames_to_target": frames, "seconds_to_target": seconds}
+
+
+def collector(env: Any, policy: Any, cfg: Any, device: torch.device) -> Any:
+    """TorchRL's :class:`~torchrl.collectors.Collector` of ``[num_envs, steps]`` batches, endless.
+
+    The training loop counts the frames and stops the collector itself.
+    """
+    from torchrl.collectors import Collector
+
+    batch = cfg.frames_per_batch
+    return Collector(env, policy, frames_per_batch=batch, total_frames=-1, device=device)
 
 
 def window_counters(
@@ -359,6 +453,21 @@ class TargetResult:
     frames: int
     seconds: float
     out: Path
+
+    @classmethod
+    def of(
+        cls,
+        cfg: Any,
+        window: ReturnWindow,
+        final_eval: float,
+        frames: int,
+        seconds: float,
+        out: Path,
+        **more: Any,
+    ) -> Any:
+        """The result of a run whose target crossing ``window`` recorded, with ``more`` fields."""
+        run = {"final_eval": final_eval, "frames": frames, "seconds": seconds, "out": out}
+        return cls(cfg, **window.reached(), **run, **more)
 
 
 # ---------------------------------------------------------------------------- timing

@@ -48,7 +48,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.collectors import Collector
 from torchrl.envs import Compose, ExplorationType, InitTracker, TransformedEnv, set_exploration_type
 from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 from torchrl.objectives import ClipPPOLoss
@@ -339,13 +338,16 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
 
 # ---------------------------------------------------------------------------- training
 def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
-    """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
+    """Trains both groups' agents in one run, then evaluates them and logs the outcome.
+
+    The caller's global RNG state is left as it was.
 
     Args:
-        cfg (Config): hyperparameters.
-        run (RunOptions): run folder, logger, checkpoint period, device, resume.
-        quick (bool, optional): check layout, masks, stored-state replay and finite losses on
-            every batch (meant for a few batches). Defaults to ``False``.
+        cfg (Config): hyperparameters, the listener's memory among them.
+        run (RunOptions): where and how the run goes: folder, logger, checkpoints, device and
+            whether it resumes.
+        quick (bool, optional): check each batch's layout and masks, every group's stored-state
+            replay and finite losses (meant for a few batches). Defaults to ``False``.
     """
     return _common.seeded(cfg.seed, _train, cfg, run, quick)
 
@@ -360,27 +362,14 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     gaes = {g: make_gae(cfg, g, agents[g]) for g in GROUPS}
     losses = nn.ModuleDict({g: make_loss(cfg, g, agents[g]) for g in GROUPS})
     optim = make_optimizer(cfg, agents)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    policy = collection_policy(agents)
-    collector = Collector(
-        env, policy, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
-    )
-    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
-    counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
-    if run.resume:
-        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))
-        counters = _common.restore_run(run, state, losses, optim, env, collector, logger)
-        generator.set_state(state["minibatch_generator"])
+    collector = _common.collector(env, collection_policy(agents), cfg, device)
+    checkpoints = _common.Checkpoints(run, cfg, losses, optim, env, collector)
+    logger, generator = checkpoints.logger, checkpoints.generator
+    window_size, target = cfg.success_window, cfg.target_success
+    counters, window = checkpoints.start_window(window_size, target, curve=[])
     frames, curve, seconds = counters["frames"], counters["curve"], counters["seconds"]
-    window = _common.ReturnWindow(
-        cfg.success_window, cfg.target_success, counters["recent"], counters["hit"]
-    )
     bar = _run_folder.progress_bar(cfg.frames, frames, run)
     start = time.perf_counter() - seconds
-
-    def save(counters: dict[str, Any]) -> None:
-        parts = {"minibatch_generator": generator.get_state()}
-        _common.save_run(run, cfg, counters, losses, optim, env, collector, logger, **parts)
 
     batches = iter(collector)
     while frames < cfg.frames:
@@ -400,30 +389,21 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         rate = window.update(successes(batch).tolist(), frames, seconds)
         curve.append((frames, rate))
         row = {"success": rate, "episodes_in_window": len(window.recent), **stats}
-        _run_folder.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(success=f"{rate:.3f}")
         counters = _common.window_counters(frames, seconds, window, curve=curve)
-        if _run_folder.save_due(frames, previous, run, cfg.frames):
-            save(counters)
+        checkpoints.end_batch(row, counters, previous)
     bar.close()
     final_eval = evaluate(cfg, agents, device)
     logger.log_scalar("final_eval", final_eval, step=frames)
-    save({**counters, "evaluated": True})
+    checkpoints.save({**counters, "evaluated": True})
     collector.shutdown()
     title = f"MAPPO on the signalling game ({cfg.listener} listener)"
     curves = {f"seed {cfg.seed}": curve}
     path = run.out / "learning_curve.png"
     _common.plot_curves(path, curves, cfg.target_success, title, ylabel="success rate")
-    return Result(
-        config=cfg,
-        **window.reached(),
-        final_eval=final_eval,
-        frames=frames,
-        seconds=seconds,
-        out=run.out,
-        timings=dict(watch.totals),
-        curve=curve,
+    return Result.of(
+        cfg, window, final_eval, frames, seconds, run.out, timings=dict(watch.totals), curve=curve
     )
 
 

@@ -51,7 +51,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.collectors import Collector
 from torchrl.envs import (
     Compose,
     InitTracker,
@@ -290,27 +289,13 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     env = make_env(cfg, cfg.num_envs, cfg.seed, primers, device)
     loss = make_loss(cfg, actor, critic)
     optim = _ppo.ppo_optimizer(cfg, loss)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    policy = collection_policy(actor, critic)
-    collector = Collector(
-        env, policy, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
-    )
-    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
-    counters = {"frames": 0, "seconds": 0.0, "hit": None, "recent": [], "curve": []}
-    if run.resume:
-        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))
-        counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
-        generator.set_state(state["minibatch_generator"])
+    collector = _common.collector(env, collection_policy(actor, critic), cfg, device)
+    checkpoints = _common.Checkpoints(run, cfg, loss, optim, env, collector)
+    logger, generator = checkpoints.logger, checkpoints.generator
+    counters, window = checkpoints.start_window(cfg.return_window, cfg.target, curve=[])
     frames, curve, seconds = counters["frames"], counters["curve"], counters["seconds"]
-    window = _common.ReturnWindow(
-        cfg.return_window, cfg.target, counters["recent"], counters["hit"]
-    )
     bar = _run_folder.progress_bar(cfg.frames, frames, run)
-    start = time.perf_counter() - counters["seconds"]
-
-    def save(counters: dict[str, Any]) -> None:
-        parts = {"minibatch_generator": generator.get_state()}
-        _common.save_run(run, cfg, counters, loss, optim, env, collector, logger, **parts)
+    start = time.perf_counter() - seconds
 
     for batch in _ppo.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:
@@ -332,22 +317,14 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
             "clip": cfg.clip * left,
             **losses,
         }
-        _run_folder.log_row(logger, {**row, "seconds": seconds}, frames)
         bar.update(batch.numel())
         bar.set_postfix(mean_return=f"{mean_return:.1f}")
-        counters = {
-            "frames": frames,
-            "seconds": seconds,
-            "hit": window.hit,
-            "recent": list(window.recent),
-            "curve": curve,
-        }
-        if _run_folder.save_due(frames, previous, run, cfg.frames):
-            save(counters)
+        counters = _common.window_counters(frames, seconds, window, curve=curve)
+        checkpoints.end_batch(row, counters, previous)
     bar.close()
     final_eval = evaluate(cfg, actor, primers, device)
     logger.log_scalar("final_eval", final_eval, step=frames)
-    save({**counters, "evaluated": True})
+    checkpoints.save({**counters, "evaluated": True})
     collector.shutdown()
     label = f"{cfg.policy} seed {cfg.seed}"
     _common.plot_curves(
@@ -356,15 +333,8 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         cfg.target,
         "PPO on CartPole without velocities",
     )
-    return Result(
-        config=cfg,
-        **window.reached(),
-        final_eval=final_eval,
-        frames=frames,
-        seconds=seconds,
-        out=run.out,
-        timings=dict(watch.totals),
-        curve=curve,
+    return Result.of(
+        cfg, window, final_eval, frames, seconds, run.out, timings=dict(watch.totals), curve=curve
     )
 
 

@@ -50,7 +50,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.collectors import Collector
 from torchrl.envs import (
     Compose,
     ExplorationType,
@@ -519,28 +518,24 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     loss = make_loss(cfg, actor, critic)
     optim = make_optimizer(cfg, loss)
     initial_evaluation = evaluate(cfg, actor, device)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    collector = Collector(
-        env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
-    )
+    collector = _common.collector(env, actor, cfg, device)
     tracker = EpisodeTracker(cfg.num_envs)
-    logger = _run_folder.make_logger(run.logger, run.out, run.resume)
-    counters = {"frames": 0, "seconds": 0.0, "recent": [], "curve": [], "fresh_episodes": 0}
+    checkpoints = _common.Checkpoints(run, cfg, loss, optim, env, collector)
+    logger, generator = checkpoints.logger, checkpoints.generator
+    counters, state = checkpoints.start(
+        frames=0, seconds=0.0, recent=[], curve=[], fresh_episodes=0
+    )
     if run.resume:
-        state = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run.out))
-        counters = _common.restore_run(run, state, loss, optim, env, collector, logger)
         vars(tracker).update(state["tracker"])
-        generator.set_state(state["minibatch_generator"])
         initial_evaluation = counters["initial_evaluation"]
     recent = deque(counters["recent"], maxlen=cfg.return_window)
     frames, curve = counters["frames"], counters["curve"]
     fresh_episodes, seconds = counters["fresh_episodes"], counters["seconds"]
     bar = _run_folder.progress_bar(cfg.frames, frames, run)
-    start = time.perf_counter() - counters["seconds"]
+    start = time.perf_counter() - seconds
 
     def save(counters: dict[str, Any]) -> None:
-        parts = {"tracker": dict(vars(tracker)), "minibatch_generator": generator.get_state()}
-        _common.save_run(run, cfg, counters, loss, optim, env, collector, logger, **parts)
+        checkpoints.save(counters, tracker=dict(vars(tracker)))
 
     for batch in _ppo.gae_batches(collector, loss, watch, frames, cfg.frames):
         if quick:

@@ -48,7 +48,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
 from torchrl.envs import (
     Compose,
@@ -306,9 +305,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     optim = torch.optim.Adam(loss_fn.value_network_params.values(True, True), lr=cfg.lr)
     unit, rb = make_buffer(cfg)
     explorer = TensorDictSequential(policy, egreedy)
-    collector = Collector(
-        env, explorer, frames_per_batch=cfg.frames_per_batch, total_frames=-1, device=device
-    )
+    collector = _common.collector(env, explorer, cfg, device)
     logger = _run_folder.make_logger(run.logger, run.out, run.resume)
     counters = {"frames": 0, "updates": 0, "seconds": 0.0, "hit": None, "recent": deque()}
     if run.resume:
@@ -317,9 +314,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run, folder)
         counters = state["counters"]
     frames, updates, seconds = counters["frames"], counters["updates"], counters["seconds"]
-    window = _common.ReturnWindow(
-        cfg.return_window, cfg.target, counters["recent"], counters["hit"]
-    )
+    window = _common.ReturnWindow.resumed(cfg.return_window, cfg.target, counters)
     bar = _run_folder.progress_bar(cfg.frames, frames, run)
     start, loss, batches = time.perf_counter() - counters["seconds"], math.nan, iter(collector)
     while frames < cfg.frames:
@@ -377,15 +372,8 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         logger,
     )
     collector.shutdown()
-    return Result(
-        config=cfg,
-        **window.reached(),
-        final_eval=final_eval,
-        frames=frames,
-        seconds=seconds,
-        out=run.out,
-        lowest_after_target=lowest_after(run, window.hit),
-    )
+    lowest = lowest_after(run, window.hit)
+    return Result.of(cfg, window, final_eval, frames, seconds, run.out, lowest_after_target=lowest)
 
 
 def lowest_after(run: _run_folder.RunOptions, hit: tuple[int, float] | None) -> float | None:

@@ -500,14 +500,9 @@ def _train(cfg: single.Config, layout: Layout, run: _run_folder.RunOptions, quic
     finally:
         actors.stop()
         learner.close()
-    return single.Result(
-        config=cfg,
-        **window.reached(),
-        final_eval=final_eval,
-        frames=frames,
-        seconds=counters["seconds"],
-        out=run.out,
-        lowest_after_target=single.lowest_after(run, window.hit),
+    seconds, lowest = counters["seconds"], single.lowest_after(run, window.hit)
+    return single.Result.of(
+        cfg, window, final_eval, frames, seconds, run.out, lowest_after_target=lowest
     )
 
 
