@@ -54,7 +54,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import SignallingEnv
-from torchrl_ext.examples import _common, _config, _ppo, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _config, _ppo, _run_folder
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import RecurrentGAE
 
@@ -363,7 +363,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     losses = nn.ModuleDict({g: make_loss(cfg, g, agents[g]) for g in GROUPS})
     optim = make_optimizer(cfg, agents)
     collector = _common.collector(env, collection_policy(agents), cfg, device)
-    checkpoints = _common.Checkpoints(run, cfg, losses, optim, env, collector)
+    checkpoints = _checkpointing.Checkpoints(run, cfg, losses, optim, env, collector)
     logger, generator = checkpoints.logger, checkpoints.generator
     window_size, target = cfg.success_window, cfg.target_success
     counters, window = checkpoints.start_window(window_size, target, curve=[])

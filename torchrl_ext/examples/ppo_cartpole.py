@@ -64,7 +64,7 @@ from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import _common, _config, _ppo, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _config, _ppo, _run_folder
 from torchrl_ext.examples._common import completed_returns
 from torchrl_ext.modules import LSTMModule
 
@@ -290,7 +290,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     loss = make_loss(cfg, actor, critic)
     optim = _ppo.ppo_optimizer(cfg, loss)
     collector = _common.collector(env, collection_policy(actor, critic), cfg, device)
-    checkpoints = _common.Checkpoints(run, cfg, loss, optim, env, collector)
+    checkpoints = _checkpointing.Checkpoints(run, cfg, loss, optim, env, collector)
     logger, generator = checkpoints.logger, checkpoints.generator
     counters, window = checkpoints.start_window(cfg.return_window, cfg.target, curve=[])
     frames, curve, seconds = counters["frames"], counters["curve"], counters["seconds"]

@@ -65,7 +65,7 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl_ext._checks import check_int
 from torchrl_ext.envs import CarConfig, CourseEnv
 from torchrl_ext.envs.course import CourseParams
-from torchrl_ext.examples import _common, _config, _ppo, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _config, _ppo, _run_folder
 
 __all__ = [
     "Config",
@@ -520,7 +520,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     initial_evaluation = evaluate(cfg, actor, device)
     collector = _common.collector(env, actor, cfg, device)
     tracker = EpisodeTracker(cfg.num_envs)
-    checkpoints = _common.Checkpoints(run, cfg, loss, optim, env, collector)
+    checkpoints = _checkpointing.Checkpoints(run, cfg, loss, optim, env, collector)
     logger, generator = checkpoints.logger, checkpoints.generator
     counters, state = checkpoints.start(
         frames=0, seconds=0.0, recent=[], curve=[], fresh_episodes=0

@@ -61,7 +61,7 @@ from torchrl.objectives import HardUpdate
 
 from torchrl_ext.data import Sequence, load_replay
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import _common, _config, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _config, _run_folder
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import R2D2Loss
 
@@ -386,7 +386,7 @@ def lowest_after(run: _run_folder.RunOptions, hit: tuple[int, float] | None) -> 
 # ---------------------------------------------------------------------------- checkpoints
 def _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger):
     """Everything a bitwise continuation needs, the replay buffer in the same checkpoint."""
-    _common.save_run(
+    _checkpointing.save_run(
         run,
         cfg,
         counters,
@@ -401,7 +401,7 @@ def _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater
 
 
 def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, run, folder):
-    _common.restore_run(run, state, loss_fn, optim, env, collector, logger)
+    _checkpointing.restore_run(run, state, loss_fn, optim, env, collector, logger)
     load_replay(rb, folder / "replay")
     target_updater.counter = state["target_updater"]
 

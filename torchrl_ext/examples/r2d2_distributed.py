@@ -62,7 +62,7 @@ from torchrl.modules import EGreedyModule, QValueModule
 from torchrl.objectives import HardUpdate
 
 from torchrl_ext._checks import check_int
-from torchrl_ext.examples import _common, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _run_folder
 from torchrl_ext.examples import r2d2_cartpole as single
 from torchrl_ext.objectives import R2D2Loss
 
@@ -619,7 +619,7 @@ def _save(run, cfg, layout, counters, learner: _Learner, logger) -> None:
     def dump_replay(path: Path) -> None:
         learner.call("dumps", str(path.resolve()))
 
-    _common.save_log(
+    _checkpointing.save_log(
         run,
         cfg,
         counters,
@@ -635,7 +635,7 @@ def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
     state = _run_folder.load_checkpoint(folder)
     learner.load_state_dict(state)
     learner.call("loads", str(folder.resolve() / "replay"))
-    return _common.restore_log(run, state, logger)
+    return _checkpointing.restore_log(run, state, logger)
 
 
 # ---------------------------------------------------------------------------- command line
