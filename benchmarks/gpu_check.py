@@ -32,7 +32,7 @@ import torch
 import warp as wp
 
 from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, interop, popgym
-from torchrl_ext.objectives._kernels import gae_scan
+from torchrl_ext.objectives._kernels import gae_recursion
 
 wp.config.log_level = wp.LOG_WARNING
 
@@ -123,10 +123,10 @@ def check_gae(device: str, envs: int, steps: int) -> list[tuple]:
     done = terminated | (torch.rand(shape, generator=gen) < 0.05)
     inputs = (reward, value, next_value, terminated, done)
     ref = (torch.empty(shape, dtype=torch.float64), torch.empty(shape, dtype=torch.float64))
-    gae_scan.scan_cpu(inputs, 0.99, 0.95, *ref)
+    gae_recursion.gae_cpu(inputs, 0.99, 0.95, *ref)
     dev_inputs = tuple(x.to(device) for x in inputs)
     out = tuple(torch.empty_like(x, device=device) for x in ref)
-    gae_scan.scan_warp(dev_inputs, 0.99, 0.95, *out)
+    gae_recursion.gae_warp(dev_inputs, 0.99, 0.95, *out)
     diff = max(float((a.cpu() - b).abs().max()) for a, b in zip(out, ref, strict=True))
     return [("gae scan", diff < 1e-9, f"warp on {device} vs cpu, float64 max |diff| {diff:.1e}")]
 

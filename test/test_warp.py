@@ -17,7 +17,7 @@ from torchrl_ext import _warp
 ROOT = Path(__file__).resolve().parents[1]
 
 # Imports the package, steps a CartPoleEnv (Warp kernels of the envs) and runs a two-channel
-# RecurrentGAE (the Warp scan of the objectives), then records what it saw in a JSON file, so
+# RecurrentGAE (the Warp GAE kernel of the objectives), then records what it saw in a JSON file, so
 # that nothing it checks needs printing.
 USE_THE_LIBRARY = textwrap.dedent(
     """
@@ -28,7 +28,7 @@ USE_THE_LIBRARY = textwrap.dedent(
     from torchrl_ext import Sequence
     from torchrl_ext.envs import CartPoleEnv
     from torchrl_ext.objectives import RecurrentGAE
-    from torchrl_ext.objectives._kernels import gae_scan
+    from torchrl_ext.objectives._kernels import gae_recursion
 
     env = CartPoleEnv(num_envs=4, seed=0)
     td = env.rand_step(env.reset())
@@ -52,14 +52,14 @@ USE_THE_LIBRARY = textwrap.dedent(
     # RecurrentGAE runs the GAE Warp kernel on CUDA; here it is launched on the CPU directly
     x = data["state_value"]
     inputs = [x, x, x, done.expand(n, t, k), done.expand(n, t, k)]
-    gae_scan.scan_warp(inputs, 0.9, 0.9, torch.empty_like(x), torch.empty_like(x))
+    gae_recursion.gae_warp(inputs, 0.9, 0.9, torch.empty_like(x), torch.empty_like(x))
     import warp as wp
     with open(sys.argv[1], "w") as f:
         json.dump(
             {
                 "rollout": list(rollout.shape),
                 "advantage": list(out["advantage"].shape),
-                "gae_warp_devices": sorted(gae_scan._LOADED_DEVICES),
+                "gae_warp_devices": sorted(gae_recursion._LOADED_DEVICES),
                 "log_level": wp.config.log_level,
                 "version": wp.config.version,
             },
@@ -97,7 +97,7 @@ class TestWarpOutput:
 
     def test_silent_by_default(self, tmp_path):
         proc, report = _run_library(tmp_path)
-        # the script did use both Warp sites: env kernels and the GAE scan's Warp kernel
+        # the script did use both Warp sites: env kernels and the GAE Warp kernel
         assert report["rollout"] == [4, 8]
         assert report["advantage"] == [3, 6, 2]
         assert report["gae_warp_devices"] == ["cpu"]
@@ -110,7 +110,7 @@ class TestWarpOutput:
         assert report["log_level"] == wp.LOG_INFO
         assert f"Warp {report['version']} initialized" in proc.stdout
         assert "Module torchrl_ext.envs.cartpole" in proc.stdout
-        assert "Module torchrl_ext.objectives._kernels.gae_scan" in proc.stdout
+        assert "Module torchrl_ext.objectives._kernels.gae_recursion" in proc.stdout
         assert "load on device 'cpu'" in proc.stdout
 
 

@@ -30,7 +30,7 @@ from torchrl_ext._checks import (
     check_key,
     check_optional_int,
 )
-from torchrl_ext.objectives._scan import ScanResult, Workspace, derive_is_init, gae_scan
+from torchrl_ext.objectives._gae import GAEResult, Workspace, compute_gae, derive_is_init
 from torchrl_ext.objectives._value_pass import ValuePass
 
 InitialState = Literal["zeros", "stored"]
@@ -77,11 +77,12 @@ class _Rollout:
         return _per_step(self.done)
 
     @property
-    def is_init_derived(self) -> bool:
+    def derives_is_init(self) -> bool:
+        """Whether ``is_init`` was missing from the input, so it is derived and written."""
         return self.first_is_init is not None
 
-    def derived_is_init(self) -> torch.Tensor:
-        """``is_init``, deriving it now if needed (the scan derives it too, at no cost)."""
+    def ensure_is_init(self) -> torch.Tensor:
+        """``is_init``, deriving it now if needed (``compute_gae`` derives it too, at no cost)."""
         if self.is_init is None:
             self.is_init = derive_is_init(self.done_rows, self.first_is_init)
         return self.is_init
@@ -227,7 +228,7 @@ def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
 def _raise_on_nonfinite(inputs: dict[NestedKey, torch.Tensor]) -> None:
     """Raises naming the inputs holding NaN (else infinite) values, if any do.
 
-    Called when the scan saw a non-finite number; finite inputs whose result overflowed do not
+    Called when GAE saw a non-finite number; finite inputs whose result overflowed do not
     raise (as in a plain loop, the overflow shows in the output).
     """
     found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
@@ -469,9 +470,9 @@ class RecurrentGAE(ValueEstimatorBase):
         with torch.no_grad():
             rollout = self._read(tensordict, time_dim)
             value, next_value = self._values(tensordict, rollout, params)
-            scan = self._scan(rollout, value, next_value)
-            self._write(tensordict, rollout, scan, value, next_value)
-        self._carry = scan.last_done
+            gae = self._compute_advantage(rollout, value, next_value)
+            self._write(tensordict, rollout, gae, value, next_value)
+        self._carry = gae.last_done
         return tensordict
 
     def _resolve_time_dim(self, td: TensorDictBase, time_dim: int | None) -> int:
@@ -565,7 +566,7 @@ class RecurrentGAE(ValueEstimatorBase):
             return self._value_pass.run(
                 inputs,
                 states,
-                rollout.derived_is_init(),
+                rollout.ensure_is_init(),
                 rollout.done_rows,
                 keys.value,
                 self.initial_state,
@@ -599,7 +600,9 @@ class RecurrentGAE(ValueEstimatorBase):
                 states[key] = _flat_rows(state, *layout).flatten(0, 1)
         return inputs, states
 
-    def _scan(self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor) -> ScanResult:
+    def _compute_advantage(
+        self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor
+    ) -> GAEResult:
         keys = self._tensor_keys
         reward = rollout.reward
         for key, x in ((keys.value, value), (_next_key(keys.value), next_value)):
@@ -613,35 +616,35 @@ class RecurrentGAE(ValueEstimatorBase):
         if len(feature) != 1 or any(x.shape[2:] != feature for x in inputs[3:]):
             inputs = tuple(_to_channels(x, feature) for x in inputs)
         first_is_init = rollout.first_is_init if rollout.is_init is None else None
-        scan = gae_scan(inputs, self.gamma, self.lmbda, first_is_init, self._workspace)
-        if scan.nonfinite:
+        gae = compute_gae(inputs, self.gamma, self.lmbda, first_is_init, self._workspace)
+        if gae.nonfinite:
             named = {_next_key(keys.reward): reward, keys.value: value}
             _raise_on_nonfinite({**named, _next_key(keys.value): next_value})
-        if scan.is_init is not None:
-            rollout.is_init = scan.is_init
-        if scan.advantage.shape == reward.shape:
-            return scan
+        if gae.is_init is not None:
+            rollout.is_init = gae.is_init
+        if gae.advantage.shape == reward.shape:
+            return gae
         shape = reward.shape
-        return scan._replace(
-            advantage=scan.advantage.reshape(shape), value_target=scan.value_target.reshape(shape)
+        return gae._replace(
+            advantage=gae.advantage.reshape(shape), value_target=gae.value_target.reshape(shape)
         )
 
     def _write(
         self,
         td: TensorDictBase,
         rollout: _Rollout,
-        scan: ScanResult,
+        gae: GAEResult,
         value: torch.Tensor,
         next_value: torch.Tensor,
     ) -> None:
         keys = self._tensor_keys
         batch_shape, tdim = rollout.batch_shape, rollout.time_dim
-        td.set(keys.advantage, _unflat_rows(scan.advantage, batch_shape, tdim))
-        td.set(keys.value_target, _unflat_rows(scan.value_target, batch_shape, tdim))
+        td.set(keys.advantage, _unflat_rows(gae.advantage, batch_shape, tdim))
+        td.set(keys.value_target, _unflat_rows(gae.value_target, batch_shape, tdim))
         if self._value_pass is not None:
             td.set(keys.value, _unflat_rows(value, batch_shape, tdim))
             td.set(_next_key(keys.value), _unflat_rows(next_value, batch_shape, tdim))
-        if rollout.is_init_derived:
+        if rollout.derives_is_init:
             is_init = rollout.is_init.unsqueeze(-1)
             td.set(keys.is_init, _unflat_rows(is_init, batch_shape, tdim))
 

@@ -1,4 +1,4 @@
-"""The GAE scan step (``torchrl_ext.objectives._scan`` and ``_kernels.gae_scan``).
+"""The GAE step (``torchrl_ext.objectives._gae`` and ``_kernels.gae_recursion``).
 
 Contract: :func:`gae_reference` (plain torch) equals the float64 textbook loop; the numba CPU
 kernel and the Warp kernel equal :func:`gae_reference` to the bit (same arithmetic, same
@@ -14,11 +14,11 @@ import torch
 from test_recurrent_gae import make_rollout, reference_gae
 
 from torchrl_ext.objectives import RecurrentGAE
-from torchrl_ext.objectives._kernels import gae_scan as kernels
-from torchrl_ext.objectives._scan import Workspace, derive_is_init, gae_reference
+from torchrl_ext.objectives._gae import Workspace, derive_is_init, gae_reference
+from torchrl_ext.objectives._kernels import gae_recursion as kernels
 
 
-def scan_inputs(n, t, k=1, dtype=torch.float32, seed=0):
+def gae_inputs(n, t, k=1, dtype=torch.float32, seed=0):
     """``(reward, value, next_value, terminated, done)``, ``[N, T, K]``."""
     gen = torch.Generator().manual_seed(seed)
     floats = [torch.randn(n, t, k, generator=gen).to(dtype) for _ in range(3)]
@@ -33,14 +33,14 @@ def run(kernel, inputs, gamma=0.97, lmbda=0.9):
     return advantage, value_target, nonfinite
 
 
-KERNELS = {"numba": kernels.scan_cpu, "warp": kernels.scan_warp}
+KERNELS = {"numba": kernels.gae_cpu, "warp": kernels.gae_warp}
 SIZES = [(1, 1, 1), (3, 1, 1), (5, 7, 1), (13, 37, 1), (17, 256, 1), (9, 600, 1), (5, 9, 3)]
 
 
 class TestReference:
     @pytest.mark.parametrize(("n", "t"), [(1, 1), (4, 9), (7, 40)])
     def test_equals_float64_loop(self, n, t):
-        inputs = scan_inputs(n, t, dtype=torch.float64, seed=t)
+        inputs = gae_inputs(n, t, dtype=torch.float64, seed=t)
         adv, target = gae_reference(*inputs, 0.97, 0.9)
         expected_adv, expected_target = reference_gae(
             *(x[..., 0].numpy() for x in inputs), 0.97, 0.9
@@ -54,7 +54,7 @@ class TestKernels:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
     @pytest.mark.parametrize(("n", "t", "k"), SIZES)
     def test_bitwise_equal_to_reference(self, kernel, dtype, n, t, k):
-        inputs = scan_inputs(n, t, k, dtype, seed=n * 1000 + t)
+        inputs = gae_inputs(n, t, k, dtype, seed=n * 1000 + t)
         adv, target, nonfinite = run(KERNELS[kernel], inputs)
         expected_adv, expected_target = gae_reference(*inputs, 0.97, 0.9)
         assert torch.equal(adv, expected_adv) and torch.equal(target, expected_target)
@@ -64,15 +64,15 @@ class TestKernels:
     @pytest.mark.parametrize(("n", "t", "k"), [(13, 37, 1), (5, 9, 3)])
     def test_streaming_and_plain_stores_write_the_same(self, monkeypatch, stream_bytes, n, t, k):
         monkeypatch.setattr(kernels, "STREAM_BYTES", stream_bytes)
-        inputs = scan_inputs(n, t, k, seed=n + t)
-        adv, target, _ = run(kernels.scan_cpu, inputs)
+        inputs = gae_inputs(n, t, k, seed=n + t)
+        adv, target, _ = run(kernels.gae_cpu, inputs)
         expected_adv, expected_target = gae_reference(*inputs, 0.97, 0.9)
         assert torch.equal(adv, expected_adv) and torch.equal(target, expected_target)
 
     @pytest.mark.parametrize("kernel", list(KERNELS))
     def test_strided_and_broadcast_views(self, kernel):
         """Time-major storage and flags broadcast over channels, without copies."""
-        inputs = scan_inputs(6, 11, 2, seed=1)
+        inputs = gae_inputs(6, 11, 2, seed=1)
         time_major = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in inputs[:3]]
         flags = [x[..., :1].expand(6, 11, 2) for x in inputs[3:]]
         adv, target, _ = run(KERNELS[kernel], [*time_major, *flags])
@@ -86,7 +86,7 @@ class TestKernels:
     def test_reports_nonfinite(self, kernel, row, bad, which):
         """In any input and row (the last one in a partial block), also where a terminated
         step masks the next value and a done step cuts the trace before it."""
-        inputs = scan_inputs(kernels.LANES + 5, 300, seed=row)
+        inputs = gae_inputs(kernels.LANES + 5, 300, seed=row)
         assert not run(KERNELS[kernel], inputs)[2]
         inputs[3][row, 150] = True
         inputs[4][row, 150] = True

@@ -1,8 +1,8 @@
-"""The GAE scan, compiled: a numba kernel for CPU tensors and a Warp kernel for CUDA tensors.
+"""The GAE recursion, compiled: a numba kernel for CPU tensors and a Warp kernel for CUDA tensors.
 
 Both walk each ``(env, channel)`` row backwards in time over ``[N, K, T]`` views (time last,
 any strides, so time-major data and broadcast flags need no copy) with the arithmetic of
-:func:`torchrl_ext.objectives._scan.gae_reference`, step for step:
+:func:`torchrl_ext.objectives._gae.gae_reference`, step for step:
 
 ``delta = (r - V) + (0 if terminated else gamma * V') + (V' - V')`` and
 ``A = delta + (0 if done else gamma * lmbda) * A``.
@@ -12,13 +12,14 @@ any strides, so time-major data and broadcast flags need no copy) with the arith
 non-finite, across cut traces too (``0 * inf`` is NaN). So each row's advantage at its first
 step tells whether any of its inputs was NaN or infinite, and the caller checks only those.
 
-The CPU kernel advances eight rows together: one row's scan is a chain of dependent
+The CPU kernel advances eight rows together: one row's recursion is a chain of dependent
 multiply-adds, and eight independent chains keep the core busy. Per block of eight rows it
 computes the TD errors and trace decays forwards in time into a small scratch (loops the
-compiler vectorizes), scans the scratch backwards, then writes the advantages and value
-targets forwards. Outputs of :data:`STREAM_BYTES` or more are written with streaming stores,
-which write around the caches: a plain store first reads each line it writes into, and on a
-rollout larger than the caches that read is a quarter of the kernel's memory traffic.
+compiler vectorizes), runs the recursion over the scratch backwards, then writes the
+advantages and value targets forwards. Outputs of :data:`STREAM_BYTES` or more are written
+with streaming stores, which write around the caches: a plain store first reads each line it
+writes into, and on a rollout larger than the caches that read is a quarter of the kernel's
+memory traffic.
 
 The Warp kernel runs one thread per row: on CUDA that is one launch where a torch loop over
 time would be several launches per step.
@@ -46,8 +47,8 @@ DTYPES = (torch.float32, torch.float64)
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_block(inputs, coefs, outputs, stream, first, delta, decay):
-    """Scans rows ``first .. first + LANES - 1`` (a partial last block repeats its last row).
+def _gae_block(inputs, coefs, outputs, stream, first, delta, decay):
+    """The recursion over rows ``first .. first + LANES - 1`` (a short last block repeats its last).
 
     Returns whether some row's advantage at its first step is not finite.
     """
@@ -95,8 +96,8 @@ def _scan_block(inputs, coefs, outputs, stream, first, delta, decay):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_rows(inputs, coefs, outputs, stream):
-    """The scan over all rows of ``[N, K, T]`` arrays; returns whether any was non-finite.
+def _gae_rows(inputs, coefs, outputs, stream):
+    """The recursion over all rows of ``[N, K, T]`` arrays; returns whether any was non-finite.
 
     ``stream``: write the outputs with streaming stores.
     """
@@ -106,11 +107,11 @@ def _scan_rows(inputs, coefs, outputs, stream):
     decay = np.empty((LANES, n_steps), dtype=reward.dtype)
     nonfinite = False
     for first in range(0, n_rows * n_chan, LANES):
-        nonfinite |= _scan_block(inputs, coefs, outputs, stream, first, delta, decay)
+        nonfinite |= _gae_block(inputs, coefs, outputs, stream, first, delta, decay)
     return nonfinite
 
 
-def scan_cpu(inputs, gamma, lmbda, advantage, value_target) -> bool:
+def gae_cpu(inputs, gamma, lmbda, advantage, value_target) -> bool:
     """Runs the numba kernel; returns whether some input was NaN or infinite.
 
     Args:
@@ -128,13 +129,13 @@ def scan_cpu(inputs, gamma, lmbda, advantage, value_target) -> bool:
     outputs = (advantage, value_target)
     if not all(x.is_contiguous() for x in outputs):  # the kernel writes flat outputs
         dense = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in outputs]
-        nonfinite = scan_cpu(inputs, gamma, lmbda, *dense)
+        nonfinite = gae_cpu(inputs, gamma, lmbda, *dense)
         advantage.copy_(dense[0])
         value_target.copy_(dense[1])
         return nonfinite
     outputs = (advantage.view(-1).numpy(), value_target.view(-1).numpy())
     stream = 2 * advantage.numel() * advantage.element_size() >= STREAM_BYTES
-    return bool(_scan_rows(arrays, coefs, outputs, stream))
+    return bool(_gae_rows(arrays, coefs, outputs, stream))
 
 
 def _time_last(x: torch.Tensor) -> np.ndarray:
@@ -143,7 +144,7 @@ def _time_last(x: torch.Tensor) -> np.ndarray:
 
 
 @wp.kernel(enable_backward=False)
-def _scan_rows_warp(
+def _gae_rows_warp(
     reward: wp.array3d(dtype=Any),
     value: wp.array3d(dtype=Any),
     next_value: wp.array3d(dtype=Any),
@@ -175,7 +176,7 @@ def _scan_rows_warp(
 for _scalar in (wp.float32, wp.float64):
     _array = wp.array3d(dtype=_scalar)
     wp.overload(
-        _scan_rows_warp,
+        _gae_rows_warp,
         {
             "reward": _array,
             "value": _array,
@@ -201,8 +202,8 @@ def _ready(device: torch.device):
     return wp.device_from_torch(device)
 
 
-def scan_warp(inputs, gamma, lmbda, advantage, value_target) -> bool:
-    """Runs the Warp kernel (any Warp device); same contract as :func:`scan_cpu`."""
+def gae_warp(inputs, gamma, lmbda, advantage, value_target) -> bool:
+    """Runs the Warp kernel (any Warp device); same contract as :func:`gae_cpu`."""
     reward = inputs[0]
     device = reward.device
     wp_device = _ready(device)
@@ -211,7 +212,7 @@ def scan_warp(inputs, gamma, lmbda, advantage, value_target) -> bool:
     first = torch.empty(n_rows, n_chan, dtype=reward.dtype, device=device)
     flags = [wp.from_torch(x.view(torch.uint8), dtype=wp.uint8) for x in inputs[3:]]
     wp.launch(
-        _scan_rows_warp,
+        _gae_rows_warp,
         dim=(n_rows, n_chan),
         inputs=[
             *(wp.from_torch(x) for x in inputs[:3]),

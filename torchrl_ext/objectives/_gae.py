@@ -1,13 +1,13 @@
-"""The scan step of :class:`~torchrl_ext.objectives.RecurrentGAE`: GAE over ``[N, T, K]`` rows.
+"""The advantage step of :class:`~torchrl_ext.objectives.RecurrentGAE`: GAE over ``[N, T, K]`` rows.
 
-:func:`gae_scan` is the one place that picks an implementation: the numba kernel for CPU
+:func:`compute_gae` is the one place that picks an implementation: the numba kernel for CPU
 tensors, the Warp kernel for CUDA tensors (both in
-:mod:`torchrl_ext.objectives._kernels.gae_scan`), and :func:`gae_reference`, the plain torch
+:mod:`torchrl_ext.objectives._kernels.gae_recursion`), and :func:`gae_reference`, the plain torch
 loop the tests use as the oracle, for any other device. Dtypes the kernels do not run
 (float16, bfloat16) are computed in float32 and cast back.
 
 CPU outputs come from a :class:`Workspace`: freshly allocated outputs of a large rollout are
-mapped page by page by the first write to them, which costs more than the scan itself once
+mapped page by page by the first write to them, which costs more than the recursion itself once
 the allocator has returned freed memory to the system (as it does between training
 iterations). The workspace keeps its buffers mapped and hands one out again only when no
 tensor uses it any more.
@@ -21,11 +21,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from torchrl_ext.objectives._kernels import gae_scan as kernels
+from torchrl_ext.objectives._kernels import gae_recursion as kernels
 
 
-class ScanResult(NamedTuple):
-    """What :func:`gae_scan` returns."""
+class GAEResult(NamedTuple):
+    """What :func:`compute_gae` returns."""
 
     advantage: torch.Tensor  # [N, T, K], the promoted input dtype
     value_target: torch.Tensor  # [N, T, K]
@@ -125,14 +125,14 @@ class Workspace:
         return sys.getrefcount(self._arrays[i]) == 2
 
 
-def gae_scan(
+def compute_gae(
     inputs: tuple[torch.Tensor, ...],
     gamma: float,
     lmbda: float,
     first_is_init: torch.Tensor | None,
     workspace: Workspace,
-) -> ScanResult:
-    """Runs the GAE scan over ``[N, T, K]`` inputs and derives the reset flags.
+) -> GAEResult:
+    """Runs GAE over ``[N, T, K]`` inputs and derives the reset flags.
 
     Args:
         inputs (tuple of torch.Tensor): ``(reward, value, next_value, terminated, done)``,
@@ -144,7 +144,7 @@ def gae_scan(
         workspace (Workspace): where CPU outputs come from.
 
     Returns:
-        A :class:`ScanResult`. ``nonfinite`` may also be set by a result that overflowed.
+        A :class:`GAEResult`. ``nonfinite`` may also be set by a result that overflowed.
     """
     reward, value, next_value, terminated, done = inputs
     out_dtype = torch.promote_types(
@@ -158,7 +158,7 @@ def gae_scan(
     if device.type == "cpu":
         advantage = workspace.empty(reward.shape, dtype)
         value_target = workspace.empty(reward.shape, dtype)
-        nonfinite = kernels.scan_cpu(inputs, gamma, lmbda, advantage, value_target)
+        nonfinite = kernels.gae_cpu(inputs, gamma, lmbda, advantage, value_target)
         is_init = None
         if first_is_init is not None:
             out = workspace.empty(done_rows.shape, torch.bool)
@@ -166,11 +166,11 @@ def gae_scan(
     else:
         if device.type == "cuda":
             advantage, value_target = torch.empty_like(floats[0]), torch.empty_like(floats[0])
-            nonfinite = kernels.scan_warp(inputs, gamma, lmbda, advantage, value_target)
+            nonfinite = kernels.gae_warp(inputs, gamma, lmbda, advantage, value_target)
         else:
             advantage, value_target = gae_reference(*inputs, gamma, lmbda)
             nonfinite = not bool(torch.isfinite(advantage[:, 0]).all())
         is_init = None if first_is_init is None else derive_is_init(done_rows, first_is_init)
     if dtype != out_dtype:
         advantage, value_target = advantage.to(out_dtype), value_target.to(out_dtype)
-    return ScanResult(advantage, value_target, is_init, done_rows[:, -1].clone(), nonfinite)
+    return GAEResult(advantage, value_target, is_init, done_rows[:, -1].clone(), nonfinite)
