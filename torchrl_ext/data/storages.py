@@ -13,7 +13,7 @@ Long CPU indices (a batch of sequence windows: thousands of rows in runs) go fur
 with narrow rows are read in one pass by the prefetching kernel of
 :mod:`torchrl_ext.data._kernels.gather`, which keeps many cache misses in flight and copies each
 run of rows as one block. Which leaves it copies is worked out once per layout of the contents
-(``_Level``) and checked, by identity, at every read.
+(``_ReadPlan``) and checked, by identity, at every read.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ class _Unsupported(Exception):
     """Raised while planning a read when an entry needs the stock read."""
 
 
-class _Level:
+class _ReadPlan:
     """How one TensorDict of the contents is read: each entry copied, selected or nested.
 
     ``entries`` holds ``(key, kind, value, spec)``: a leaf the kernel copies (``_COPY``, spec
     ``(trailing shape, dtype, row bytes)``), a leaf read by ``index_select`` (``_SELECT``), or
-    a nested TensorDict (``_NESTED``, spec its ``_Level``).
+    a nested TensorDict (``_NESTED``, spec its own ``_ReadPlan``).
     """
 
     __slots__ = ("contents", "device", "entries", "tail")
@@ -69,7 +69,7 @@ class _Level:
         return True
 
     def read(self, index: torch.Tensor, rows: int, copies: list | None) -> TensorDict:
-        """This level's sample at ``index`` (all in ``[0, rows)``), nested batch dims kept.
+        """This plan's sample at ``index`` (all in ``[0, rows)``), nested batch dims kept.
 
         With a ``copies`` list, the leaves the kernel copies are allocated and appended to it
         (for :func:`~torchrl_ext.data._kernels.gather.copy_rows` to fill); with ``None``,
@@ -91,26 +91,28 @@ class _Level:
 
 _COPY, _SELECT, _NESTED = 0, 1, 2  # compared with ==: a pickled plan holds copies
 
+# the name pickled storages written by earlier versions give their cached plan
+_Level = _ReadPlan
+
 
 def _entry(key: str, value: Any) -> tuple:
-    """``(key, kind, value, spec)`` of one entry of a ``_Level``."""
+    """``(key, kind, value, spec)`` of one entry of a ``_ReadPlan``."""
     if not isinstance(value, torch.Tensor):
-        level = _Level(value)
-        return key, _NESTED, value, level
+        return key, _NESTED, value, _ReadPlan(value)
     if _rows.supports(value):
         row_bytes = math.prod(value.shape[1:]) * value.element_size()
         return key, _COPY, value, (tuple(value.shape[1:]), value.dtype, row_bytes)
     return key, _SELECT, value, None
 
 
-def _read(level: _Level, index: torch.Tensor, rows: int) -> TensorDict | None:
-    """The sample at ``index`` read through ``level``; ``None`` for an index out of range.
+def _read(plan: _ReadPlan, index: torch.Tensor, rows: int) -> TensorDict | None:
+    """The sample at ``index`` read through ``plan``; ``None`` for an index out of range.
 
     Long indices (:func:`~torchrl_ext.data._kernels.gather.takes`) use the row kernel where it
     applies.
     """
     copies = [] if _rows.takes(index) else None
-    out = level.read(index, rows, copies)
+    out = plan.read(index, rows, copies)
     if copies and not _rows.copy_rows(index, rows, copies):
         return None
     return out
@@ -141,12 +143,12 @@ class _IndexSelectRead:
                 pass  # negative or out-of-range indices: the stock read's semantics and errors
         return super().get(index)
 
-    def _read_plan(self) -> _Level:
+    def _read_plan(self) -> _ReadPlan:
         """How the contents are read, made once for each layout (raises ``_Unsupported``)."""
         plan = self.__dict__.get("_plan")
         contents = storage_contents(self)
         if plan is None or not plan.matches(contents):
-            plan = self._plan = _Level(contents)
+            plan = self._plan = _ReadPlan(contents)
         return plan
 
 
