@@ -35,8 +35,8 @@ def env_time(tensor: torch.Tensor) -> wp.array:
     return to_warp(tensor, batch_dims=2)
 
 
-def time_slot(tensor: torch.Tensor) -> wp.array:
-    """Warp view of a ``[N, ...]`` step buffer as one time slot, ``[N, 1, ...]``."""
+def step_view(tensor: torch.Tensor) -> wp.array:
+    """Warp view of a ``[N, ...]`` step buffer as one step of time, ``[N, 1, ...]``."""
     return env_time(tensor.unsqueeze(1))
 
 
@@ -202,13 +202,13 @@ class Layout:
         views["episodes"] = make_struct(
             Episodes, seed=self.seed, steps=views["steps"], episode=views["episode"]
         )
-        self.slot_flags = self.flags_struct({k: time_slot(v) for k, v in self.flags.items()})
-        views["flags"] = self.slot_flags
+        self.step_flags = self.flags_struct({k: step_view(v) for k, v in self.flags.items()})
+        views["flags"] = self.step_flags
         self.views = views
 
     def __getstate__(self) -> dict:
         self.seed_words = self.seed.numpy().copy()
-        return {k: v for k, v in self.__dict__.items() if k not in ("views", "seed", "slot_flags")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("views", "seed", "step_flags")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

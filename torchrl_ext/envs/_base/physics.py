@@ -17,7 +17,7 @@ import warp as wp
 
 from torchrl_ext.envs._base.kernels import field_name, make_copy, make_kernels, struct_type
 from torchrl_ext.envs._base.launcher import Launch
-from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, env_time, time_slot
+from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, env_time, step_view
 from torchrl_ext.envs._kernels.common import make_struct
 
 #: The value of a declared constant: a float (stored in the env's float dtype), int or bool.
@@ -176,15 +176,15 @@ class GeneratedPhysics:
             self.module, f"{self.stem}State", {k: wp.from_torch(v) for k, v in self.arrays.items()}
         )
         lay = self.layout
-        self.slots = {
-            "actions": self.struct("Actions", {k: time_slot(v) for k, v in lay.actions.items()}),
-            "next": self.struct("Obs", {k: time_slot(v) for k, v in lay.next.items()}),
-            "root": self.struct("Obs", {k: time_slot(v) for k, v in lay.root.items()}),
-            "reward": wp.from_torch(lay.reward_rows),  # [L, N, 1]: one time slot
+        self.step_views = {
+            "actions": self.struct("Actions", {k: step_view(v) for k, v in lay.actions.items()}),
+            "next": self.struct("Obs", {k: step_view(v) for k, v in lay.next.items()}),
+            "root": self.struct("Obs", {k: step_view(v) for k, v in lay.root.items()}),
+            "reward": wp.from_torch(lay.reward_rows),  # [L, N, 1]: one step
         }
 
     def __getstate__(self) -> dict:
-        drop = ("params", "state", "slots", "kernels")
+        drop = ("params", "state", "step_views", "kernels")
         return {k: v for k, v in self.__dict__.items() if k not in drop}
 
     def __setstate__(self, state: dict) -> None:
@@ -195,7 +195,7 @@ class GeneratedPhysics:
     def _kernels(self) -> Any:
         """The kernels around the env's functions, for its observation and reward layout."""
         lay = self.layout
-        fields = tuple((field_name(k), time_slot(v).shape[2:]) for k, v in lay.next.items())
+        fields = tuple((field_name(k), step_view(v).shape[2:]) for k, v in lay.next.items())
         copy = make_copy(self.module, fields)
         rewards = lay.reward_rows.shape[0]
         per_entry = self.env_type.rewards_per_entry
@@ -209,11 +209,11 @@ class GeneratedPhysics:
     def reset_recipes(self) -> list[Launch]:
         lay = self.layout
         inputs = [self.state, self.params, lay.views["episodes"], lay.views["mask"]]
-        return [(self.kernels.reset, [*inputs, self.slots["root"]])]
+        return [(self.kernels.reset, [*inputs, self.step_views["root"]])]
 
     def step_recipes(self, autoreset: bool) -> list[Launch]:
         """One step on ``[N, 1]`` views of the step buffers; the fused step with ``autoreset``."""
-        s, lay = self.slots, self.layout
+        s, lay = self.step_views, self.layout
         root_from = 1 if autoreset else 2  # state 1 is the post-step one; 2 does not exist
         return [
             self._steps(
@@ -224,7 +224,7 @@ class GeneratedPhysics:
                 s["root"],
                 s["next"],
                 s["reward"],
-                lay.slot_flags,
+                lay.step_flags,
             )
         ]
 
