@@ -3,11 +3,11 @@
 A TensorDict replay buffer spends most of a sample reading the storage: torchrl's tensor
 storages index every leaf with advanced indexing (``leaf[index]``), which on the CPU copies
 element by element. For the flat tensor index every stock sampler and sample unit produces,
-``index_select`` on dim 0 returns the same rows and copies each row as one block, three to
-four times faster on a row of 16 floats. The storages here take that path for a 1-D integer
-index and hand everything else (ranges, slices, tuples, multi-dimensional storages,
-non-tensor leaves, named dims) to the stock read, so the data returned is identical in every
-case: same values, dtypes, batch sizes and devices, never aliasing the storage.
+``index_select`` on dim 0 returns the same rows and copies each row as one block (measured on
+the sequence-replay benchmark page, :doc:`/benchmarks/replay`). The storages here take that path
+for a 1-D integer index and hand everything else (ranges, slices, tuples, multi-dimensional
+storages, non-tensor leaves, named dims) to the stock read, so the data returned is identical in
+every case: same values, dtypes, batch sizes and devices, never aliasing the storage.
 
 Long CPU indices (a batch of sequence windows: thousands of rows in runs) go further: the leaves
 with narrow rows are read in one pass by the prefetching kernel of

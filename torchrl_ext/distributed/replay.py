@@ -1,15 +1,22 @@
 """A prioritized sequence-replay service on Ray, shareable with remote writers.
 
-Two things stop TorchRL's Ray replay layer from serving an Ape-X / R2D2 layout as it is:
+Two things stop TorchRL's Ray replay layer (written against torchrl 0.14.1) from serving an
+Ape-X / R2D2 layout as it is:
 
 - ``TensorDictPrioritizedReplayBuffer(..., service_backend="ray")`` fails while building its
   actor (``__init__() got an unexpected keyword argument 'delayed_init'``).
   :func:`prioritized_ray_buffer` builds the same buffer the way the Ray layer accepts: a
-  ``TensorDictReplayBuffer`` whose sampler is a ``PrioritizedSampler`` constructor.
+  ``TensorDictReplayBuffer`` whose sampler is a ``PrioritizedSampler`` constructor. This can go
+  once the stock call builds its actor: the buffer is then TorchRL's own, and only the packed
+  sample remains ours.
 - A ``RayReplayBuffer`` cannot be passed to a remote task or actor: pickling it fails
   (``'RayReplayBuffer' object has no attribute '_futures_lock'``).
   :class:`ShareableRayReplayBuffer` pickles as its public ``client()`` instead, which extends,
-  samples and updates priorities through the same actor but cannot close it.
+  samples and updates priorities through the same actor but cannot close it. This can go once
+  a ``RayReplayBuffer`` pickles (as a client or otherwise) in a TorchRL release.
+
+``TestTorchRLRayGaps`` in ``test/distributed/test_replay.py`` asserts both failures, so the
+test suite says when a TorchRL upgrade fixes one.
 
 One thing makes it slow for a learner: a sample travels back as a pickled TensorDict, entry by
 entry. The actor of :func:`prioritized_ray_buffer` (a :class:`PackedSampleReplayBuffer`) also

@@ -12,8 +12,8 @@ the true final observation ``("next", obs)``.
 in that order in time. Call ``j`` runs the ``2**j``-step piece of every segment whose length has
 bit ``j`` set, each lane starting from the state the segment's earlier pieces reached, and the
 calls run from the highest bit down. So no step is padded and there are as many calls as binary
-digits in the longest segment (8 for 129 steps); grouping segments of similar lengths into
-zero-padded calls instead cost 10% more steps and 12 calls on a typical rollout.
+digits in the longest segment (8 for 129 steps), fewer than zero-padded calls of segments of
+similar lengths would take (compared on the GAE benchmark page, :doc:`/benchmarks/gae`).
 
 Step ``k`` of a segment of length ``L`` lies in the piece of the highest bit where ``k`` and ``L``
 differ, at offset ``k mod 2**j`` inside it. The calls' inputs are stored one after the other,

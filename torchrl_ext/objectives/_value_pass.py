@@ -5,8 +5,8 @@ by :mod:`torchrl_ext.objectives._segments`: every step of every segment, plus on
 step (the true final observation) after each segment that ends on a ``done`` step or at the end
 of its row, is computed exactly once, with no padding, in as many calls as binary digits in the
 longest segment. Dense calls keep PyTorch's fused CPU kernel (oneDNN), which a
-:class:`~torch.nn.utils.rnn.PackedSequence` would lose (measured 2.3x slower on CPU with about 3
-segments per row).
+:class:`~torch.nn.utils.rnn.PackedSequence` would lose (measured on the GAE benchmark page,
+:doc:`/benchmarks/gae`, "Recurrent recompute").
 
 The critic runs on all steps at once, in the calls' layout (each call's block is stored
 time-major, so its input and output are plain views), and only the values are gathered back to
@@ -150,9 +150,9 @@ class ValuePass:
         """Runs the plain leaves after the last recurrent layer on one call's output.
 
         Each leaf's inner module is called on the tensors its keys name, as
-        :class:`~tensordict.nn.TensorDictModule` would, without a tensordict per call (a
-        ``TensorDictModule`` call costs about 65 us). It runs right after the call, on an
-        output still in cache, which is then freed: the outputs are never joined.
+        :class:`~tensordict.nn.TensorDictModule` would, without a tensordict per call (whose
+        fixed cost is measured on the GAE benchmark page). It runs right after the call, on
+        an output still in cache, which is then freed: the outputs are never joined.
         """
         rows = slice(call.offset, call.offset + call.lanes * call.length)
         env = {unravel_key(key): output}
@@ -262,8 +262,8 @@ def _call_layer(
     """One dense call; appends the reached states to ``pools``; returns ``[steps, out]``.
 
     It runs the ATen op that ``nn.LSTM``/``nn.GRU.forward`` runs, with the layer's own weights
-    and settings, on time-major input; skipping ``forward``'s Python checks saves about 50 us
-    a call (hooks registered on the layer are not run).
+    and settings, on time-major input, skipping ``forward``'s Python checks (their cost per
+    call is on the GAE benchmark page); hooks registered on the layer are not run.
     """
     block = x[call.offset : call.offset + call.lanes * call.length]
     block = block.view(call.length, call.lanes, *x.shape[1:])

@@ -19,11 +19,9 @@ Rows are copied as raw bytes, whatever their dtype. The storage uses the kernel 
 ``MIN_ROWS`` rows or more and leaves with rows of at most ``MAX_ROW_BYTES`` bytes
 (:func:`supports`); below and above, its fixed cost is not repaid.
 
-Why it exists: reading one sample's 7,680 records (64 windows of 120, 16 float features, one
-torch thread, ``benchmarks/read_probe.py``, medians of 6 fresh processes) takes 0.044 ms with
-the kernel against 0.061 ms with ``index_select`` at 1e4 records, and 0.080 against 0.136 ms at
-1e6 records (a storage larger than the caches): it saves 27-41% of the read, and a fifth of a
-whole online sample at 1e6 records (0.20 against 0.25 ms).
+Why it exists: a sample's read is a large share of a whole sample, and overlapping its cache
+misses shortens it most on storages larger than the caches (measured on the sequence-replay
+benchmark page, :doc:`/benchmarks/replay`, "Compiled paths and their references").
 """
 
 from __future__ import annotations

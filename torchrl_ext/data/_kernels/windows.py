@@ -8,11 +8,8 @@ other storage, device and ``traj_key``) returns; the tests run both against a pl
 reference.
 
 Why it exists: the batched torch path spends its time in the fixed cost of a few dozen small
-tensor operations. On the sequence-replay benchmark (64 windows of 120 records, one torch
-thread, ``benchmarks/read_probe.py``, medians of 6 fresh processes) the sampler plus expansion
-takes 0.056 ms with this loop against 0.231 ms with the torch path at 1e4 records, and 0.060
-against 0.232 ms at 1e6: it saves about three quarters of the unit's time, and half of a whole
-online sample on the fast storage (0.15 against 0.35 ms at 1e4 records).
+tensor operations, which one loop does not pay (measured on the sequence-replay benchmark page,
+:doc:`/benchmarks/replay`, "Compiled paths and their references").
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Fills the arrays :func:`torchrl_ext.objectives._segments.plan_segments` turns into a
 :class:`~torchrl_ext.objectives._segments.Plan`; the torch operations of
 :func:`~torchrl_ext.objectives._segments.plan_segments_torch` compute the same plan and are
-the tests' reference. The compiled loop is about 15x faster on the CPU, where planning would
-otherwise be a visible part of the recompute (see the GAE benchmark page).
+the tests' reference. The compiled loop exists because planning in torch operations would be
+a visible part of the recompute on the CPU (measured on the GAE benchmark page,
+:doc:`/benchmarks/gae`, "Recurrent recompute").
 """
 
 from __future__ import annotations
