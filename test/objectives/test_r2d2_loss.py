@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import sys
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from torchrl.modules import GRUModule, LSTMModule, QValueActor
 from torchrl.objectives import SoftUpdate
 
 from torchrl_ext.data import Sequence
+from torchrl_ext.modules import LSTMModule as WholeRowLSTMModule
 from torchrl_ext.objectives import R2D2Loss
 from torchrl_ext.objectives.r2d2_loss import inverse_value_rescale, value_rescale
 
@@ -374,6 +376,13 @@ class TestR2D2LossOracle:
         for ours, ref in zip(online, ref_online, strict=True):
             for p, q in zip(ours.parameters(), ref.parameters(), strict=True):
                 torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-3, atol=1e-5)
+
+    @pytest.mark.parametrize("boundary", ["pad", "stop"])
+    def test_whole_row_module_matches_oracle(self, boundary, monkeypatch):
+        """The same oracle holds with torchrl_ext's whole-row LSTMModule as the memory."""
+        monkeypatch.setattr(sys.modules[__name__], "LSTMModule", WholeRowLSTMModule)
+        assert isinstance(make_loss(0, 3, 3, 0.9)[0].value_network[1], WholeRowLSTMModule)
+        self.test_matches_oracle(boundary, seed=1)
 
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
     def test_cuda_matches_cpu(self):
