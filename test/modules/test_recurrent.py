@@ -291,6 +291,10 @@ class TestStepMode:
         grads = torch.autograd.grad(loss, leaves + list(module.parameters()))
         return [out[k] for k in keys], grads
 
+    def assert_bitwise(self, got, ref):
+        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
+            assert torch.equal(a, b)
+
     @pytest.mark.parametrize("shape", [(), (1,), (6,), (2, 3), (2, 2, 2)])
     @pytest.mark.parametrize("flags", ["random", "every", "none"])
     @pytest.mark.parametrize("stored", [True, False])
@@ -298,8 +302,7 @@ class TestStepMode:
         ours, theirs = make_pair(kind, dtype=torch.float32, num_layers=2)
         data = make_data(kind, shape, pattern(flags, shape), 2, stored, torch.float32)
         got, ref = self.step_outputs(ours, data, kind), self.step_outputs(theirs, data, kind)
-        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
-            assert torch.equal(a, b)
+        self.assert_bitwise(got, ref)
 
     @pytest.mark.parametrize("kwargs", [{"bidirectional": True}, {"bias": False}])
     def test_other_layers_equal_torchrl(self, kind, kwargs):
@@ -307,8 +310,7 @@ class TestStepMode:
         depth = 2 if kwargs.get("bidirectional") else 1
         data = make_data(kind, (4,), pattern("random", (4,)), depth, True, torch.float32)
         got, ref = self.step_outputs(ours, data, kind), self.step_outputs(theirs, data, kind)
-        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
-            assert torch.equal(a, b)
+        self.assert_bitwise(got, ref)
 
     def test_projected_lstm_equals_torchrl_and_the_layer(self):
         """Without stored states, TorchRL's output; with them (where TorchRL's step path fails
@@ -316,8 +318,7 @@ class TestStepMode:
         ours, theirs = make_pair("lstm", dtype=torch.float32, proj_size=2)
         data = make_data("lstm", (4,), pattern("random", (4,)), stored=False, dtype=torch.float32)
         got, ref = self.step_outputs(ours, data, "lstm"), self.step_outputs(theirs, data, "lstm")
-        for a, b in zip(got[0] + list(got[1]), ref[0] + list(ref[1]), strict=True):
-            assert torch.equal(a, b)
+        self.assert_bitwise(got, ref)
         h, c = torch.randn(4, 1, 2), torch.randn(4, 1, 5)
         out = ours(data.update({"recurrent_state_h": h, "recurrent_state_c": c}))
         keep = ~data["is_init"].reshape(4, 1, 1)

@@ -2,9 +2,10 @@
 
 TorchRL's modules, in recurrent mode, split every ``[B, T]`` row at its episode starts and pad
 the pieces into a batch of ``[segments, T']`` sequences, so their cost grows with the number of
-episode starts. These subclasses take the same arguments, keys, primers and checkpoints, and
-behave identically step by step (that path is inherited); in recurrent mode they run each row in
-one pass instead, replacing the state by the stored one at every episode start:
+episode starts. These subclasses take the same arguments, keys, primers and checkpoints. Step by
+step (as in a collector) they give TorchRL's outputs bit for bit, from one layer call on the flat
+batch instead of TorchRL's TensorDict reshapes; in recurrent mode they run each row in one pass
+instead, replacing the state by the stored one at every episode start:
 
 * CPU, float32 or float64: numba kernels for the serial part of forward and backward, and one
   matrix product over all steps for everything else (:mod:`torchrl_ext.modules._compiled`);
@@ -42,7 +43,8 @@ class LSTMModule(_torchrl_modules.LSTMModule):
 
     Same constructor, keys, :meth:`make_tensordict_primer` and ``state_dict`` as TorchRL's
     class, so replacing the import switches a model and keeps its checkpoints. Outside
-    recurrent mode (one step at a time, as in a collector) it is TorchRL's module. In recurrent
+    recurrent mode (one step at a time, as in a collector) it gives TorchRL's outputs bit for
+    bit, with less overhead per call. In recurrent
     mode (:class:`~torchrl.modules.set_recurrent_mode`) it computes what TorchRL's does, with
     gradients, at about the cost of one ``nn.LSTM`` pass over whole rows, however many episodes
     start inside them (see the module docstring for what runs where).
@@ -84,8 +86,8 @@ class GRUModule(_torchrl_modules.GRUModule):
     """TorchRL's :class:`~torchrl.modules.GRUModule`, with whole rows in recurrent mode.
 
     The GRU counterpart of :class:`LSTMModule`: same constructor, keys, primer and
-    ``state_dict`` as TorchRL's class, TorchRL's step-by-step path, and whole rows in recurrent
-    mode.
+    ``state_dict`` as TorchRL's class, TorchRL's step-by-step outputs bit for bit, and whole
+    rows in recurrent mode.
 
     Args:
         *args: as for :class:`torchrl.modules.GRUModule`.
