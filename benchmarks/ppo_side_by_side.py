@@ -119,7 +119,7 @@ def run_ours(cfg, torchrl_lstm: bool = False) -> dict:
 
     With ``torchrl_lstm``, the demo builds its memories from TorchRL's ``LSTMModule``.
     """
-    from torchrl_ext.examples import _common, ppo_cartpole
+    from torchrl_ext.examples import _run_folder, ppo_cartpole
 
     if torchrl_lstm:
         from torchrl.modules import LSTMModule
@@ -128,7 +128,7 @@ def run_ours(cfg, torchrl_lstm: bool = False) -> dict:
     train = ppo_cartpole.train
     timer = _GradientTimer()
     with tempfile.TemporaryDirectory() as out:
-        result = train(cfg, _common.RunOptions(Path(out), progress=False))
+        result = train(cfg, _run_folder.RunOptions(Path(out), progress=False))
     timings = {"collect": result.timings["collect"], "gae": result.timings["gae"]}
     timings["loss forward"] = result.timings["update"] - sum(timer.totals.values())
     timings.update(timer.totals)
