@@ -180,7 +180,9 @@ class TestCartPoleEnv:
         # first episodes only: later ones are censored by the end of the window
         n = 1024
         env = CartPoleEnv(n, seed=9)
-        done = env.rollout(300, break_when_any_done=False)["next", "done"][..., 0]
+        with torch.random.fork_rng():  # random actions come from torch's global generator
+            torch.manual_seed(9)
+            done = env.rollout(300, break_when_any_done=False)["next", "done"][..., 0]
         assert bool(done.any(dim=1).all())
         ours = (done.int().argmax(dim=1) + 1).numpy()
         rng = np.random.default_rng(0)
