@@ -8,6 +8,9 @@ Two masks, never merged (see ``docs/concepts/recurrent_gae.rst``):
   the value of its true final observation ``("next", obs)``.
 * The recurrent state resets on ``is_init``, which is ``done`` one step later; ``is_init[:, 0]``
   carries over from the previous batch.
+
+A call's input is read and checked in ``_gae_rollout`` (checks in ``_gae_checks``, the views
+between batch dims and ``[N, T]`` rows in ``_gae_layout``); the GAE scan runs in ``_gae``.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_ext._checks import (
-    check_choice,
-    check_float,
-    check_int,
-    check_key,
-    check_optional_int,
+from torchrl_ext._checks import check_choice, check_float, check_key, check_optional_int
+from torchrl_ext.objectives._gae import GAEResult, Workspace, compute_gae
+from torchrl_ext.objectives._gae_checks import (
+    check_bool_dtype,
+    check_floating_dtype,
+    raise_on_nonfinite,
 )
-from torchrl_ext.objectives._gae import GAEResult, Workspace, compute_gae, derive_is_init
+from torchrl_ext.objectives._gae_layout import flat_rows, next_key, to_channels, unflat_rows
+from torchrl_ext.objectives._gae_rollout import Rollout, critic_rows, get_entry, read_rollout
 from torchrl_ext.objectives._value_pass import ValuePass
 
 InitialState = Literal["zeros", "stored"]
@@ -53,190 +57,6 @@ class _AcceptedKeys:
     is_init: NestedKey = "is_init"
     sample_log_prob: NestedKey = "sample_log_prob"
     steps_to_next_obs: NestedKey = "steps_to_next_obs"
-
-
-@dataclasses.dataclass
-class _Rollout:
-    """The GAE inputs of one call in canonical ``[N, T, ...]`` layout."""
-
-    batch_shape: torch.Size
-    time_dim: int
-    reward: torch.Tensor  # [N, T, *feature]
-    terminated: torch.Tensor  # [N, T, *flag_feature], bool
-    done: torch.Tensor  # [N, T, *flag_feature], bool
-    is_init: torch.Tensor | None  # [N, T], bool; None while still to be derived
-    first_is_init: torch.Tensor | None  # [N], bool: a derived is_init's first column
-
-    @property
-    def layout(self) -> tuple[int, int]:
-        return len(self.batch_shape), self.time_dim
-
-    @property
-    def done_rows(self) -> torch.Tensor:
-        """``[N, T]`` bool: whether any done flag of the step is set."""
-        return _per_step(self.done)
-
-    @property
-    def derives_is_init(self) -> bool:
-        """Whether ``is_init`` was missing from the input, so it is derived and written."""
-        return self.first_is_init is not None
-
-    def ensure_is_init(self) -> torch.Tensor:
-        """``is_init``, deriving it now if needed (``compute_gae`` derives it too, at no cost)."""
-        if self.is_init is None:
-            self.is_init = derive_is_init(self.done_rows, self.first_is_init)
-        return self.is_init
-
-
-def _next_key(key: NestedKey) -> tuple[str, ...]:
-    """Returns ``("next", *key)``."""
-    return ("next", *key) if isinstance(key, tuple) else ("next", key)
-
-
-def _flat_rows(x: torch.Tensor, batch_ndim: int, time_dim: int) -> torch.Tensor:
-    """Views ``x`` (``[*batch, *feature]``) as ``[N, T, *feature]`` with time second."""
-    if batch_ndim == 2 and time_dim == 1:
-        return x  # already [N, T, *feature] (the common case, kept free of view overhead)
-    x = x.movedim(time_dim, batch_ndim - 1)
-    return x.reshape(-1, *x.shape[batch_ndim - 1 :])
-
-
-def _unflat_rows(y: torch.Tensor, batch_shape: torch.Size, time_dim: int) -> torch.Tensor:
-    """Inverse of :func:`_flat_rows` for a tensor with features ``y.shape[2:]``."""
-    batch_ndim = len(batch_shape)
-    if batch_ndim == 2 and time_dim == 1:
-        return y
-    moved = [s for i, s in enumerate(batch_shape) if i != time_dim] + [batch_shape[time_dim]]
-    return y.reshape(*moved, *y.shape[2:]).movedim(batch_ndim - 1, time_dim)
-
-
-def _get(td: TensorDictBase, key: NestedKey, role: str) -> torch.Tensor:
-    value = td.get(key, None)
-    if value is None:
-        configurable = role in {f.name for f in dataclasses.fields(_AcceptedKeys)}
-        hint = f" Add it, or name another key with set_keys({role}=...)." if configurable else ""
-        raise ValueError(
-            f"RecurrentGAE needs the {role} entry {key!r}, which is missing from the input "
-            f"tensordict (batch_size={tuple(td.batch_size)}).{hint}"
-        )
-    return value
-
-
-def _check_flag(key: NestedKey, flag: torch.Tensor) -> None:
-    if flag.dtype is not torch.bool:
-        raise TypeError(
-            f"{key!r} must be a bool tensor, got dtype={flag.dtype}. Convert it with .bool()."
-        )
-
-
-def _check_float(key: NestedKey, x: torch.Tensor) -> None:
-    if not x.is_floating_point():
-        raise TypeError(f"{key!r} must be a floating-point tensor, got dtype={x.dtype}.")
-
-
-def _check_broadcast(key: NestedKey, flag: torch.Tensor, feature: torch.Size, ref: NestedKey):
-    if flag.shape[2:] == feature:
-        return
-    try:
-        ok = torch.broadcast_shapes(flag.shape[2:], feature) == feature
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{key!r} has per-step shape {tuple(flag.shape[2:])}, which does not broadcast to "
-            f"the per-step shape {tuple(feature)} of {ref!r}."
-        )
-
-
-def _check_per_step(key: NestedKey, flag: torch.Tensor, batch_size: torch.Size) -> None:
-    """Raises unless ``flag`` holds one value per step: ``[*batch]`` or ``[*batch, 1]``."""
-    if flag.shape[len(batch_size) :] in ((), (1,)):
-        return
-    raise ValueError(
-        f"{key!r} must hold one flag per step, shape {(*batch_size,)} or {(*batch_size, 1)}, "
-        f"got shape {tuple(flag.shape)}."
-    )
-
-
-def _check_same_step_layout(
-    key: NestedKey, obs: torch.Tensor, final: torch.Tensor, batch_dims: int
-) -> None:
-    """Raises unless ``obs`` and its ``("next", ...)`` entry agree per step (they are joined)."""
-    if obs.dtype != final.dtype:
-        raise TypeError(
-            f"{key!r} has dtype={obs.dtype} but {_next_key(key)!r} has dtype={final.dtype}; "
-            "the critic reads both, so they must match."
-        )
-    if obs.shape[batch_dims:] != final.shape[batch_dims:]:
-        raise ValueError(
-            f"{key!r} has shape {tuple(obs.shape[batch_dims:])} per step but "
-            f"{_next_key(key)!r} has {tuple(final.shape[batch_dims:])}; the critic reads both, "
-            "so they must match."
-        )
-
-
-def _check_layer_input(key: NestedKey, obs: torch.Tensor, input_size: int) -> None:
-    """Raises unless ``obs`` fits the recurrent layer that reads it directly."""
-    _check_float(key, obs)
-    if obs.ndim == 0 or obs.shape[-1] != input_size:
-        raise ValueError(
-            f"{key!r} feeds the critic's recurrent layer, which has input_size={input_size}, "
-            f"but its last dim is {tuple(obs.shape)[-1:]} (shape {tuple(obs.shape)})."
-        )
-
-
-def _check_stored_state(
-    key: NestedKey, state: torch.Tensor, batch_size: torch.Size, per_step: tuple[int, int]
-) -> None:
-    """Raises unless ``state`` is floating-point ``[*batch, num_layers, size]``."""
-    _check_float(key, state)
-    expected = (*batch_size, *per_step)
-    if state.shape != expected:
-        raise ValueError(
-            f"stored recurrent state {key!r} has shape {tuple(state.shape)}, but the critic's "
-            f"layer expects {expected} ([*batch, num_layers, size]). Store the states the "
-            "critic's recurrent module produces, or use initial_state='zeros'."
-        )
-
-
-def _check_time_name(td: TensorDictBase, time_dim: int) -> None:
-    """Raises if ``td`` names a dim ``"time"`` and ``time_dim`` is another one."""
-    names = td.names
-    if "time" in names and names.index("time") != time_dim % td.batch_dims:
-        raise ValueError(
-            f"time_dim={time_dim} disagrees with the tensordict's dim names {names}, which put "
-            f"'time' at dim {names.index('time')}. Pass time_dim={names.index('time')}, or "
-            "rename the dims."
-        )
-
-
-def _per_step(flag: torch.Tensor) -> torch.Tensor:
-    """``[N, T, *f]`` bool -> ``[N, T]``: whether any entry of the step is set (a view if one)."""
-    flat = flag.reshape(*flag.shape[:2], -1)
-    return flat[..., 0] if flat.shape[-1] == 1 else flat.any(-1)
-
-
-def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
-    """``[N, T, *f]`` -> ``[N, T, K]`` (broadcasting ``f`` to ``feature`` without copying)."""
-    if len(feature) == 1 and x.shape[2:] == feature:
-        return x
-    n_rows, steps = x.shape[:2]
-    x = x.reshape(n_rows, steps, *([1] * (len(feature) - (x.ndim - 2))), *x.shape[2:])
-    return x.expand(n_rows, steps, *feature).reshape(n_rows, steps, -1)
-
-
-def _raise_on_nonfinite(inputs: dict[NestedKey, torch.Tensor]) -> None:
-    """Raises naming the inputs holding NaN (else infinite) values, if any do.
-
-    Called when GAE saw a non-finite number; finite inputs whose result overflowed do not
-    raise (as in a plain loop, the overflow shows in the output).
-    """
-    found = [key for key, x in inputs.items() if bool(torch.isnan(x).any())]
-    if found:
-        raise ValueError(f"RecurrentGAE got NaN values in {found}; nothing was written.")
-    found = [key for key, x in inputs.items() if bool(torch.isinf(x).any())]
-    if found:
-        raise ValueError(f"RecurrentGAE got infinite values in {found}; nothing was written.")
 
 
 class RecurrentGAE(ValueEstimatorBase):
@@ -389,11 +209,11 @@ class RecurrentGAE(ValueEstimatorBase):
     def in_keys(self) -> list[NestedKey]:
         """Entries read: reward, flags, and values or the value network's inputs."""
         keys = self._tensor_keys
-        out = [_next_key(keys.reward), _next_key(keys.done), _next_key(keys.terminated)]
+        out = [next_key(keys.reward), next_key(keys.done), next_key(keys.terminated)]
         if self._value_pass is None:
-            return [*out, keys.value, _next_key(keys.value)]
+            return [*out, keys.value, next_key(keys.value)]
         obs = self._value_pass.obs_keys
-        return [*out, *obs, *(_next_key(k) for k in obs)]
+        return [*out, *obs, *(next_key(k) for k in obs)]
 
     @property
     def out_keys(self) -> list[NestedKey]:
@@ -401,7 +221,7 @@ class RecurrentGAE(ValueEstimatorBase):
         keys = self._tensor_keys
         out = [keys.advantage, keys.value_target, keys.is_init]
         if self._value_pass is not None:
-            out += [keys.value, _next_key(keys.value)]
+            out += [keys.value, next_key(keys.value)]
         return out
 
     def value_estimate(
@@ -468,99 +288,27 @@ class RecurrentGAE(ValueEstimatorBase):
         """
         del target_params
         with torch.no_grad():
-            rollout = self._read(tensordict, time_dim)
+            rollout = read_rollout(
+                tensordict, self._tensor_keys, time_dim, self.time_dim, self._carry
+            )
             value, next_value = self._values(tensordict, rollout, params)
             gae = self._compute_advantage(rollout, value, next_value)
             self._write(tensordict, rollout, gae, value, next_value)
         self._carry = gae.last_done
         return tensordict
 
-    def _resolve_time_dim(self, td: TensorDictBase, time_dim: int | None) -> int:
-        batch_dims = td.batch_dims
-        if batch_dims < 1:
-            raise ValueError(
-                "RecurrentGAE needs a tensordict with a time batch dim, got batch_size=()."
-            )
-        if time_dim is None:
-            time_dim = self.time_dim
-        else:
-            time_dim = check_int("time_dim", time_dim)
-        if time_dim is None:
-            names = td.names
-            time_dim = names.index("time") if "time" in names else batch_dims - 1
-        elif not -batch_dims <= time_dim < batch_dims:
-            raise ValueError(
-                f"time_dim={time_dim} is out of range for batch_size={tuple(td.batch_size)}."
-            )
-        if td.batch_size.numel() == 0:
-            raise ValueError(
-                f"RecurrentGAE got an empty rollout, batch_size={tuple(td.batch_size)}."
-            )
-        _check_time_name(td, time_dim)
-        return time_dim % batch_dims
-
-    def _read(self, td: TensorDictBase, time_dim: int | None) -> _Rollout:
-        keys = self._tensor_keys
-        tdim = self._resolve_time_dim(td, time_dim)
-        layout = (td.batch_dims, tdim)
-        reward_key = _next_key(keys.reward)
-        reward = _get(td, reward_key, "reward")
-        _check_float(reward_key, reward)
-        reward = _flat_rows(reward, *layout)
-        flags = {}
-        for name in ("terminated", "done"):
-            key = _next_key(getattr(keys, name))
-            flag = _get(td, key, name)
-            _check_flag(key, flag)
-            flag = _flat_rows(flag, *layout)
-            _check_broadcast(key, flag, reward.shape[2:], reward_key)
-            flags[name] = flag
-        is_init, first_is_init = self._is_init(td, layout, flags["done"])
-        return _Rollout(
-            batch_shape=td.batch_size,
-            time_dim=tdim,
-            reward=reward,
-            terminated=flags["terminated"],
-            done=flags["done"],
-            is_init=is_init,
-            first_is_init=first_is_init,
-        )
-
-    def _is_init(
-        self, td: TensorDictBase, layout: tuple[int, int], done: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``(is_init, None)`` if given, else ``(None, first column to derive it with)``."""
-        key = self._tensor_keys.is_init
-        given = td.get(key, None)
-        if given is not None:
-            _check_flag(key, given)
-            _check_per_step(key, given, td.batch_size)
-            given = _flat_rows(given, *layout)
-            return _per_step(given), None
-        n_rows = done.shape[0]
-        carry = self._carry
-        if carry is None:
-            carry = torch.ones(n_rows, dtype=torch.bool, device=done.device)
-        elif carry.shape[0] != n_rows:
-            raise ValueError(
-                f"{key!r} is missing and must be derived, but the carry kept from the previous "
-                f"call holds {carry.shape[0]} envs while this batch has {n_rows}. Pass {key!r} "
-                "in the input or call reset_carry() when the set of envs changes."
-            )
-        return None, carry.to(done.device)
-
     def _values(
-        self, td: TensorDictBase, rollout: _Rollout, params: TensorDictBase | None
+        self, td: TensorDictBase, rollout: Rollout, params: TensorDictBase | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         keys = self._tensor_keys
         if self._value_pass is None:
             values = []
-            for key in (keys.value, _next_key(keys.value)):
-                value = _get(td, key, "value")
-                _check_float(key, value)
-                values.append(_flat_rows(value, *rollout.layout))
+            for key in (keys.value, next_key(keys.value)):
+                value = get_entry(td, key, "value", keys)
+                check_floating_dtype(key, value)
+                values.append(flat_rows(value, *rollout.layout))
             return values[0], values[1]
-        inputs, states = self._critic_rows(td, rollout.layout)
+        inputs, states = critic_rows(td, rollout.layout, self._value_pass, self.initial_state)
         ctx = params.to_module(self.value_network) if params is not None else nullcontext()
         with ctx:
             return self._value_pass.run(
@@ -573,53 +321,26 @@ class RecurrentGAE(ValueEstimatorBase):
                 self.chunk_len,
             )
 
-    def _critic_rows(self, td: TensorDictBase, layout: tuple[int, int]) -> tuple[dict, dict]:
-        """The value pass's inputs, checked, as ``[N * T, ...]`` rows.
-
-        Returns ``({key: (obs, next obs)}, {stored state key: state})``, the states only in
-        ``"stored"`` mode. Checked here is what the value pass joins and feeds to layers it
-        calls directly.
-
-        Errors raised by the critic's other modules on their inputs reach the caller as those
-        modules raise them.
-        """
-        value_pass = self._value_pass
-        inputs = {}
-        for key in value_pass.obs_keys:
-            obs = _get(td, key, "value_network input")
-            final = _get(td, _next_key(key), "value_network input")
-            _check_same_step_layout(key, obs, final, td.batch_dims)
-            if key in value_pass.input_sizes:
-                _check_layer_input(key, obs, value_pass.input_sizes[key])
-            inputs[key] = tuple(_flat_rows(x, *layout).flatten(0, 1) for x in (obs, final))
-        states = {}
-        if self.initial_state == "stored":
-            for key, shape in value_pass.state_shapes.items():
-                state = _get(td, key, "stored recurrent state (initial_state='stored')")
-                _check_stored_state(key, state, td.batch_size, shape)
-                states[key] = _flat_rows(state, *layout).flatten(0, 1)
-        return inputs, states
-
     def _compute_advantage(
-        self, rollout: _Rollout, value: torch.Tensor, next_value: torch.Tensor
+        self, rollout: Rollout, value: torch.Tensor, next_value: torch.Tensor
     ) -> GAEResult:
         keys = self._tensor_keys
         reward = rollout.reward
-        for key, x in ((keys.value, value), (_next_key(keys.value), next_value)):
+        for key, x in ((keys.value, value), (next_key(keys.value), next_value)):
             if x.shape != reward.shape:
                 raise ValueError(
                     f"{key!r} has shape {tuple(x.shape[2:])} per step but "
-                    f"{_next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
+                    f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
                 )
         feature = reward.shape[2:]
         inputs = (reward, value, next_value, rollout.terminated, rollout.done)
         if len(feature) != 1 or any(x.shape[2:] != feature for x in inputs[3:]):
-            inputs = tuple(_to_channels(x, feature) for x in inputs)
+            inputs = tuple(to_channels(x, feature) for x in inputs)
         first_is_init = rollout.first_is_init if rollout.is_init is None else None
         gae = compute_gae(inputs, self.gamma, self.lmbda, first_is_init, self._workspace)
         if gae.nonfinite:
-            named = {_next_key(keys.reward): reward, keys.value: value}
-            _raise_on_nonfinite({**named, _next_key(keys.value): next_value})
+            named = {next_key(keys.reward): reward, keys.value: value}
+            raise_on_nonfinite({**named, next_key(keys.value): next_value})
         if gae.is_init is not None:
             rollout.is_init = gae.is_init
         if gae.advantage.shape == reward.shape:
@@ -632,21 +353,21 @@ class RecurrentGAE(ValueEstimatorBase):
     def _write(
         self,
         td: TensorDictBase,
-        rollout: _Rollout,
+        rollout: Rollout,
         gae: GAEResult,
         value: torch.Tensor,
         next_value: torch.Tensor,
     ) -> None:
         keys = self._tensor_keys
         batch_shape, tdim = rollout.batch_shape, rollout.time_dim
-        td.set(keys.advantage, _unflat_rows(gae.advantage, batch_shape, tdim))
-        td.set(keys.value_target, _unflat_rows(gae.value_target, batch_shape, tdim))
+        td.set(keys.advantage, unflat_rows(gae.advantage, batch_shape, tdim))
+        td.set(keys.value_target, unflat_rows(gae.value_target, batch_shape, tdim))
         if self._value_pass is not None:
-            td.set(keys.value, _unflat_rows(value, batch_shape, tdim))
-            td.set(_next_key(keys.value), _unflat_rows(next_value, batch_shape, tdim))
+            td.set(keys.value, unflat_rows(value, batch_shape, tdim))
+            td.set(next_key(keys.value), unflat_rows(next_value, batch_shape, tdim))
         if rollout.derives_is_init:
             is_init = rollout.is_init.unsqueeze(-1)
-            td.set(keys.is_init, _unflat_rows(is_init, batch_shape, tdim))
+            td.set(keys.is_init, unflat_rows(is_init, batch_shape, tdim))
 
 
 def carry_recurrent_state(
@@ -699,11 +420,11 @@ def carry_recurrent_state(
         raise ValueError(
             f"time_dim={time_dim} is out of range for batch_size={tuple(rollout.batch_size)}."
         )
-    done = _get(rollout, done_key, "done flag (done_key)")
-    _check_flag(done_key, done)
+    done = get_entry(rollout, done_key, "done flag (done_key)")
+    check_bool_dtype(done_key, done)
     last = rollout[(slice(None),) * (tdim % rollout.batch_dims) + (-1,)]
     done_last = done.select(tdim % rollout.batch_dims, -1)
-    states = {key: _get(last, _next_key(key), "recurrent state") for key in state_keys}
+    states = {key: get_entry(last, next_key(key), "recurrent state") for key in state_keys}
     out = last.empty()
     for key, state in states.items():
         reset = done_last.reshape(
