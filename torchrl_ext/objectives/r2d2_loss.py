@@ -44,7 +44,7 @@ The value network is any TensorDict module that reads observations (and the recu
 and ``"is_init"`` its torchrl ``LSTMModule``/``GRUModule`` submodules read) and writes
 ``"action_value"`` ``[..., A]``; a ``QValueActor`` around it works too. The samples must hold the
 recurrent states the actor stored with each record, and ``("next", key)`` for each observation
-key the network reads.
+key the network reads. A sample is read and checked in ``_r2d2_sample`` before anything runs.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ from torchrl.modules import GRUModule, LSTMModule
 from torchrl.objectives import LossModule
 
 from torchrl_ext._checks import check_bool, check_float, check_int
+from torchrl_ext.objectives._r2d2_sample import Window, check_values, read_window
+from torchrl_ext.objectives._r2d2_sample import next_key as _next
 
 __all__ = ["R2D2Loss", "inverse_value_rescale", "value_rescale"]
 
@@ -105,20 +107,6 @@ def inverse_value_rescale(y: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     b = 1 + 2 * eps
     u = 2 * magnitude / (b + (b * b + 4 * eps * magnitude).sqrt())
     return torch.sign(y) * u * (u + 2)
-
-
-@dataclasses.dataclass
-class _Window:
-    """The per-record inputs of one call, ``[B, T]``, read and checked before anything runs."""
-
-    action: torch.Tensor  # [B, T] int64 index, or [B, T, A] one-hot
-    reward: torch.Tensor  # [B, T]
-    done: torch.Tensor  # [B, T] bool
-    terminated: torch.Tensor  # [B, T] bool
-    is_init: torch.Tensor  # [B, T] bool
-    valid: torch.Tensor  # [B, T] bool
-    learning: torch.Tensor  # [B, T] bool
-    weight: torch.Tensor | None  # [B, 1] or [B, T]
 
 
 class R2D2Loss(LossModule):
@@ -305,9 +293,9 @@ class R2D2Loss(LossModule):
                 weight is negative, or not one per window), or an action is not a whole
                 number in ``[0, A)`` (or not one-hot). Nothing is written then.
         """
-        window = self._read_window(tensordict)
+        window = read_window(tensordict, self.burn_in, self.tensor_keys, self.in_keys)
         online_q = self._window_q(tensordict, window, self.value_network_params)
-        self._check_values(window, online_q.shape[-1])
+        check_values(window, online_q.shape[-1], self.burn_in, self.n_step, self.tensor_keys)
         with torch.no_grad():
             target_q = self._window_q(tensordict, window, self.target_value_network_params)
             targets = self._targets(window, online_q.detach(), target_q)
@@ -325,7 +313,7 @@ class R2D2Loss(LossModule):
         return TensorDict({"loss": loss})
 
     def _targets(
-        self, window: _Window, online_q: torch.Tensor, target_q: torch.Tensor
+        self, window: Window, online_q: torch.Tensor, target_q: torch.Tensor
     ) -> torch.Tensor:
         """Rescaled n-step double-Q targets ``[B, T - burn_in]`` of the records after burn-in."""
         greedy = online_q[:, 1:].argmax(-1, keepdim=True)
@@ -349,7 +337,7 @@ class R2D2Loss(LossModule):
     # -- the network over a window -------------------------------------------------------------
 
     def _window_q(
-        self, tensordict: TensorDictBase, window: _Window, params: TensorDictParams
+        self, tensordict: TensorDictBase, window: Window, params: TensorDictParams
     ) -> torch.Tensor:
         """Q-values ``[B, T - burn_in + 1, A]`` after burn-in, with the network under ``params``.
 
@@ -413,225 +401,6 @@ class R2D2Loss(LossModule):
             steps.set(key, torch.cat([torch.where(keep, obs, follow), nxt[:, -1:]], 1))
         return steps
 
-    # -- reading and checking a sample ---------------------------------------------------------
-
-    def _read_window(self, tensordict: TensorDictBase) -> _Window:
-        """Reads the per-record inputs and refuses samples the loss cannot handle."""
-        if not isinstance(tensordict, TensorDictBase):
-            raise TypeError(
-                f"tensordict must be a TensorDict sample, got {type(tensordict).__name__}."
-            )
-        if tensordict.ndim != 2:
-            raise ValueError(
-                "tensordict must be a [B, T] window sample (Sequence(..., layout='batch_time')), "
-                f"got batch shape {tuple(tensordict.shape)}."
-            )
-        size = tensordict.shape[1]
-        if self.burn_in >= size:
-            raise ValueError(
-                f"burn_in={self.burn_in} leaves no learning record in windows of T={size} "
-                "records; burn_in must match the sample unit's burn_in."
-            )
-        self._check_keys(tensordict)
-        keys = self.tensor_keys
-        window = _Window(
-            action=self._action(tensordict),
-            reward=self._per_record(tensordict, _next(keys.reward), float_ok=True),
-            done=self._per_record(tensordict, _next(keys.done)),
-            terminated=self._per_record(tensordict, _next(keys.terminated)),
-            is_init=self._per_record(tensordict, keys.is_init),
-            valid=self._per_record(tensordict, keys.validity_mask),
-            learning=self._per_record(tensordict, keys.learning_mask),
-            weight=self._weights(tensordict),
-        )
-        return window
-
-    def _check_keys(self, tensordict: TensorDictBase) -> None:
-        present = set(tensordict.keys(True, True))
-        for key in self.in_keys:
-            if unravel_key(key) not in present:
-                raise ValueError(
-                    f"the sample has no {key!r} entry, which R2D2Loss reads; store it with the "
-                    "records (observations need their ('next', ...) counterpart, recurrent "
-                    "states the actor's state before each record) or rename it with set_keys."
-                )
-
-    @staticmethod
-    def _per_record(tensordict: TensorDictBase, key: NestedKey, float_ok: bool = False):
-        value = tensordict.get(key)
-        shape = tuple(tensordict.shape)
-        if value.shape[-1:] == (1,) and value.ndim == 3:
-            value = value.squeeze(-1)
-        if tuple(value.shape) != shape:
-            raise ValueError(
-                f"{key!r} must hold one value per record, shaped [B, T] or [B, T, 1] = "
-                f"{list(shape)}, got {tuple(value.shape)}."
-            )
-        if not float_ok and value.dtype is not torch.bool:
-            raise ValueError(f"{key!r} must be a bool flag, got dtype {value.dtype}.")
-        if float_ok:
-            _check_real(key, value)
-        return value
-
-    def _action(self, tensordict: TensorDictBase) -> torch.Tensor:
-        action = tensordict.get(self.tensor_keys.action)
-        if action.is_complex():
-            raise TypeError(f"{self.tensor_keys.action!r} must be real, got dtype {action.dtype}.")
-        if tuple(action.shape[:2]) != tuple(tensordict.shape) or action.ndim > 3:
-            raise ValueError(
-                f"{self.tensor_keys.action!r} must be an action index [B, T] or [B, T, 1], or "
-                f"one-hot [B, T, A], with [B, T] = {list(tensordict.shape)}; got "
-                f"{tuple(action.shape)}."
-            )
-        return action
-
-    def _weights(self, tensordict: TensorDictBase) -> torch.Tensor | None:
-        """Importance weights ``[B]`` or ``[B, T]`` (checked to be one per window later)."""
-        key = self.tensor_keys.priority_weight
-        weight = tensordict.get(key, None)
-        if weight is None:
-            return None
-        _check_real(key, weight)
-        batch, size = tensordict.shape
-        if tuple(weight.shape) not in ((batch,), (batch, size), (batch, size, 1)):
-            raise ValueError(
-                f"{key!r} must hold one importance weight per window, shaped [B], [B, T] or "
-                f"[B, T, 1] with [B, T] = [{batch}, {size}], got {tuple(weight.shape)}."
-            )
-        return weight.reshape(batch, -1)
-
-    # -- checking values (one host read for all checks) -----------------------------------------
-
-    def _check_values(self, window: _Window, num_actions: int) -> None:
-        """Refuses samples that would corrupt the loss, reading one flag per check at once.
-
-        Each check is a 0-d bool tensor computed where the sample lives; they are read back
-        together (one device sync on CUDA), and only a failed check reads more to say where.
-        """
-        checks = [
-            *self._geometry_checks(window),
-            self._episode_check(window),
-            self._reward_check(window),
-            *self._weight_checks(window),
-            *_action_checks(window.action[:, self.burn_in :], num_actions, self.tensor_keys),
-        ]
-        checks = [check for check in checks if check is not None]
-        failed = torch.stack([bad for bad, _ in checks]).tolist()
-        for (_, refuse), bad in zip(checks, failed, strict=True):
-            if bad:
-                refuse()
-
-    def _geometry_checks(self, window: _Window) -> list:
-        """The learning region starts at ``burn_in`` and is followed by ``n_step - 1`` records."""
-        learning, burn_in = window.learning, self.burn_in
-        columns = torch.arange(learning.shape[1], device=learning.device)
-        bootstrap = learning.shape[1] - 1 - torch.where(learning, columns, -1).amax()
-
-        def bad_start():
-            raise ValueError(
-                f"burn_in={burn_in} does not match the sample: its learning_mask does not start "
-                "at column burn_in. Pass the sample unit's burn_in."
-            )
-
-        def too_short():
-            raise ValueError(
-                f"n_step={self.n_step} needs n_step - 1 = {self.n_step - 1} bootstrap records "
-                f"after the learning region, the sample has {int(bootstrap)}. Build the unit "
-                f"with Sequence(..., bootstrap={self.n_step - 1})."
-            )
-
-        starts_wrong = learning[:, :burn_in].any() | ~learning[:, burn_in].all()
-        return [(starts_wrong, bad_start), (bootstrap < self.n_step - 1, too_short)]
-
-    def _episode_check(self, window: _Window) -> tuple:
-        """Learning and bootstrap records must not cross an episode start."""
-        after = slice(self.burn_in + 1, None)
-        crossing = window.is_init[:, after] & window.valid[:, after]
-        rest = slice(self.burn_in, None)
-        done, valid = window.done[:, rest], window.valid[:, rest]
-        crossing = crossing | (done[:, :-1] & valid[:, 1:])
-
-        def refuse():
-            raise ValueError(
-                "the learning and bootstrap records of a window must stay in one episode "
-                "(Sequence(..., episode_boundary='pad' or 'stop')); this sample has a valid "
-                f"record after an episode start or end past column burn_in={self.burn_in}."
-            )
-
-        return crossing.any(), refuse
-
-    def _reward_check(self, window: _Window) -> tuple:
-        """Rewards a target can sum (valid records after burn-in) must be finite."""
-        rest = slice(self.burn_in, None)
-        bad = window.valid[:, rest] & ~torch.isfinite(window.reward[:, rest])
-        key = _next(self.tensor_keys.reward)
-        return bad.any(), lambda: _refuse_at(
-            key, window.reward[:, rest], bad, self.burn_in, "be finite on valid records"
-        )
-
-    def _weight_checks(self, window: _Window) -> list:
-        """Importance weights: finite, ``>= 0``, the same over each window's records."""
-        weight = window.weight
-        if weight is None:
-            return []
-        key = self.tensor_keys.priority_weight
-        bad = ~(torch.isfinite(weight) & (weight >= 0))
-
-        def not_one_per_window():
-            raise ValueError(
-                f"{key!r} must hold one importance weight per window; a [B, T] entry must be "
-                "the same over each window's records (as Sequence repeats the sampler's)."
-            )
-
-        varies = (weight != weight[:, :1]).any()
-        return [
-            (bad.any(), lambda: _refuse_at(key, weight, bad, 0, "be finite and >= 0")),
-            (varies, not_one_per_window),
-        ]
-
-
-def _action_checks(action: torch.Tensor, num_actions: int, keys) -> list:
-    """Index actions are whole numbers in ``[0, A)``; one-hot actions hold one 1 per record."""
-    key = keys.action
-    if _is_one_hot(action, num_actions):
-        ones = action != 0
-        bad = (ones & (action != 1)).any(-1) | (ones.sum(-1) != 1)
-        return [(bad.any(), lambda: _refuse_at(key, action, bad, 0, "be one-hot"))]
-    if action.ndim == 3 and action.shape[-1] != 1:
-        raise ValueError(
-            f"{key!r} has {action.shape[-1]} entries per record but the network gives "
-            f"{num_actions} action values; pass an index [B, T] or one-hot [B, T, A]."
-        )
-    index = action.reshape(action.shape[:2])
-    checks = []
-    if index.is_floating_point():
-        fractional = ~torch.isfinite(index) | (index != index.round())
-        checks.append(
-            (fractional.any(), lambda: _refuse_at(key, index, fractional, 0, "be whole numbers"))
-        )
-    outside = (index < 0) | (index >= num_actions)
-    rule = f"lie in [0, {num_actions})"
-    checks.append((outside.any(), lambda: _refuse_at(key, index, outside, 0, rule)))
-    return checks
-
-
-def _is_one_hot(action: torch.Tensor, num_actions: int) -> bool:
-    """Whether ``action`` ``[B, L, ...]`` is one-hot over ``num_actions`` (else an index)."""
-    return action.ndim == 3 and action.shape[-1] == num_actions and num_actions > 1
-
-
-def _refuse_at(key: NestedKey, values: torch.Tensor, bad: torch.Tensor, offset: int, rule: str):
-    """Raises naming ``key``, the first bad value and where it sits (record ``offset + t``)."""
-    row, col = (int(i) for i in bad.nonzero()[0])
-    value = values[row, col]
-    value = value.tolist() if value.ndim else value.item()
-    raise ValueError(f"{key!r} must {rule}, got {value!r} in window {row}, record {offset + col}.")
-
-
-def _check_real(key: NestedKey, value: torch.Tensor) -> None:
-    if value.dtype is torch.bool or value.is_complex():
-        raise TypeError(f"{key!r} must hold real numbers, got dtype {value.dtype}.")
-
 
 def _n_step_returns(
     reward: torch.Tensor,
@@ -678,10 +447,6 @@ def _taken(q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     if action.ndim == q.ndim and action.shape[-1] == q.shape[-1] and q.shape[-1] > 1:
         return (q * action.to(q.dtype)).sum(-1)
     return q.gather(-1, action.reshape(*q.shape[:2], 1).long()).squeeze(-1)
-
-
-def _next(key: NestedKey) -> NestedKey:
-    return unravel_key(("next", key))
 
 
 def _recurrent_state_keys(network: TensorDictModuleBase) -> tuple[tuple[NestedKey, ...], ...]:
