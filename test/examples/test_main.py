@@ -61,7 +61,9 @@ class TestHelp:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env=env, check=True, timeout=60).stdout  # fmt: skip
-        assert out.strip() == "['torchrl_ext.examples.__main__']"
+        # the POPGym env names come from a torch-free module
+        expected = ["torchrl_ext.examples.__main__", "torchrl_ext.examples._popgym_paper"]
+        assert out.strip() == repr(expected)
 
     def test_no_subcommand_prints_help_and_fails(self, capsys):
         with pytest.raises(SystemExit) as exit_info:
@@ -97,15 +99,24 @@ class TestOptions:
         assert (seed, run.resume, run.out) == (None, True, Path("runs/course/seed1"))
 
     def test_frame_defaults_match_the_configs(self):
-        from torchrl_ext.examples import mappo_signalling, ppo_cartpole, ppo_course, r2d2_cartpole
+        from torchrl_ext.examples import (
+            mappo_signalling,
+            ppo_cartpole,
+            ppo_course,
+            ppo_popgym,
+            r2d2_cartpole,
+            r2d2_popgym,
+        )
 
-        configs = {"ppo": ppo_cartpole.Config, "r2d2": r2d2_cartpole.Config,
-                   "course": ppo_course.Config, "results": ppo_cartpole.Config,
-                   "signalling": mappo_signalling.Config}  # fmt: skip
+        configs = {"ppo": [ppo_cartpole.Config], "r2d2": [r2d2_cartpole.Config],
+                   "course": [ppo_course.Config], "results": [ppo_cartpole.Config],
+                   "signalling": [mappo_signalling.Config],
+                   "popgym": [ppo_popgym.Config, r2d2_popgym.Config]}  # fmt: skip
         trains = {n: c for n, c in entry.COMMANDS.items() if c.frames is not None}
         assert set(trains) == set(configs)
         for name, command in trains.items():
-            assert configs[name]().frames == command.frames, name
+            for config in configs[name]:
+                assert config().frames == command.frames, name
 
     def test_missing_cuda_is_a_clear_exit(self):
         from torchrl_ext.examples import _common

@@ -21,6 +21,7 @@ RESUME_CASES = [
     ("r2d2", 256, 768),
     ("course", 512, 1024),
     ("signalling", 128, 256),
+    ("popgym", 256, 512),
 ]
 
 

@@ -1,4 +1,4 @@
-"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,animate,signalling} [options]``.
+"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,popgym,animate,signalling} [options]``.
 
 Only the chosen pipeline is imported, so ``--help`` answers at once. ``--quick`` without a
 subcommand runs every pipeline's quick check (a few batches with shape, mask and finiteness
@@ -180,6 +180,22 @@ def _results_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _popgym_options(parser: argparse.ArgumentParser) -> None:
+    from torchrl_ext.examples._popgym_paper import DIFFICULTIES, ENVS
+
+    parser.add_argument(
+        "--env", choices=ENVS, default="RepeatPrevious", metavar="NAME", help=", ".join(ENVS)
+    )
+    parser.add_argument("--difficulty", choices=DIFFICULTIES, default="easy")
+    parser.add_argument(
+        "--algo",
+        choices=["ppo", "r2d2"],
+        default="ppo",
+        help="the learner: recurrent PPO (separate actor and critic LSTMs), or R2D2 (an LSTM "
+        "Q-network; envs with a single discrete action)",
+    )
+
+
 def _animate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="run folder with a checkpoint, e.g. runs/ppo/seed0")
     parser.add_argument("--gif", type=Path, help="output file (default: RUN/agent.gif)")
@@ -245,6 +261,12 @@ COMMANDS = {
         frames=61_440,
         seeds=(0, 1, 2),
     ),
+    "popgym": Command(
+        "ppo_popgym",
+        "recurrent PPO or R2D2 on a POPGym memory task (the Warp ports of torchrl_ext.envs.popgym)",
+        _popgym_options,
+        frames=1_048_576,
+    ),
     "animate": Command(
         "animate",
         "animated GIF of the agent saved in a ppo or course run folder",
@@ -289,6 +311,9 @@ def pipeline(args: argparse.Namespace) -> str:
     """The name of the parsed command's runs under ``runs/`` (a variant has its own)."""
     if getattr(args, "distributed", False):
         return "r2d2_distributed"
+    if args.command == "popgym":
+        algo = "" if args.algo == "ppo" else f"-{args.algo}"
+        return f"popgym/{args.env}-{args.difficulty}{algo}"
     if "mlp" in (getattr(args, "policy", None), getattr(args, "listener", None)):
         return f"{args.command}_mlp"
     return args.command
@@ -306,6 +331,8 @@ QUICK_RUNS = (
     ("r2d2 --distributed", "r2d2", ["--distributed"]),
     ("course", "course", []),
     ("signalling", "signalling", []),
+    ("popgym", "popgym", []),
+    ("popgym --algo r2d2", "popgym", ["--algo", "r2d2"]),
 )
 
 
@@ -348,6 +375,8 @@ def main(argv: list[str] | None = None) -> object:
             parser.error(f"r2d2: {', '.join(given)} needs --distributed")
         if args.distributed:
             module = "r2d2_distributed"
+    if args.command == "popgym" and args.algo == "r2d2":
+        module = "r2d2_popgym"
     if command.frames is not None:
         args.pipeline = pipeline(args)
     _check_run_args(parser, args)
@@ -388,6 +417,14 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         _needs(parser, args.command, module)
     if command.frames is None:
         return
+    if args.command == "popgym" and args.algo == "r2d2":
+        from torchrl_ext.examples._popgym_paper import SINGLE_DISCRETE
+
+        if args.env not in SINGLE_DISCRETE:
+            parser.error(
+                f"--env {args.env}: its action is not a single discrete choice, which R2D2's "
+                "Q-network scores; use --algo ppo"
+            )
     if args.logger in ("tensorboard", "wandb"):
         _needs(parser, f"--logger {args.logger}", args.logger)
     if getattr(args, "distributed", False):

@@ -45,6 +45,7 @@ import argparse
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -136,22 +137,36 @@ class Result(_common.TargetResult):
     @property
     def best_return(self) -> float:
         """Highest mean return logged after any batch (NaN before any episode ended)."""
-        returns = [c[1] for c in self.curve if not math.isnan(c[1])]
-        return max(returns) if returns else float("nan")
+        return best_mean(self.curve)
+
+
+def best_mean(curve: list[tuple[int, float]]) -> float:
+    """The highest mean return of a ``(frames, mean_return)`` curve (NaN if none is a number).
+
+    With a window of the last 100 episodes this is POPGym's maximum mean episodic reward.
+
+    Examples:
+        >>> best_mean([(64, float("nan")), (128, 0.25), (192, 0.5), (256, 0.375)])
+        0.5
+    """
+    returns = [c[1] for c in curve if not math.isnan(c[1])]
+    return max(returns) if returns else float("nan")
 
 
 # ---------------------------------------------------------------------------- model
-def make_memory(cfg: Config, obs_dim: int, out_key: str, state: tuple[str, str]) -> Any:
-    """The recurrent (or feed-forward) trunk that reads ``observation`` into ``out_key``."""
+def make_memory(
+    cfg: Config, obs_dim: int, out_key: str, state: tuple[str, str], in_key: str = "observation"
+) -> Any:
+    """The recurrent (or feed-forward) trunk that reads ``in_key`` into ``out_key``."""
     if cfg.policy == "lstm":
         return LSTMModule(
             input_size=obs_dim,
             hidden_size=cfg.hidden,
-            in_keys=["observation", *state],
+            in_keys=[in_key, *state],
             out_keys=[out_key, *(("next", k) for k in state)],
         )
     mlp = nn.Sequential(nn.Linear(obs_dim, cfg.hidden), nn.ReLU())
-    return TensorDictModule(mlp, in_keys=["observation"], out_keys=[out_key])
+    return TensorDictModule(mlp, in_keys=[in_key], out_keys=[out_key])
 
 
 def make_head(cfg: Config, out_features: int, in_key: str, out_key: str) -> TensorDictModule:
@@ -182,10 +197,14 @@ def memories(actor: ProbabilisticActor, critic: TensorDictSequential) -> list[An
 
 
 def collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential) -> Any:
-    """What the collector runs: the actor, plus the critic's LSTM so its state is stored."""
-    critic_memory = critic[0]
-    if isinstance(critic_memory, LSTMModule):
-        return TensorDictSequential(actor, critic_memory)
+    """What the collector runs: the actor, then the critic up to its head if it has an LSTM.
+
+    Running the critic's LSTM during collection stores the critic state each step starts from,
+    which :class:`~torchrl_ext.objectives.RecurrentGAE` replays the rows from.
+    """
+    trunk = list(critic.module)[:-1]
+    if any(isinstance(module, LSTMModule) for module in trunk):
+        return TensorDictSequential(actor, *trunk)
     return actor
 
 
@@ -209,14 +228,18 @@ def make_env(
 
 
 def evaluate(
-    cfg: Config, actor: ProbabilisticActor, primers: list[Any], device: torch.device
+    cfg: Config,
+    actor: ProbabilisticActor,
+    primers: list[Any],
+    device: torch.device,
+    env_maker: Callable[..., TransformedEnv] = make_env,
 ) -> float:
     """Mean return of ``cfg.eval_episodes`` fresh episodes with deterministic (mode) actions.
 
-    Runs one episode per env on a new env (seed ``cfg.eval_seed``) and stops when every env has
-    finished its first episode (at most the env's 500-step limit).
+    Runs one episode per env on a new env (``env_maker``'s, seed ``cfg.eval_seed``) and stops
+    when every env has finished its first episode (at most the env's time limit).
     """
-    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, primers, device)
+    env = env_maker(cfg, cfg.eval_episodes, cfg.eval_seed, primers, device)
     return _common.mean_first_return(env, actor, cfg.eval_episodes, device)
 
 
@@ -268,7 +291,35 @@ def check_batch(cfg: Config, batch: TensorDictBase, first: bool) -> None:
 
 
 # ---------------------------------------------------------------------------- training
-def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What :func:`train` learns on: the env, the agent, how to evaluate and plot.
+
+    The default is this module's CartPole without velocities; other pipelines (POPGym's memory
+    tasks) hand their own to the same training loop.
+
+    Args:
+        make_env (callable): ``(cfg, num_envs, seed, primers, device)`` to the transformed env.
+        make_agent (callable): ``(cfg)`` to ``(actor, critic)``.
+        title (str): the learning curve's title.
+        memories (callable, optional): ``(actor, critic)`` to their recurrent trunks (whose
+            primers the env needs). Defaults to :func:`memories`.
+    """
+
+    make_env: Callable[..., TransformedEnv]
+    make_agent: Callable[[Any], tuple[ProbabilisticActor, TensorDictSequential]]
+    title: str
+    memories: Callable[[ProbabilisticActor, TensorDictSequential], list[Any]] = memories
+
+
+CARTPOLE = Task(
+    make_env, lambda cfg: make_agent(cfg, obs_dim=2), "PPO on CartPole without velocities"
+)
+
+
+def train(
+    cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False, task: Task = CARTPOLE
+) -> Result:
     """Trains, evaluates and logs one run; the caller's global RNG state is left as it was.
 
     Args:
@@ -276,17 +327,18 @@ def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> R
         run (RunOptions): run folder, logger, checkpoint period, device, resume.
         quick (bool, optional): check shapes, masks, stored-state replay and finite losses on
             every batch (meant for a few batches). Defaults to ``False``.
+        task (Task, optional): env and agent. Defaults to CartPole without velocities.
     """
-    return _common.seeded(cfg.seed, _train, cfg, run, quick)
+    return _common.seeded(cfg.seed, _train, cfg, run, quick, task)
 
 
-def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
+def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool, task: Task) -> Result:
     device = _common.device(run.device)
     watch = _common.Stopwatch()
-    actor, critic = make_agent(cfg, obs_dim=2)
+    actor, critic = task.make_agent(cfg)
     actor, critic = actor.to(device), critic.to(device)
-    primers = memories(actor, critic)
-    env = make_env(cfg, cfg.num_envs, cfg.seed, primers, device)
+    primers = task.memories(actor, critic)
+    env = task.make_env(cfg, cfg.num_envs, cfg.seed, primers, device)
     loss = make_loss(cfg, actor, critic)
     optim = _ppo.ppo_optimizer(cfg, loss)
     collector = _common.collector(env, collection_policy(actor, critic), cfg, device)
@@ -312,6 +364,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         curve.append((frames, mean_return))
         row = {
             "mean_return": mean_return,
+            "best_mean_return": best_mean(curve),
             "episodes_in_window": len(window.recent),
             "lr": cfg.lr * left,
             "clip": cfg.clip * left,
@@ -322,17 +375,12 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         counters = _common.window_counters(frames, seconds, window, curve=curve)
         checkpoints.end_batch(row, counters, previous)
     bar.close()
-    final_eval = evaluate(cfg, actor, primers, device)
+    final_eval = evaluate(cfg, actor, primers, device, task.make_env)
     logger.log_scalar("final_eval", final_eval, step=frames)
     checkpoints.save({**counters, "evaluated": True})
     collector.shutdown()
     label = f"{cfg.policy} seed {cfg.seed}"
-    _common.plot_curves(
-        run.out / "learning_curve.png",
-        {label: curve},
-        cfg.target,
-        "PPO on CartPole without velocities",
-    )
+    _common.plot_curves(run.out / "learning_curve.png", {label: curve}, cfg.target, task.title)
     return Result.of(
         cfg, window, final_eval, frames, seconds, run.out, timings=dict(watch.totals), curve=curve
     )

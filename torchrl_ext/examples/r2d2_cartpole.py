@@ -42,6 +42,7 @@ import dataclasses
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -161,9 +162,12 @@ class Result(_common.TargetResult):
     Args:
         lowest_after_target (float or None): the lowest logged mean return after the first
             crossing of the target (how far the return dipped once solved).
+        best_return (float): the highest mean return after any batch (NaN before any
+            episode ended).
     """
 
     lowest_after_target: float | None = None
+    best_return: float = math.nan
 
 
 # ---------------------------------------------------------------------------- env and agent
@@ -270,9 +274,14 @@ def make_buffer(cfg: Config) -> tuple[Sequence, TensorDictPrioritizedReplayBuffe
     )
 
 
-def evaluate(cfg: Config, policy: Any, device: torch.device) -> float:
+def evaluate(
+    cfg: Config,
+    policy: Any,
+    device: torch.device,
+    env_maker: Callable[..., TransformedEnv] = make_env,
+) -> float:
     """Mean return of ``cfg.eval_episodes`` greedy episodes, one per env on a fresh seed."""
-    env = make_env(cfg, cfg.eval_episodes, cfg.eval_seed, device)
+    env = env_maker(cfg, cfg.eval_episodes, cfg.eval_seed, device)
     return _common.mean_first_return(env, policy, cfg.eval_episodes, device)
 
 
@@ -288,16 +297,38 @@ def check_sample(cfg: Config, sample: TensorDictBase, out: TensorDictBase) -> No
 
 
 # ---------------------------------------------------------------------------- training
-def train(cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False) -> Result:
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What :func:`train` learns on: the env and the Q-network.
+
+    The default is this module's CartPole without velocities; the POPGym pipeline hands its
+    own to the same training loop.
+
+    Args:
+        make_env (callable): ``(cfg, num_envs, seed, device)`` to the transformed env, with
+            the primer of the Q-network's LSTM state (:data:`STATE`).
+        make_qnet (callable): ``(cfg)`` to the Q-network writing ``action_value``.
+    """
+
+    make_env: Callable[..., TransformedEnv]
+    make_qnet: Callable[[Any], TensorDictSequential]
+
+
+CARTPOLE = Task(make_env, make_qnet)
+
+
+def train(
+    cfg: Config, run: _run_folder.RunOptions, *, quick: bool = False, task: Task = CARTPOLE
+) -> Result:
     """Trains one seed; see the module docstring. The caller's global RNG state is kept."""
-    return _common.seeded(cfg.seed, _train, cfg, run, quick)
+    return _common.seeded(cfg.seed, _train, cfg, run, quick, task)
 
 
-def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
+def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool, task: Task) -> Result:
     device = _common.device(run.device)
-    qnet = make_qnet(cfg).to(device)
+    qnet = task.make_qnet(cfg).to(device)
     policy = TensorDictSequential(qnet, QValueModule(action_space="categorical"))
-    env = make_env(cfg, cfg.num_envs, cfg.seed, device)
+    env = task.make_env(cfg, cfg.num_envs, cfg.seed, device)
     egreedy = EGreedyModule(env.action_spec, eps_init=1.0, eps_end=cfg.eps_end).to(device)
     egreedy.eps = epsilons(cfg, 0).to(device)  # one rate per env, set every batch
     loss_fn = make_loss(cfg, qnet)
@@ -315,6 +346,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
         counters = state["counters"]
     frames, updates, seconds = counters["frames"], counters["updates"], counters["seconds"]
     window = _common.ReturnWindow.resumed(cfg.return_window, cfg.target, counters)
+    best = counters.get("best", math.nan)
     bar = _run_folder.progress_bar(cfg.frames, frames, run)
     start, loss, batches = time.perf_counter() - counters["seconds"], math.nan, iter(collector)
     while frames < cfg.frames:
@@ -335,10 +367,12 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
                 check_sample(cfg, sample, out)
         seconds = time.perf_counter() - start
         mean_return = window.update(_common.completed_returns(batch).tolist(), frames, seconds)
+        best = max(best, mean_return) if not math.isnan(best) else mean_return
         if (frames // cfg.frames_per_batch) % cfg.log_every == 0 or frames >= cfg.frames:
             lr, eps = optim.param_groups[0]["lr"], float(egreedy.eps.mean())
             row = {
                 "mean_return": mean_return,
+                "best_mean_return": best,
                 "loss": loss,
                 "updates": updates,
                 "lr": lr,
@@ -353,11 +387,12 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
             "seconds": seconds,
             "hit": window.hit,
             "recent": list(window.recent),
+            "best": best,
         }
         if _run_folder.save_due(frames, previous, run, cfg.frames):
             _save(run, cfg, counters, loss_fn, optim, env, collector, rb, target_updater, logger)
     bar.close()
-    final_eval = evaluate(cfg, policy, device)
+    final_eval = evaluate(cfg, policy, device, task.make_env)
     logger.log_scalar("final_eval", final_eval, step=frames)
     _save(
         run,
@@ -373,7 +408,16 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool) -> Result:
     )
     collector.shutdown()
     lowest = lowest_after(run, window.hit)
-    return Result.of(cfg, window, final_eval, frames, seconds, run.out, lowest_after_target=lowest)
+    return Result.of(
+        cfg,
+        window,
+        final_eval,
+        frames,
+        seconds,
+        run.out,
+        lowest_after_target=lowest,
+        best_return=best,
+    )
 
 
 def lowest_after(run: _run_folder.RunOptions, hit: tuple[int, float] | None) -> float | None:

@@ -1,0 +1,128 @@
+"""R2D2 on POPGym's memory tasks with a single discrete action.
+
+Run it with ``python -m torchrl_ext.examples popgym --algo r2d2 --env RepeatPrevious
+[--difficulty easy] [--seeds 0 1 2] [--frames N] [KEY=VALUE ...]``.
+
+The training loop is the one of :mod:`~torchrl_ext.examples.r2d2_cartpole`: an LSTM
+Q-network acting with a per-env exploration rate, prioritized
+:class:`~torchrl_ext.data.Sequence` replay of burn-in, learning and bootstrap windows from the
+stored LSTM states, and :class:`~torchrl_ext.objectives.R2D2Loss`. This module supplies the
+POPGym port and a Q-network that one-hot encodes discrete observations
+(:class:`~torchrl_ext.examples._popgym.ObservationEncoder`). Envs whose action is
+multi-discrete (MineSweeper, Battleship) or continuous (the pendulums) are for
+``--algo ppo``: a Q-network scores one discrete action.
+
+As in the PPO pipeline, the logged ``best_mean_return`` over a 100-episode window is POPGym's
+MMER.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import torch
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.data import Categorical, MultiCategorical
+from torchrl.envs import Compose, InitTracker, RewardSum, TransformedEnv
+
+from torchrl_ext.examples import _common, _popgym, r2d2_cartpole
+from torchrl_ext.examples._popgym_paper import SINGLE_DISCRETE
+from torchrl_ext.examples.r2d2_cartpole import Result, Task, make_lstm
+
+SIZE = dict(frames=1_048_576, num_envs=16, steps=4, eval_episodes=64)
+LEARNING = dict(lr=5e-4, gamma=0.99, max_grad_norm=10.0)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Config(r2d2_cartpole.Config, **SIZE, **LEARNING):
+    """Hyperparameters of one R2D2 run on a POPGym port.
+
+    The fields of :class:`~torchrl_ext.examples.r2d2_cartpole.Config` with these defaults, then:
+
+    Args:
+        env (str): POPGym's name of the env: one of
+            :data:`~torchrl_ext.examples._popgym_paper.ENVS` with a single discrete action.
+        difficulty (str): ``"easy"``, ``"medium"`` or ``"hard"``.
+        forget_bias (float): initial bias of the LSTM's forget gates.
+
+    ``target`` defaults to 1.0, the best return of every POPGym env.
+
+    Examples:
+        >>> Config(env="HigherLower").window, Config(env="HigherLower").return_window
+        (28, 100)
+        >>> Config(env="Battleship")
+        Traceback (most recent call last):
+        ...
+        ValueError: env must have a single discrete action for --algo r2d2 (use --algo ppo), \
+got env='Battleship'.
+    """
+
+    env: str = "RepeatPrevious"
+    difficulty: str = "easy"
+    forget_bias: float = 0.0
+    return_window: int = 100
+    target: float = 1.0
+    eps_frames: int = 200_000
+
+    def __post_init__(self) -> None:
+        _popgym.check_task(self)
+        if self.env not in SINGLE_DISCRETE:
+            raise ValueError(
+                "env must have a single discrete action for --algo r2d2 (use --algo ppo), "
+                f"got env={self.env!r}."
+            )
+        super().__post_init__()
+
+
+def make_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> TransformedEnv:
+    """The port with reset flags, episode returns and the Q-network's LSTM state primer."""
+    base = _popgym.make_base_env(cfg, num_envs, seed, device)
+    transforms = Compose(InitTracker(), RewardSum(), make_lstm(cfg).make_tensordict_primer())
+    return TransformedEnv(base, transforms.to(device))
+
+
+def make_qnet(cfg: Config) -> TensorDictSequential:
+    """Encoder and embedding, LSTM, and a two-layer head writing one value per action."""
+    observation, action = _popgym.task_specs(cfg)
+    if not isinstance(action, Categorical) or isinstance(action, MultiCategorical):
+        raise TypeError(f"R2D2 needs a Categorical action spec, got {type(action).__name__}.")
+    encoder = _popgym.ObservationEncoder(observation)
+    embed = nn.Sequential(encoder, nn.Linear(encoder.features, cfg.hidden), nn.ReLU())
+    lstm = make_lstm(cfg)
+    _popgym.set_forget_bias(lstm.lstm, cfg.forget_bias)
+    head = nn.Sequential(
+        nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, action.n)
+    )
+    return TensorDictSequential(
+        TensorDictModule(embed, in_keys=["observation"], out_keys=["embed"]),
+        lstm,
+        TensorDictModule(head, in_keys=["memory"], out_keys=["action_value"]),
+    )
+
+
+def train(cfg: Config, run: Any, *, quick: bool = False) -> Result:
+    """Trains, evaluates and logs one run (see :func:`r2d2_cartpole.train`)."""
+    return r2d2_cartpole.train(cfg, run, quick=quick, task=Task(make_env, make_qnet))
+
+
+def summary(result: Result) -> str:
+    """The run's MMER, its greedy evaluation and its time."""
+    cfg = result.config
+    return (
+        f"popgym r2d2 {cfg.env} {cfg.difficulty} seed {cfg.seed}: MMER "
+        f"{result.best_return:.3f}; greedy evaluation {result.final_eval:.3f} over "
+        f"{cfg.eval_episodes} episodes; {result.frames:,} frames in {result.seconds:.1f} s; "
+        f"log: {result.out}"
+    )
+
+
+QUICK = {**r2d2_cartpole.QUICK, "eval_episodes": 4}
+
+
+def main(args: argparse.Namespace) -> list[Result]:
+    """Runs ``python -m torchrl_ext.examples popgym --algo r2d2`` (see ``--help``)."""
+    fields = {"env": args.env, "difficulty": args.difficulty}
+    return _common.train_seeds(args, args.pipeline, train, summary, Config, QUICK, **fields)
