@@ -63,6 +63,36 @@ def reduce_window_priorities(
     )
 
 
+def priority_to_write(buffer: Any, sample: Any, priority: torch.Tensor | None) -> Any:
+    """The per-record priorities of ``sample`` that ``Sequence.update_priority`` writes.
+
+    Args:
+        buffer (ReplayBuffer): the buffer they are written to.
+        sample (TensorDict or dict): the sample (or its info) they belong to.
+        priority (torch.Tensor, optional): one priority per record, returned as it is when
+            given. Defaults to the sample's ``buffer.priority_key`` entry.
+
+    Raises:
+        TypeError: if ``buffer`` has no ``update_priority`` method.
+        ValueError: if ``priority`` is not given and the sample has no entry under the
+            buffer's priority key.
+    """
+    if not callable(getattr(buffer, "update_priority", None)):
+        raise TypeError(
+            f"buffer must be a replay buffer with an update_priority method, got "
+            f"buffer={type(buffer).__name__}."
+        )
+    if priority is None:
+        key = getattr(buffer, "priority_key", "td_error")
+        priority = sample.get(key, None)
+        if priority is None:
+            raise ValueError(
+                f"the sample has no {key!r} entry (the buffer's priority key); set it, "
+                "or pass priority= with one value per record."
+            )
+    return priority
+
+
 def _as_priority(priority: Any) -> torch.Tensor:
     if isinstance(priority, torch.Tensor):
         tensor = priority

@@ -4,11 +4,13 @@ A TorchRL replay buffer samples in two steps: its sampler picks *anchors* (where
 with what probability), then its ``sample_unit`` decides what each anchor *expands into*, before
 the storage is read. :class:`Transition` keeps one record per anchor; :class:`Sequence` expands
 each anchor into a window of records for recurrent learners (burn-in, learning region,
-bootstrap), respecting episode boundaries.
+bootstrap), respecting episode boundaries; its settings live in ``_sequence_settings``, what it
+reads and checks in ``_sequence_checks``, and how windows are built in ``_sequence_windows``.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Literal
 
@@ -18,52 +20,21 @@ from torchrl.data.replay_buffers.sample_units import SampleUnit as _TorchRLSampl
 from torchrl.data.replay_buffers.sample_units import Sequence as _TorchRLSequence
 from torchrl.data.replay_buffers.storages import Storage
 
-from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_key
 from torchrl_ext.data import _episodes
-from torchrl_ext.data._kernels import windows
-from torchrl_ext.data._priorities import reduce_window_priorities
+from torchrl_ext.data._priorities import priority_to_write, reduce_window_priorities
 from torchrl_ext.data._priority_calls import PriorityCalls
+from torchrl_ext.data._sequence_checks import check_anchors, read_storage, split_anchors
+from torchrl_ext.data._sequence_settings import Setting, check_settings
+from torchrl_ext.data._sequence_windows import (
+    WindowSpec,
+    compiled_applies,
+    expand_info,
+    records_compiled,
+    records_vectorized,
+    window_table,
+)
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
-
-_BOUNDARIES = ("pad", "stop", "include_reset")
-_LAYOUTS = ("flat", "batch_time")
-_REDUCTIONS = ("max", "mean", "mixture")
-_MODES = {
-    "pad": windows.PAD,
-    "stop": windows.STOP,
-    "include_reset": windows.CROSS,
-}
-_MAX_REACH = 2**31 - 1
-#: Per-record info entries every ``Sequence`` sample carries.
-_RECORD_KEYS = ("sequence_id", "step_in_sequence", "validity_mask", "learning_mask", "anchor_index")
-
-
-class _Setting:
-    """A setting fixed at construction: read like an attribute, refused on assignment.
-
-    Window geometry, keys and priority settings are validated together in ``__init__`` and
-    cached tables depend on them, so a changed setting means a new unit.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, unit: Any, owner: type | None = None) -> Any:
-        if unit is None:
-            return self
-        return unit._config[self.name]
-
-    def __set__(self, unit: Any, value: Any) -> None:
-        self.refuse(unit, self.name, value)
-
-    @staticmethod
-    def refuse(unit: Any, name: str, value: Any) -> None:
-        raise AttributeError(
-            f"{type(unit).__name__}.{name} is fixed at construction (it is validated with the "
-            f"other settings and cached); build a new unit instead, e.g. "
-            f"{type(unit).__name__}(..., {name}={value!r})."
-        )
 
 
 class SampleUnit(_TorchRLSampleUnit):
@@ -251,35 +222,10 @@ class Sequence(SampleUnit, _TorchRLSequence):
         priority_learning_only: bool = False,
         is_init_key: NestedKey = "is_init",
     ) -> None:
-        stride = _resolve_stride(stride, dilation)
-        length = check_int("length", length, minimum=1)
-        burn_in = check_int("burn_in", burn_in, minimum=0)
-        bootstrap = check_int("bootstrap", bootstrap, minimum=0)
-        _check_reach(burn_in, length, bootstrap, stride)
-        done_key = check_key("done_key", done_key, optional=True)
-        traj_key = check_key("traj_key", traj_key, optional=True)
-        if traj_key is not None and episode_boundary == "include_reset":
-            raise ValueError(
-                "episode_boundary='include_reset' crosses episodes in storage order, which "
-                f"trajectory ids do not define; got traj_key={traj_key!r}. Use done_key= "
-                "with include_reset, or 'pad'/'stop' with traj_key."
-            )
-        self._config = {
-            "length": length,
-            "episode_boundary": check_choice("episode_boundary", episode_boundary, _BOUNDARIES),
-            "done_key": done_key,
-            "traj_key": traj_key,
-            "burn_in": burn_in,
-            "bootstrap": bootstrap,
-            "stride": stride,
-            "layout": check_choice("layout", layout, _LAYOUTS),
-            "priority_reduction": check_choice(
-                "priority_reduction", priority_reduction, _REDUCTIONS
-            ),
-            "priority_eta": check_float("priority_eta", priority_eta, 0.0, 1.0),
-            "priority_learning_only": check_bool("priority_learning_only", priority_learning_only),
-            "is_init_key": check_key("is_init_key", is_init_key),
-        }
+        self._config = check_settings(
+            length, episode_boundary, done_key, burn_in, bootstrap, stride, dilation, traj_key,
+            layout, priority_reduction, priority_eta, priority_learning_only, is_init_key,
+        )  # fmt: skip
         self._traj_index: _episodes.TrajectoryIndex | None = None
         self._lock = threading.Lock()
         self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
@@ -296,31 +242,17 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     @dilation.setter
     def dilation(self, value: int) -> None:
-        _Setting.refuse(self, "dilation", value)
+        Setting.refuse(self, "dilation", value)
 
     @property
     def window(self) -> int:
         """Records per anchor: ``burn_in + length + bootstrap``."""
-        return self.burn_in + self.length + self.bootstrap
+        return self._spec.window
 
-    @property
-    def _forward(self) -> int:
-        return (self.length + self.bootstrap - 1) * self.stride
-
-    @property
-    def _back(self) -> int:
-        back = self.burn_in * self.stride
-        return back + self._forward if self.episode_boundary == "stop" else back
-
-    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-device constants: window offsets (int32), learning mask, steps."""
-        table = self._tables.get(device)
-        if table is None:
-            steps = torch.arange(self.window, device=device)
-            offsets = ((steps - self.burn_in) * self.stride).to(torch.int32)
-            learning = (steps >= self.burn_in) & (steps < self.burn_in + self.length)
-            table = self._tables[device] = (offsets, learning, steps)
-        return table
+    @functools.cached_property
+    def _spec(self) -> WindowSpec:
+        """The settings that say what a window is (fixed, so computed once; not pickled)."""
+        return WindowSpec.of(self._config)
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -347,179 +279,30 @@ class Sequence(SampleUnit, _TorchRLSequence):
                 trajectory ids that are not whole numbers, non-finite done flags, or a stored
                 entry that a per-record info entry would overwrite.
         """
-        view = self._snapshot(storage)
-        time, lanes, anchors = _split_anchors(index, storage.ndim)
-        _check_anchors(time, lanes, view)
-        expanded = self._expand_info(info, time.shape[0])
-        if self._compiled_applies(view, time, lanes):
-            index, per_record = self._records_compiled(view, time, lanes)
+        done_key = self.done_key if self.traj_key is None else None
+        view, self._known = read_storage(
+            storage, done_key, type(self).__name__, self._known, self.layout, self.is_init_key
+        )
+        time, lanes, anchors = split_anchors(index, storage.ndim)
+        check_anchors(time, lanes, view)
+        expanded = expand_info(info, time.shape[0], self._spec)
+        if compiled_applies(self.use_compiled, self.traj_key, view, time, lanes):
+            index, per_record = records_compiled(view, time, lanes, self._spec)
         else:
-            index, per_record = self._records_vectorized(view, storage, time, lanes, anchors)
+            reach = self._reach(view, storage, time, lanes)
+            table = window_table(self._spec, self._tables, time.device)
+            index, per_record = records_vectorized(reach, table, time, lanes, anchors, self._spec)
         self._priority_calls.install_on_buffers_of(storage)
         return index, {**expanded, **per_record}
 
-    def _snapshot(self, storage: Storage) -> _episodes.Snapshot:
-        """Everything a sample reads from the storage, read here and nowhere else.
-
-        The done flags and the check of stored keys are kept while the storage's contents are
-        the same object (writes happen in place), so they are looked up once per storage.
-        """
-        done_key = self.done_key if self.traj_key is None else None
-        view = _episodes.snapshot(storage, done_key, type(self).__name__, self._known)
-        if self._known is None or self._known[0] is not view.contents:
-            self._check_collisions(view.contents)
-            self._known = (view.contents, view.flags)
-        return view
-
-    def _check_collisions(self, contents: Any) -> None:
-        """Refuses stored entries that the sample's per-record info would overwrite.
-
-        TensorDict buffers write every info entry into the sample, so a stored entry under one
-        of those keys would silently be replaced. The one exception is a stored reset flag
-        under ``is_init_key`` (one bool per record, as collectors and envs write it): the
-        window's flags supersede it by design, since a recurrent module must also reset where
-        each window starts.
-        """
-        stored = {_plain_key(k) for k in contents.keys(include_nested=True)}
-        outputs = [(k, k) for k in _RECORD_KEYS]
-        if self.layout == "batch_time":
-            outputs.append(("is_init_key", self.is_init_key))
-        for role, key in outputs:
-            key = _plain_key(key)
-            if key in stored and not (role == "is_init_key" and _is_flag(contents, key)):
-                raise ValueError(
-                    f"the storage holds an entry {key!r}, which every sample's {role!r} info "
-                    "entry would overwrite. Rename the stored entry"
-                    + (", or pass another is_init_key=." if role == "is_init_key" else ".")
-                )
-
-    def _compiled_applies(self, view: _episodes.Snapshot, time, lanes) -> bool:
-        """The compiled loop serves done-flag boundaries on CPU, one lane dimension at most."""
-        return (
-            self.use_compiled
-            and windows.AVAILABLE
-            and self.traj_key is None
-            and time.device.type == "cpu"
-            and len(lanes) <= 1
-            and (view.flags is None or (view.flags.is_cpu and not view.flags.is_floating_point()))
-        )
-
-    def _records_compiled(self, view, time, lanes):
-        """Record time coordinates and per-record info, all written by one compiled loop.
-
-        Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view,
-        already laid out flat or ``[B, window]``.
-        """
-        num, window = time.shape[0], self.window
-        shape = (num * window,) if self.layout == "flat" else (num, window)
-        ints = torch.empty(4 + len(lanes), *shape, dtype=torch.int64)
-        bools = torch.empty(3, *shape, dtype=torch.bool)
-        flags = view.flags
-        windows.expand_records(
-            None if flags is None else flags.reshape(flags.shape[0], -1),
-            time.contiguous(),
-            lanes[0].contiguous() if lanes else None,
-            (view.written, view.oldest, view.newest),
-            self._kernel_geometry(),
-            window,
-            ints,
-            bools,
-        )
-        positions, sequence_id, steps, anchor, *lane = ints.unbind(0)
-        valid, learning, starts = bools.unbind(0)
-        per_record = {
-            "sequence_id": sequence_id,
-            "step_in_sequence": steps,
-            "learning_mask": learning,
-            "validity_mask": valid,
-            "anchor_index": torch.stack((anchor, *lane), -1) if lane else anchor,
-        }
-        if self.layout == "batch_time":
-            per_record[self.is_init_key] = starts
-        return ((positions, *lane) if lane else positions), per_record
-
-    def _kernel_geometry(self) -> tuple[int, int, int, int, int, int]:
-        """``(burn_in, length, stride, back, forward, mode)`` for the compiled loop."""
-        return (
-            self.burn_in,
-            self.length,
-            self.stride,
-            self._back,
-            self._forward,
-            _MODES[self.episode_boundary],
-        )
-
-    def _records_vectorized(self, view, storage, time, lanes, anchors):
-        """Record coordinates and per-record info from batched tensor ops (any device)."""
-        num = time.shape[0]
-        reach = self._reach(view, storage, time, lanes)
-        offsets, learning, steps = self._table(time.device)
-        # columns index the reach (steps -back .. forward around the drawn anchor); int32
-        # arithmetic is cheaper on these small broadcast blocks
-        column = offsets + reach.back
-        if self.episode_boundary == "stop":
-            column = column - self._stop_shift(reach).to(torch.int32).unsqueeze(1)
-        lowest = (reach.back - reach.to_start).to(torch.int32).unsqueeze(1)
-        highest = (reach.back + reach.to_stop).to(torch.int32).unsqueeze(1)
-        clamped = torch.minimum(torch.maximum(column, lowest), highest)
-        valid = clamped == column
-        per_record = {  # views over the batch; _shape makes them real tensors
-            "sequence_id": torch.arange(num, device=time.device).unsqueeze(1).expand_as(valid),
-            "step_in_sequence": steps.expand_as(valid),
-            "learning_mask": learning.expand_as(valid),
-            "validity_mask": valid,
-            "anchor_index": anchors.unsqueeze(1).expand(num, self.window, *anchors.shape[1:]),
-        }
-        if self.layout == "batch_time":
-            per_record[self.is_init_key] = _window_starts(valid, reach, clamped)
-        coords = (reach.positions(clamped), *(lane.unsqueeze(1).expand_as(valid) for lane in lanes))
-        coords = tuple(self._lay_out(c) for c in coords)
-        index = coords if lanes else coords[0]
-        return index, {key: self._lay_out(value) for key, value in per_record.items()}
-
     def _reach(self, view, storage, time, lanes) -> _episodes.Reach:
         if self.traj_key is not None:
-            return self._trajectory_index(storage).reach(time, self._back, self._forward)
+            return self._trajectory_index(storage).reach(time, self._spec.back, self._spec.forward)
         crosses = self.episode_boundary == "include_reset"
         flags = view.flags if not crosses or self.layout == "batch_time" else None
         return _episodes.reach_in_storage_order(
-            view, flags, time, lanes, self._back, self._forward, crosses
+            view, flags, time, lanes, self._spec.back, self._spec.forward, crosses
         )
-
-    def _stop_shift(self, reach: _episodes.Reach) -> torch.Tensor:
-        """How far ``"stop"`` moves each window back so it ends on its episode's last record."""
-        shortfall = (self._forward - reach.to_stop).clamp_(min=0)
-        return torch.minimum(shortfall, reach.to_start)
-
-    def _expand_info(self, info: dict[str, Any], num: int) -> dict[str, Any]:
-        """Repeats per-anchor entries over their windows; leaves scalars alone."""
-        out = {}
-        for key, value in info.items():
-            if isinstance(value, tuple):
-                value = torch.stack([torch.as_tensor(v) for v in value], -1)
-            try:
-                tensor = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError):
-                out[key] = value
-                continue
-            if tensor.ndim == 0:
-                out[key] = value
-                continue
-            if tensor.shape[0] != num:
-                raise ValueError(
-                    f"info entry {key!r} has {tensor.shape[0]} rows but the sampler drew "
-                    f"{num} anchors; per-anchor info must have one row per anchor."
-                )
-            out[key] = self._lay_out(
-                tensor.unsqueeze(1).expand(num, self.window, *tensor.shape[1:])
-            )
-        return out
-
-    def _lay_out(self, value: torch.Tensor) -> torch.Tensor:
-        """A ``[B, window, ...]`` tensor (or view) as a real tensor, flat or ``[B, window]``."""
-        if self.layout == "flat":
-            return value.reshape(-1, *value.shape[2:])
-        return value.contiguous()
 
     # -- trajectory ids ----------------------------------------------------------------------
 
@@ -612,19 +395,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
             [4.0, 2.0, 1.0]
             >>> unit.update_priority(rb, sample)  # writes them to the three anchors
         """
-        if not callable(getattr(buffer, "update_priority", None)):
-            raise TypeError(
-                f"buffer must be a replay buffer with an update_priority method, got "
-                f"buffer={type(buffer).__name__}."
-            )
-        if priority is None:
-            key = getattr(buffer, "priority_key", "td_error")
-            priority = sample.get(key, None)
-            if priority is None:
-                raise ValueError(
-                    f"the sample has no {key!r} entry (the buffer's priority key); set it, "
-                    "or pass priority= with one value per record."
-                )
+        priority = priority_to_write(buffer, sample, priority)
         buffer.update_priority(*self.reduce_priority(sample, priority))
 
     def route_priority_calls(self, buffer: Any) -> None:
@@ -691,6 +462,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        state.pop("_spec", None)
         state["_traj_index"] = None
         state["_lock"] = None
         state["_tables"] = {}
@@ -716,103 +488,5 @@ for _name in (
     "length", "episode_boundary", "done_key", "traj_key", "burn_in", "bootstrap", "stride",
     "layout", "priority_reduction", "priority_eta", "priority_learning_only", "is_init_key",
 ):  # fmt: skip
-    setattr(Sequence, _name, _Setting(_name))
+    setattr(Sequence, _name, Setting(_name))
 del _name
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _window_starts(
-    valid: torch.Tensor, reach: _episodes.Reach, column: torch.Tensor
-) -> torch.Tensor:
-    """``is_init`` of a ``[B, window]`` batch: window start, valid-part start, new episodes."""
-    starts = torch.zeros_like(valid)
-    starts[:, 0] = True
-    starts[:, 1:] = valid[:, 1:] & ~valid[:, :-1]
-    if reach.episode is not None:
-        episode = reach.episode.gather(1, column)
-        starts[:, 1:] |= episode[:, 1:] != episode[:, :-1]
-    return starts
-
-
-def _plain_key(key: NestedKey) -> NestedKey:
-    """``("a",)`` and ``"a"`` name the same entry."""
-    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
-
-
-def _is_flag(contents: Any, key: NestedKey) -> bool:
-    """Whether a stored entry holds one bool per record (a reset flag)."""
-    entry = contents.get(key)
-    if not isinstance(entry, torch.Tensor) or entry.dtype is not torch.bool:
-        return False
-    shape = tuple(entry.shape)
-    batch = tuple(contents.batch_size)
-    return shape == batch or shape == (*batch, 1)
-
-
-def _check_anchors(
-    time: torch.Tensor, lanes: tuple[torch.Tensor, ...], view: _episodes.Snapshot
-) -> None:
-    """Raises ``IndexError`` unless every anchor addresses a written record."""
-    if not time.numel():
-        return
-    sizes = (view.written, *view.lanes)
-    names = ("time", *(f"lane {d}" for d in range(len(lanes))))
-    for name, coord, size in zip(names, (time, *lanes), sizes, strict=True):
-        low, high = (int(v) for v in torch.aminmax(coord))
-        if low < 0 or high >= size:
-            bad = low if low < 0 else high
-            raise IndexError(
-                f"anchor {name} coordinate {bad} is out of range: the storage holds {size} "
-                f"written {'steps' if name == 'time' else 'lanes'} (valid coordinates 0 .. "
-                f"{size - 1}). Anchors must come from the buffer's sampler or address written "
-                "records."
-            )
-
-
-def _split_anchors(
-    index: torch.Tensor | tuple, ndim: int
-) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
-    """Returns anchor time coordinates, lane coordinates and the anchors as one tensor."""
-    if isinstance(index, tuple):
-        coords = tuple(torch.as_tensor(c).reshape(-1) for c in index)
-    else:
-        index = torch.as_tensor(index)
-        if ndim > 1 and index.ndim == 2 and index.shape[-1] == ndim:
-            coords = tuple(index.unbind(-1))
-        else:
-            coords = (index.reshape(-1),)
-    if len(coords) != ndim:
-        raise ValueError(
-            f"anchors must have one coordinate per storage dim ({ndim}), got {len(coords)}."
-        )
-    for coord in coords:
-        if coord.is_floating_point() or coord.is_complex() or coord.dtype is torch.bool:
-            raise TypeError(
-                f"anchors must be integer storage indices, got index of dtype {coord.dtype}."
-            )
-    coords = tuple(c.long() for c in coords)
-    anchors = torch.stack(coords, -1) if ndim > 1 else coords[0]
-    return coords[0], coords[1:], anchors
-
-
-def _resolve_stride(stride: Any, dilation: Any) -> int:
-    if stride is not None and dilation is not None and stride != dilation:
-        raise ValueError(
-            f"stride and dilation are two names for one setting; got stride={stride!r} and "
-            f"dilation={dilation!r}. Pass only one."
-        )
-    if stride is None and dilation is not None:
-        return check_int("dilation", dilation, minimum=1)
-    return check_int("stride", 1 if stride is None else stride, minimum=1)
-
-
-def _check_reach(burn_in: int, length: int, bootstrap: int, stride: int) -> None:
-    """Windows are laid out with 32-bit offsets: their reach must fit in ``2**31 - 1``."""
-    reach = (burn_in + length + bootstrap) * stride
-    if reach > _MAX_REACH:
-        raise ValueError(
-            f"a window reaches (burn_in + length + bootstrap) * stride = {reach} records, more "
-            f"than {_MAX_REACH}; got burn_in={burn_in}, length={length}, bootstrap={bootstrap}, "
-            f"stride={stride}."
-        )

@@ -1,0 +1,287 @@
+"""How :class:`~torchrl_ext.data.Sequence` expands anchors into windows of records.
+
+A :class:`WindowSpec` holds what a window is (its geometry, boundary policy and layout). Two
+paths build the same records and per-record info from it: :func:`records_compiled`, one
+compiled loop for done-flag boundaries on CPU, and :func:`records_vectorized`, batched tensor
+ops over a :class:`~torchrl_ext.data._episodes.Reach` (any device, trajectory ids).
+:func:`expand_info` repeats the sampler's per-anchor info over the windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from tensordict.utils import NestedKey
+
+from torchrl_ext.data import _episodes
+from torchrl_ext.data._kernels import windows
+
+#: The compiled loop's mode for each ``episode_boundary``.
+MODES = {
+    "pad": windows.PAD,
+    "stop": windows.STOP,
+    "include_reset": windows.CROSS,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSpec:
+    """What each anchor of a :class:`~torchrl_ext.data.Sequence` expands into.
+
+    The unit's settings of the same names, fixed at construction.
+    """
+
+    burn_in: int
+    length: int
+    bootstrap: int
+    stride: int
+    episode_boundary: str
+    layout: str
+    is_init_key: NestedKey
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> WindowSpec:
+        """The spec of a unit's settings (``Sequence._config``): its fields, by name."""
+        return cls(**{field.name: settings[field.name] for field in dataclasses.fields(cls)})
+
+    @property
+    def window(self) -> int:
+        """Records per anchor: ``burn_in + length + bootstrap``."""
+        return self.burn_in + self.length + self.bootstrap
+
+    @property
+    def forward(self) -> int:
+        """Storage steps from the anchor to the window's last record."""
+        return (self.length + self.bootstrap - 1) * self.stride
+
+    @property
+    def back(self) -> int:
+        """Storage steps a window may reach before its anchor (``"stop"`` shifts it back)."""
+        back = self.burn_in * self.stride
+        return back + self.forward if self.episode_boundary == "stop" else back
+
+    @property
+    def kernel_geometry(self) -> tuple[int, int, int, int, int, int]:
+        """``(burn_in, length, stride, back, forward, mode)`` for the compiled loop."""
+        return (
+            self.burn_in,
+            self.length,
+            self.stride,
+            self.back,
+            self.forward,
+            MODES[self.episode_boundary],
+        )
+
+
+def window_table(
+    spec: WindowSpec, cache: dict, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-device constants: window offsets (int32), learning mask, steps.
+
+    Args:
+        spec (WindowSpec): the windows.
+        cache (dict): the unit's tables by device, filled here on first use.
+        device (torch.device): where the anchors are.
+    """
+    table = cache.get(device)
+    if table is None:
+        steps = torch.arange(spec.window, device=device)
+        offsets = ((steps - spec.burn_in) * spec.stride).to(torch.int32)
+        learning = (steps >= spec.burn_in) & (steps < spec.burn_in + spec.length)
+        table = cache[device] = (offsets, learning, steps)
+    return table
+
+
+def compiled_applies(
+    use_compiled: bool,
+    traj_key: NestedKey | None,
+    view: _episodes.Snapshot,
+    time: torch.Tensor,
+    lanes: tuple[torch.Tensor, ...],
+) -> bool:
+    """The compiled loop serves done-flag boundaries on CPU, one lane dimension at most.
+
+    Args:
+        use_compiled (bool): the unit's ``use_compiled``.
+        traj_key (NestedKey or None): the unit's ``traj_key``.
+        view (Snapshot): what the sample reads from the storage.
+        time (torch.Tensor): the anchors' time coordinates ``[B]``.
+        lanes (tuple of torch.Tensor): their lane coordinates, one per lane dim.
+    """
+    return (
+        use_compiled
+        and windows.AVAILABLE
+        and traj_key is None
+        and time.device.type == "cpu"
+        and len(lanes) <= 1
+        and (view.flags is None or (view.flags.is_cpu and not view.flags.is_floating_point()))
+    )
+
+
+def records_compiled(
+    view: _episodes.Snapshot,
+    time: torch.Tensor,
+    lanes: tuple[torch.Tensor, ...],
+    spec: WindowSpec,
+) -> tuple[torch.Tensor | tuple, dict[str, torch.Tensor]]:
+    """Record time coordinates and per-record info, all written by one compiled loop.
+
+    Two fresh blocks (int64 and bool) hold every returned tensor as a non-overlapping view,
+    already laid out flat or ``[B, window]``.
+
+    Args:
+        view (Snapshot): what the sample reads from the storage.
+        time (torch.Tensor): the anchors' time coordinates ``[B]``.
+        lanes (tuple of torch.Tensor): their lane coordinates, at most one lane dim.
+        spec (WindowSpec): the windows.
+    """
+    num, window = time.shape[0], spec.window
+    shape = (num * window,) if spec.layout == "flat" else (num, window)
+    ints = torch.empty(4 + len(lanes), *shape, dtype=torch.int64)
+    bools = torch.empty(3, *shape, dtype=torch.bool)
+    flags = view.flags
+    windows.expand_records(
+        None if flags is None else flags.reshape(flags.shape[0], -1),
+        time.contiguous(),
+        lanes[0].contiguous() if lanes else None,
+        (view.written, view.oldest, view.newest),
+        spec.kernel_geometry,
+        window,
+        ints,
+        bools,
+    )
+    positions, sequence_id, steps, anchor, *lane = ints.unbind(0)
+    valid, learning, starts = bools.unbind(0)
+    per_record = {
+        "sequence_id": sequence_id,
+        "step_in_sequence": steps,
+        "learning_mask": learning,
+        "validity_mask": valid,
+        "anchor_index": torch.stack((anchor, *lane), -1) if lane else anchor,
+    }
+    if spec.layout == "batch_time":
+        per_record[spec.is_init_key] = starts
+    return ((positions, *lane) if lane else positions), per_record
+
+
+def records_vectorized(
+    reach: _episodes.Reach,
+    table: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    time: torch.Tensor,
+    lanes: tuple[torch.Tensor, ...],
+    anchors: torch.Tensor,
+    spec: WindowSpec,
+) -> tuple[torch.Tensor | tuple, dict[str, torch.Tensor]]:
+    """Record coordinates and per-record info from batched tensor ops (any device).
+
+    Args:
+        reach (Reach): the storage around each anchor.
+        table (tuple of torch.Tensor): the :func:`window_table` on the anchors' device.
+        time (torch.Tensor): the anchors' time coordinates ``[B]``.
+        lanes (tuple of torch.Tensor): their lane coordinates ``[B]``, one per lane dim.
+        anchors (torch.Tensor): the anchors as one tensor (``[B]``, or ``[B, ndim]``).
+        spec (WindowSpec): the windows.
+    """
+    num = time.shape[0]
+    offsets, learning, steps = table
+    # columns index the reach (steps -back .. forward around the drawn anchor); int32
+    # arithmetic is cheaper on these small broadcast blocks
+    column = offsets + reach.back
+    if spec.episode_boundary == "stop":
+        column = column - stop_shift(reach, spec.forward).to(torch.int32).unsqueeze(1)
+    lowest = (reach.back - reach.to_start).to(torch.int32).unsqueeze(1)
+    highest = (reach.back + reach.to_stop).to(torch.int32).unsqueeze(1)
+    clamped = torch.minimum(torch.maximum(column, lowest), highest)
+    valid = clamped == column
+    per_record = {  # views over the batch; lay_out makes them real tensors
+        "sequence_id": torch.arange(num, device=time.device).unsqueeze(1).expand_as(valid),
+        "step_in_sequence": steps.expand_as(valid),
+        "learning_mask": learning.expand_as(valid),
+        "validity_mask": valid,
+        "anchor_index": anchors.unsqueeze(1).expand(num, spec.window, *anchors.shape[1:]),
+    }
+    if spec.layout == "batch_time":
+        per_record[spec.is_init_key] = window_starts(valid, reach, clamped)
+    coords = (reach.positions(clamped), *(lane.unsqueeze(1).expand_as(valid) for lane in lanes))
+    coords = tuple(lay_out(c, spec.layout) for c in coords)
+    index = coords if lanes else coords[0]
+    return index, {key: lay_out(value, spec.layout) for key, value in per_record.items()}
+
+
+def stop_shift(reach: _episodes.Reach, forward: int) -> torch.Tensor:
+    """How far ``"stop"`` moves each window back so it ends on its episode's last record.
+
+    Args:
+        reach (Reach): the storage around each anchor.
+        forward (int): steps the window reaches past its anchor.
+    """
+    shortfall = (forward - reach.to_stop).clamp_(min=0)
+    return torch.minimum(shortfall, reach.to_start)
+
+
+def window_starts(
+    valid: torch.Tensor, reach: _episodes.Reach, column: torch.Tensor
+) -> torch.Tensor:
+    """``is_init`` of a ``[B, window]`` batch: window start, valid-part start, new episodes.
+
+    Args:
+        valid (torch.Tensor): bool ``[B, window]``, the valid records.
+        reach (Reach): the storage around each anchor.
+        column (torch.Tensor): ``[B, window]``, each record's column of the reach.
+    """
+    starts = torch.zeros_like(valid)
+    starts[:, 0] = True
+    starts[:, 1:] = valid[:, 1:] & ~valid[:, :-1]
+    if reach.episode is not None:
+        episode = reach.episode.gather(1, column)
+        starts[:, 1:] |= episode[:, 1:] != episode[:, :-1]
+    return starts
+
+
+def expand_info(info: dict[str, Any], num: int, spec: WindowSpec) -> dict[str, Any]:
+    """Repeats per-anchor entries over their windows; leaves scalars alone.
+
+    Args:
+        info (dict): the sampler's info.
+        num (int): the number of anchors.
+        spec (WindowSpec): the windows.
+
+    Raises:
+        ValueError: if a per-anchor entry does not have one row per anchor.
+    """
+    out = {}
+    for key, value in info.items():
+        if isinstance(value, tuple):
+            value = torch.stack([torch.as_tensor(v) for v in value], -1)
+        try:
+            tensor = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            out[key] = value
+            continue
+        if tensor.ndim == 0:
+            out[key] = value
+            continue
+        if tensor.shape[0] != num:
+            raise ValueError(
+                f"info entry {key!r} has {tensor.shape[0]} rows but the sampler drew "
+                f"{num} anchors; per-anchor info must have one row per anchor."
+            )
+        out[key] = lay_out(
+            tensor.unsqueeze(1).expand(num, spec.window, *tensor.shape[1:]), spec.layout
+        )
+    return out
+
+
+def lay_out(value: torch.Tensor, layout: str) -> torch.Tensor:
+    """A ``[B, window, ...]`` tensor (or view) as a real tensor, flat or ``[B, window]``.
+
+    Args:
+        value (torch.Tensor): ``[B, window, ...]``.
+        layout (str): ``"flat"`` or ``"batch_time"``.
+    """
+    if layout == "flat":
+        return value.reshape(-1, *value.shape[2:])
+    return value.contiguous()
