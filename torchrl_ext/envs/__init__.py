@@ -18,7 +18,7 @@ from torchrl_ext.envs.course import (
 from torchrl_ext.envs.pendulum import PendulumEnv
 from torchrl_ext.envs.render import RenderPixels, render_frame, render_frames
 from torchrl_ext.envs.signalling import SignallingEnv
-from torchrl_ext.envs.transforms import BaseEnvState
+from torchrl_ext.envs.transforms import BaseEnvState, PreviousAction
 from torchrl_ext.envs.warp_env import WarpEnv
 
 _warp.init()
@@ -32,6 +32,7 @@ __all__ = [
     "CourseGenerator",
     "CourseParams",
     "PendulumEnv",
+    "PreviousAction",
     "RenderPixels",
     "SignallingEnv",
     "WarpEnv",

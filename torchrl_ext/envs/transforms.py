@@ -1,20 +1,25 @@
 """Transforms for TorchRL envs built on our envs.
 
-:class:`BaseEnvState` puts a wrapped env's simulation state into the checkpoint of the
-``TransformedEnv`` around it: TorchRL's ``TransformedEnv.state_dict()`` (and so a collector's
-``state_dict()``) holds only its transforms' state, never its base env's.
+* :class:`BaseEnvState` puts a wrapped env's simulation state into the checkpoint of the
+  ``TransformedEnv`` around it: TorchRL's ``TransformedEnv.state_dict()`` (and so a collector's
+  ``state_dict()``) holds only its transforms' state, never its base env's.
+* :class:`PreviousAction` adds the previous step's action to the observation, encoded as floats,
+  for recurrent agents that must know what they did (any TorchRL env).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.data import Categorical, MultiCategorical, TensorSpec, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
 from torchrl_ext.envs.warp_env import WarpEnv
 
-__all__ = ["BaseEnvState"]
+__all__ = ["BaseEnvState", "PreviousAction"]
 
 _KEY = "base_env."
 
@@ -93,3 +98,105 @@ class BaseEnvState(Transform):
             rest, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
         self._base_env().load_state_dict(own)
+
+
+class PreviousAction(Transform):
+    """Adds the action of the previous step to each observation, as float features.
+
+    A recurrent agent that samples its actions does not know which one it took unless it is
+    told: in a bandit the observed reward says how the last pull went, not which arm it was;
+    on a board, a hit or a miss says nothing of where the shot went. This transform writes, with
+    every observation, the action that led to it: ``Categorical`` actions one-hot encoded,
+    ``MultiCategorical`` ones as one one-hot per component (concatenated), any other action
+    copied as floats. At an episode's first step, after a full or a partial reset, the entry is
+    all zeros.
+
+    Args:
+        out_key (NestedKey, optional): the observation entry written. Defaults to
+            ``"prev_action"``.
+        action_key (NestedKey, optional): the action entry read. Defaults to ``"action"``.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.envs import TransformedEnv
+        >>> from torchrl_ext.envs import CartPoleEnv
+        >>> from torchrl_ext.envs.transforms import PreviousAction
+        >>> env = TransformedEnv(CartPoleEnv(2, seed=0), PreviousAction())
+        >>> env.observation_spec["prev_action"].shape
+        torch.Size([2, 2])
+        >>> td = env.reset()
+        >>> td["prev_action"]
+        tensor([[0., 0.],
+                [0., 0.]])
+        >>> td["action"] = torch.tensor([1, 0])
+        >>> env.step(td)["next", "prev_action"]
+        tensor([[0., 1.],
+                [1., 0.]])
+    """
+
+    def __init__(self, out_key: NestedKey = "prev_action", action_key: NestedKey = "action"):
+        super().__init__(in_keys=[action_key], out_keys=[out_key])
+        self.out_key, self.action_key = out_key, action_key
+
+    # ------------------------------------------------------------------ encoding
+    def _action_spec(self) -> TensorSpec:
+        return self.parent.full_action_spec[self.action_key]
+
+    def _sizes(self) -> list[int] | None:
+        """One-hot sizes of the action's components, or ``None`` for a float copy."""
+        spec = self._action_spec()
+        if isinstance(spec, MultiCategorical):  # a Categorical subclass: test it first
+            return [int(n) for n in spec.nvec.reshape(-1, spec.nvec.shape[-1])[0]]
+        if isinstance(spec, Categorical):
+            return [spec.n]
+        return None
+
+    def _features(self) -> int:
+        sizes = self._sizes()
+        if sizes is not None:
+            return sum(sizes)
+        shape = self._action_spec().shape[len(self.parent.batch_size) :]
+        return int(torch.Size(shape).numel())
+
+    def _encode(self, action: torch.Tensor) -> torch.Tensor:
+        sizes, batch = self._sizes(), self.parent.batch_size
+        dtype = torch.get_default_dtype()
+        if sizes is None:
+            return action.reshape(*batch, -1).to(dtype)
+        index = action.long().reshape(*batch, len(sizes))
+        offsets = torch.tensor([0, *sizes[:-1]], device=action.device).cumsum(0)
+        out = torch.zeros(*batch, sum(sizes), dtype=dtype, device=action.device)
+        return out.scatter_(-1, index + offsets, 1.0)
+
+    def _zeros(self, device: torch.device | None) -> torch.Tensor:
+        shape = (*self.parent.batch_size, self._features())
+        return torch.zeros(shape, dtype=torch.get_default_dtype(), device=device)
+
+    # ------------------------------------------------------------------ TorchRL's protocol
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        next_tensordict.set(self.out_key, self._encode(tensordict.get(self.action_key)))
+        return next_tensordict
+
+    def _reset(
+        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        zeros = self._zeros(tensordict_reset.device)
+        reset = None if tensordict is None else tensordict.get("_reset", None)
+        previous = None if tensordict is None else tensordict.get(self.out_key, None)
+        if reset is None or previous is None:
+            tensordict_reset.set(self.out_key, zeros)
+            return tensordict_reset
+        reset = reset.reshape(*self.parent.batch_size, 1)
+        tensordict_reset.set(self.out_key, torch.where(reset, zeros, previous))
+        return tensordict_reset
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        return next_tensordict
+
+    def transform_observation_spec(self, observation_spec: TensorSpec) -> TensorSpec:
+        """Adds the float entry ``[*batch, features]`` at ``out_key``."""
+        shape = (*self.parent.batch_size, self._features())
+        observation_spec[self.out_key] = Unbounded(
+            shape, dtype=torch.get_default_dtype(), device=self.parent.device
+        )
+        return observation_spec

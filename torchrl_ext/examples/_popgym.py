@@ -3,7 +3,9 @@
 * :func:`check_task`: the ``env`` and ``difficulty`` fields of a run's config, checked.
 * :func:`make_base_env`, :func:`task_specs`: the port of :mod:`torchrl_ext.envs.popgym` a run
   trains on, and its observation and action specs.
-* :class:`ObservationEncoder`: discrete observations one-hot, continuous ones as they are.
+* :class:`ObservationEncoder`: discrete observations one-hot, continuous ones as they are;
+  :func:`input_module`: the networks' first module, the encoded observation and (with
+  ``previous_action``) the previous action that :func:`make_transforms` adds.
 * :func:`set_forget_bias`: the LSTMs' forget-gate bias at initialization.
 """
 
@@ -13,9 +15,12 @@ import importlib
 from typing import Any
 
 import torch
+from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.data import Categorical, MultiCategorical, TensorSpec
+from torchrl.envs import InitTracker, RewardSum, Transform
 
+from torchrl_ext.envs.transforms import PreviousAction
 from torchrl_ext.examples._popgym_paper import DIFFICULTIES, ENVS
 
 
@@ -117,3 +122,67 @@ def set_forget_bias(lstm: nn.LSTM, bias: float) -> None:
 def make_base_env(cfg: Any, num_envs: int, seed: int, device: torch.device | str) -> Any:
     """``num_envs`` envs of the port of ``cfg.env`` at ``cfg.difficulty``."""
     return env_class(cfg.env)(num_envs, device, seed, difficulty=cfg.difficulty)
+
+
+def make_transforms(cfg: Any) -> list[Transform]:
+    """``is_init``, the episode returns and, with ``cfg.previous_action``, the last action."""
+    transforms = [InitTracker(), RewardSum()]
+    if cfg.previous_action:
+        transforms.append(PreviousAction())
+    return transforms
+
+
+def action_features(action: TensorSpec) -> int:
+    """Width of :class:`~torchrl_ext.envs.transforms.PreviousAction`'s encoding of ``action``.
+
+    Examples:
+        >>> from torchrl.data import Bounded
+        >>> action_features(MultiCategorical([8, 8])), action_features(Bounded(-2.0, 2.0, (1,)))
+        (16, 1)
+    """
+    if isinstance(action, MultiCategorical):
+        return int(action.nvec.reshape(-1, action.nvec.shape[-1])[0].sum())
+    if isinstance(action, Categorical):
+        return action.n
+    return action.shape[-1]
+
+
+class AgentInputs(nn.Module):
+    """The encoded observation, then the previous action's features (when there are any).
+
+    Args:
+        observation (TensorSpec): the observation's spec (see :class:`ObservationEncoder`).
+        previous (int, optional): width of the previous action's features; 0 for none.
+            Defaults to 0.
+
+    Examples:
+        >>> inputs = AgentInputs(Categorical(4), previous=2)
+        >>> inputs.features
+        6
+        >>> inputs(torch.tensor([3]), torch.tensor([[0.0, 1.0]]))
+        tensor([[0., 0., 0., 1., 0., 1.]])
+    """
+
+    def __init__(self, observation: TensorSpec, previous: int = 0) -> None:
+        super().__init__()
+        self.encoder = ObservationEncoder(observation)
+        self.previous = previous
+        self.features = self.encoder.features + previous
+
+    def forward(
+        self, observation: torch.Tensor, prev_action: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Features of shape ``[*batch, features]``."""
+        features = self.encoder(observation)
+        if self.previous:
+            features = torch.cat([features, prev_action.to(features.dtype)], -1)
+        return features
+
+
+def input_module(cfg: Any, out_key: str = "features") -> tuple[TensorDictModule, int]:
+    """The networks' first module (observation and previous action to ``out_key``), its width."""
+    observation, action = task_specs(cfg)
+    previous = action_features(action) if cfg.previous_action else 0
+    inputs = AgentInputs(observation, previous)
+    in_keys = ["observation", "prev_action"] if previous else ["observation"]
+    return TensorDictModule(inputs, in_keys=in_keys, out_keys=[out_key]), inputs.features

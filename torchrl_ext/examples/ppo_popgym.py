@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torchrl.data import Bounded, Categorical, MultiCategorical, TensorSpec
-from torchrl.envs import Compose, InitTracker, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import Compose, StepCounter, TransformedEnv
 from torchrl.modules import ProbabilisticActor, TanhNormal
 
 from torchrl_ext.examples import _common, _popgym, ppo_cartpole
@@ -56,6 +56,9 @@ class Config(ppo_cartpole.Config, **SIZE, **LEARNING):
         forget_bias (float): initial bias of the LSTMs' forget gates (PyTorch's initialization
             draws it around 0, so memory fades by about half per step at first; a bias of a few
             units keeps what the first steps saw long enough for the gradient to reach it).
+        previous_action (bool): feed the previous step's action to both networks
+            (:class:`~torchrl_ext.envs.transforms.PreviousAction`), as POPGym's baselines do:
+            without it a bandit player cannot tell which arm its last reward came from.
 
     The ``target`` defaults to the paper's PPO-LSTM MMER of the env and difficulty (see
     :data:`PAPER_PPO_LSTM`), or 1.0, the highest return, where the paper gives none.
@@ -76,6 +79,7 @@ NoisyPositionOnlyPendulum, got env='Pong'.
     env: str = "RepeatPrevious"
     difficulty: str = "easy"
     forget_bias: float = 0.0
+    previous_action: bool = True
     envs_per_minibatch: int = 16
     return_window: int = 100
     reward_scale: float = 1.0
@@ -94,7 +98,7 @@ def make_env(
 ) -> TransformedEnv:
     """The port with episode tracking, the returns' sum and the LSTMs' state primers."""
     base = _popgym.make_base_env(cfg, num_envs, seed, device)
-    transforms = [InitTracker(), StepCounter(), RewardSum()]
+    transforms = [StepCounter(), *_popgym.make_transforms(cfg)]
     if cfg.reward_scale != 1.0:
         from torchrl.envs import RewardScaling
 
@@ -161,15 +165,11 @@ def policy_head(cfg: Config, action: TensorSpec) -> tuple[int, dict[str, Any]]:
 
 def make_agent(cfg: Config) -> tuple[ProbabilisticActor, TensorDictSequential]:
     """Actor and critic, each an encoder, its own memory and a head."""
-    observation, action = _popgym.task_specs(cfg)
-    encoder = _popgym.ObservationEncoder(observation)
-    outputs, dist = policy_head(cfg, action)
+    outputs, dist = policy_head(cfg, _popgym.task_specs(cfg)[1])
 
     def trunk(role: str, state: tuple[str, str]) -> list[Any]:
-        encode = TensorDictModule(encoder, in_keys=["observation"], out_keys=["features"])
-        memory = ppo_cartpole.make_memory(
-            cfg, encoder.features, f"{role}_embed", state, in_key="features"
-        )
+        encode, features = _popgym.input_module(cfg)
+        memory = ppo_cartpole.make_memory(cfg, features, f"{role}_embed", state, in_key="features")
         if isinstance(memory, LSTMModule):
             _popgym.set_forget_bias(memory.lstm, cfg.forget_bias)
         return [encode, memory]

@@ -308,10 +308,13 @@ class Task:
         make_env (callable): ``(cfg, num_envs, seed, device)`` to the transformed env, with
             the primer of the Q-network's LSTM state (:data:`STATE`).
         make_qnet (callable): ``(cfg)`` to the Q-network writing ``action_value``.
+        stored (tuple, optional): the entries of each record the replay buffer keeps: what
+            the Q-network reads, and the loss's inputs. Defaults to :data:`STORED`.
     """
 
     make_env: Callable[..., TransformedEnv]
     make_qnet: Callable[[Any], TensorDictSequential]
+    stored: tuple = STORED
 
 
 CARTPOLE = Task(make_env, make_qnet)
@@ -352,7 +355,7 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool, task: Task) ->
     while frames < cfg.frames:
         batch = next(batches)
         previous, frames = frames, frames + batch.numel()
-        rb.extend(batch.select(*STORED))
+        rb.extend(batch.select(*task.stored))
         egreedy.eps.copy_(epsilons(cfg, frames))
         if frames >= cfg.warmup_frames:
             for group in optim.param_groups:

@@ -26,11 +26,11 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Categorical, MultiCategorical
-from torchrl.envs import Compose, InitTracker, RewardSum, TransformedEnv
+from torchrl.envs import Compose, TransformedEnv
 
 from torchrl_ext.examples import _common, _popgym, r2d2_cartpole
 from torchrl_ext.examples._popgym_paper import SINGLE_DISCRETE
-from torchrl_ext.examples.r2d2_cartpole import Result, Task, make_lstm
+from torchrl_ext.examples.r2d2_cartpole import STORED, Result, Task, make_lstm
 
 SIZE = dict(frames=1_048_576, num_envs=16, steps=4, eval_episodes=64)
 LEARNING = dict(lr=5e-4, gamma=0.99, max_grad_norm=10.0)
@@ -47,6 +47,7 @@ class Config(r2d2_cartpole.Config, **SIZE, **LEARNING):
             :data:`~torchrl_ext.examples._popgym_paper.ENVS` with a single discrete action.
         difficulty (str): ``"easy"``, ``"medium"`` or ``"hard"``.
         forget_bias (float): initial bias of the LSTM's forget gates.
+        previous_action (bool): feed the previous step's action to the Q-network.
 
     ``target`` defaults to 1.0, the best return of every POPGym env.
 
@@ -63,6 +64,7 @@ got env='Battleship'.
     env: str = "RepeatPrevious"
     difficulty: str = "easy"
     forget_bias: float = 0.0
+    previous_action: bool = True
     return_window: int = 100
     target: float = 1.0
     eps_frames: int = 200_000
@@ -80,24 +82,25 @@ got env='Battleship'.
 def make_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> TransformedEnv:
     """The port with reset flags, episode returns and the Q-network's LSTM state primer."""
     base = _popgym.make_base_env(cfg, num_envs, seed, device)
-    transforms = Compose(InitTracker(), RewardSum(), make_lstm(cfg).make_tensordict_primer())
-    return TransformedEnv(base, transforms.to(device))
+    primer = make_lstm(cfg).make_tensordict_primer()
+    return TransformedEnv(base, Compose(*_popgym.make_transforms(cfg), primer).to(device))
 
 
 def make_qnet(cfg: Config) -> TensorDictSequential:
     """Encoder and embedding, LSTM, and a two-layer head writing one value per action."""
-    observation, action = _popgym.task_specs(cfg)
+    action = _popgym.task_specs(cfg)[1]
     if not isinstance(action, Categorical) or isinstance(action, MultiCategorical):
         raise TypeError(f"R2D2 needs a Categorical action spec, got {type(action).__name__}.")
-    encoder = _popgym.ObservationEncoder(observation)
-    embed = nn.Sequential(encoder, nn.Linear(encoder.features, cfg.hidden), nn.ReLU())
+    inputs, features = _popgym.input_module(cfg)
+    embed = nn.Sequential(nn.Linear(features, cfg.hidden), nn.ReLU())
     lstm = make_lstm(cfg)
     _popgym.set_forget_bias(lstm.lstm, cfg.forget_bias)
     head = nn.Sequential(
         nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, action.n)
     )
     return TensorDictSequential(
-        TensorDictModule(embed, in_keys=["observation"], out_keys=["embed"]),
+        inputs,
+        TensorDictModule(embed, in_keys=["features"], out_keys=["embed"]),
         lstm,
         TensorDictModule(head, in_keys=["memory"], out_keys=["action_value"]),
     )
@@ -105,7 +108,8 @@ def make_qnet(cfg: Config) -> TensorDictSequential:
 
 def train(cfg: Config, run: Any, *, quick: bool = False) -> Result:
     """Trains, evaluates and logs one run (see :func:`r2d2_cartpole.train`)."""
-    return r2d2_cartpole.train(cfg, run, quick=quick, task=Task(make_env, make_qnet))
+    stored = (*STORED, "prev_action", ("next", "prev_action")) if cfg.previous_action else STORED
+    return r2d2_cartpole.train(cfg, run, quick=quick, task=Task(make_env, make_qnet, stored))
 
 
 def summary(result: Result) -> str:
