@@ -111,7 +111,8 @@ class TestOptions:
         configs = {"ppo": [ppo_cartpole.Config], "r2d2": [r2d2_cartpole.Config],
                    "course": [ppo_course.Config], "results": [ppo_cartpole.Config],
                    "signalling": [mappo_signalling.Config],
-                   "popgym": [ppo_popgym.Config, r2d2_popgym.Config]}  # fmt: skip
+                   "popgym": [ppo_popgym.Config, r2d2_popgym.Config],
+                   "popgym-results": [ppo_popgym.Config]}  # fmt: skip
         trains = {n: c for n, c in entry.COMMANDS.items() if c.frames is not None}
         assert set(trains) == set(configs)
         for name, command in trains.items():

@@ -94,9 +94,23 @@ class TestConfig:
         with pytest.raises(ValueError, match=r"difficulty must be .* got difficulty='extreme'"):
             Config(difficulty="extreme")
 
-    def test_default_target_is_the_best_return(self):
-        assert Config(env="Battleship").target == 1.0
+    def test_default_target_is_the_papers_figure(self):
+        assert (
+            Config(env="HigherLower").target
+            == _popgym_paper.PAPER_PPO_GRU["HigherLower", "easy"][0]
+        )
+        assert (
+            Config(env="CountRecall").target == _popgym_paper.PAPER_PPO_LSTM["CountRecall", "easy"]
+        )
+        assert Config(env="Battleship").target == 1.0  # no figure: the best return
         assert Config(target=0.5).target == 0.5
+
+    def test_tuned_config_is_used_by_the_command(self, tmp_path):
+        result = _quick(tmp_path, "RepeatFirst")
+        assert isinstance(result.config, ppo_popgym.RepeatFirstConfig)
+        assert result.config.forget_bias == 3.0
+        lstm = ppo_popgym.make_agent(result.config)[1][1].lstm
+        assert torch.equal(lstm.bias_ih_l0[64:128], torch.full((64,), 3.0))
 
 
 def _quick(tmp_path, env: str, *more: str):
@@ -178,3 +192,53 @@ class TestR2D2:
     def test_run_folder_names_the_algorithm(self):
         args = entry.make_parser().parse_args(["popgym", "--algo", "r2d2"])
         assert entry.pipeline(args) == "popgym/RepeatPrevious-easy-r2d2"
+
+
+class TestResultsTable:
+    """``popgym-results --quick``: trains what its folder lacks, then reads finished runs back."""
+
+    def test_trains_then_reads_back(self, tmp_path):
+        from torchrl_ext.examples import popgym_results
+
+        argv = ["popgym-results", "--quick", "--seeds", "0", "1", "--out", str(tmp_path)]
+        text = entry.main([*argv, "--no-progress"])
+        folders = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("*/seed*"))
+        assert folders == [
+            "MultiarmedBandit-easy/seed0",
+            "MultiarmedBandit-easy/seed1",
+            "RepeatPrevious-easy/seed0",
+            "RepeatPrevious-easy/seed1",
+        ]
+        rows = [line for line in text.splitlines() if line.startswith("| RepeatPrevious")]
+        assert len(rows) == 1 and "| 1.000 ± 0.000 |" in rows[0]
+        folder = tmp_path / "RepeatPrevious-easy" / "seed1"
+        run = popgym_results.Run.read(folder)
+        logged = [v for _, v in _run_folder.read_scalars(folder)["best_mean_return"]]
+        assert run.seed == 1 and run.mmer == logged[-1] and run.frames == 768
+        assert (tmp_path / "popgym_results.md").read_text() == text
+        # a second call trains nothing: the finished runs are read back
+        before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.csv")}
+        assert entry.main([*argv, "--no-progress"]) == text
+        assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.csv")} == before
+
+    def test_unfinished_run_is_resumed(self, tmp_path, monkeypatch):
+        from torchrl_ext.examples import popgym_results
+
+        argv = ["popgym-results", "--quick", "--seeds", "0", "--envs", "RepeatPrevious"]
+        argv += ["--out", str(tmp_path), "--no-progress", "--save-every", "256"]
+        log_row = _run_folder.log_row
+
+        def die_at_512(logger, row, step):
+            log_row(logger, row, step)
+            if step == 512:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(_run_folder, "log_row", die_at_512)
+        with pytest.raises(SystemExit):
+            entry.main(argv)
+        monkeypatch.setattr(_run_folder, "log_row", log_row)
+        folder = tmp_path / "RepeatPrevious-easy" / "seed0"
+        assert not popgym_results.is_finished(folder)
+        entry.main(argv)
+        assert popgym_results.is_finished(folder)
+        assert popgym_results.Run.read(folder).frames == 768

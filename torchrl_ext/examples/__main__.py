@@ -1,4 +1,4 @@
-"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,popgym,animate,signalling} [options]``.
+"""``python -m torchrl_ext.examples {ppo,r2d2,course,results,popgym,popgym-results,...} [options]``.
 
 Only the chosen pipeline is imported, so ``--help`` answers at once. ``--quick`` without a
 subcommand runs every pipeline's quick check (a few batches with shape, mask and finiteness
@@ -196,6 +196,19 @@ def _popgym_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _popgym_results_options(parser: argparse.ArgumentParser) -> None:
+    from torchrl_ext.examples._popgym_paper import ENVS
+
+    parser.add_argument(
+        "--envs",
+        nargs="+",
+        choices=ENVS,
+        default=list(ENVS),
+        metavar="NAME",
+        help="the table's rows to train or read (default: all 8)",
+    )
+
+
 def _animate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="run folder with a checkpoint, e.g. runs/ppo/seed0")
     parser.add_argument("--gif", type=Path, help="output file (default: RUN/agent.gif)")
@@ -265,7 +278,15 @@ COMMANDS = {
         "ppo_popgym",
         "recurrent PPO or R2D2 on a POPGym memory task (the Warp ports of torchrl_ext.envs.popgym)",
         _popgym_options,
-        frames=1_048_576,
+        frames=2_097_152,
+    ),
+    "popgym-results": Command(
+        "popgym_results",
+        "the POPGym table: recurrent PPO on 8 Easy memory tasks over seeds, beside the "
+        "paper's figures (trains what its folder lacks)",
+        _popgym_results_options,
+        frames=2_097_152,
+        seeds=(0, 1, 2),
     ),
     "animate": Command(
         "animate",
@@ -333,6 +354,7 @@ QUICK_RUNS = (
     ("signalling", "signalling", []),
     ("popgym", "popgym", []),
     ("popgym --algo r2d2", "popgym", ["--algo", "r2d2"]),
+    ("popgym-results", "popgym-results", []),
 )
 
 
@@ -443,7 +465,7 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                 "that holds one (e.g. runs/ppo/seed0)"
             )
         return
-    if args.command == "results":
+    if args.command in ("results", "popgym-results"):
         return  # its folders are checked as each of its runs starts
     for _, run in folders.runs_of(args, args.pipeline):
         try:

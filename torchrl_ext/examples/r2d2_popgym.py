@@ -32,7 +32,7 @@ from torchrl_ext.examples import _common, _popgym, r2d2_cartpole
 from torchrl_ext.examples._popgym_paper import SINGLE_DISCRETE
 from torchrl_ext.examples.r2d2_cartpole import STORED, Result, Task, make_lstm
 
-SIZE = dict(frames=1_048_576, num_envs=16, steps=4, eval_episodes=64)
+SIZE = dict(frames=2_097_152, num_envs=16, steps=4, eval_episodes=64)
 LEARNING = dict(lr=5e-4, gamma=0.99, max_grad_norm=10.0)
 
 
