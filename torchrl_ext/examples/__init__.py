@@ -9,8 +9,9 @@
 
 Every command writes under ``runs/`` unless ``--out`` says otherwise, logs through
 :mod:`torchrl.record.loggers`, checkpoints every ``--save-every`` frames and continues a saved run
-with ``--resume DIR``. What the pipelines share lives in private modules: run folders, logs and
-checkpoints in ``_run_folder``, the shared ``Config`` fields in ``_config``, training pieces in
+with ``--resume DIR``. What the pipelines share lives in private modules: run folders and
+checkpoints in ``_run_folder``, logs in ``_run_logs``, signals in ``_run_signals`` (both reached
+through ``_run_folder``), the shared ``Config`` fields in ``_config``, training pieces in
 ``_common`` and the PPO pieces in ``_ppo``.
 
 :func:`load_policy` returns the policy trained in a run folder (``runs/ppo/seed0``) as a

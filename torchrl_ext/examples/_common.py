@@ -3,8 +3,9 @@
 Each pipeline (:mod:`~torchrl_ext.examples.ppo_cartpole`,
 :mod:`~torchrl_ext.examples.r2d2_cartpole`, :mod:`~torchrl_ext.examples.ppo_course`,
 :mod:`~torchrl_ext.examples.mappo_signalling`) reads top to bottom on its own: its env, networks,
-loss and training loop. Run folders, loggers and checkpoint folders live in
-:mod:`~torchrl_ext.examples._run_folder`, what a checkpoint holds in
+loss and training loop. Run folders and checkpoint folders live in
+:mod:`~torchrl_ext.examples._run_folder`, loggers in :mod:`~torchrl_ext.examples._run_logs`,
+the signal handling in :mod:`~torchrl_ext.examples._run_signals`, what a checkpoint holds in
 :mod:`~torchrl_ext.examples._checkpointing`, the shared ``Config`` fields in
 :mod:`~torchrl_ext.examples._config` and the PPO pieces in :mod:`~torchrl_ext.examples._ppo`.
 These pieces are common to the training loops:

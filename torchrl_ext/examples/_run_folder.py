@@ -21,27 +21,36 @@ SIGINT and SIGTERM (:func:`catch_signals`) do not stop a run mid-batch: the run 
 batch, saves a checkpoint and raises :class:`RunInterrupted`, which the command line turns into
 one line saying how to resume. A second signal stops the process at once; the checkpoint
 written before it is complete.
+
+The logs live in ``_run_logs`` (:func:`make_logger`, :func:`log_row`, the CSV logs read back)
+and the signals in ``_run_signals``; their names are imported here, so the pipelines reach a
+run's whole infrastructure through this module.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import dataclasses
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-LoggerKind = Literal["csv", "tensorboard", "wandb"]
+from torchrl_ext.examples._run_logs import LoggerKind
+from torchrl_ext.examples._run_logs import csv_rows as csv_rows
+from torchrl_ext.examples._run_logs import log_row as log_row
+from torchrl_ext.examples._run_logs import make_logger as make_logger
+from torchrl_ext.examples._run_logs import read_scalars as read_scalars
+from torchrl_ext.examples._run_logs import trim_csv_logs as trim_csv_logs
+from torchrl_ext.examples._run_signals import RunInterrupted as RunInterrupted
+from torchrl_ext.examples._run_signals import catch_signals as catch_signals
+from torchrl_ext.examples._run_signals import raise_if_stopped as raise_if_stopped
+from torchrl_ext.examples._run_signals import stop_requested
 
 #: The latest checkpoint of a run is the folder ``checkpoint-<n>`` with the largest ``n``.
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -154,82 +163,7 @@ def read_config(out: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is damaged: it is not JSON.") from None
 
 
-# ---------------------------------------------------------------------------- logging
-def make_logger(kind: LoggerKind, out: Path, resume: bool = False) -> Any:
-    """A :mod:`torchrl.record.loggers` logger writing into the run folder ``out``.
-
-    The CSV logger writes ``out/scalars/<name>.csv`` (``step,value`` lines) and ``out/videos/``.
-    TensorBoard writes its event files into ``out``; wandb logs offline into ``out`` unless
-    ``WANDB_MODE`` says otherwise.
-
-    Examples:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     logger = make_logger("csv", Path(tmp) / "seed0")
-        ...     logger.log_scalar("mean_return", 9.5, step=64)
-        ...     read_scalars(Path(tmp) / "seed0")
-        {'mean_return': [(64, 9.5)]}
-    """
-    out = Path(out)
-    if kind == "csv":
-        from torchrl.record.loggers import CSVLogger
-
-        return CSVLogger(exp_name=out.name, log_dir=str(out.parent), video_format="pt")
-    if kind == "tensorboard":
-        from torchrl.record.loggers import TensorboardLogger
-
-        return TensorboardLogger(exp_name=out.name, log_dir=str(out.parent))
-    if kind == "wandb":
-        from torchrl.record.loggers import WandbLogger
-
-        os.environ.setdefault("WANDB_MODE", "offline")
-        return WandbLogger(exp_name=out.name, save_dir=str(out), project="torchrl_ext")
-    raise ValueError(f"logger must be 'csv', 'tensorboard' or 'wandb', got logger={kind!r}.")
-
-
-def log_row(logger: Any, row: dict[str, float], step: int) -> None:
-    """Logs every entry of ``row`` as a scalar at ``step`` (frames)."""
-    for name, value in row.items():
-        logger.log_scalar(name, float(value), step=step)
-
-
-def read_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
-    """A CSV-logged run's scalars: ``{name: [(step, value), ...]}`` in logging order."""
-    scalars = {}
-    for path in sorted((Path(out) / "scalars").glob("*.csv")):
-        with path.open() as f:
-            scalars[path.stem] = [(int(s), float(v)) for s, v in csv.reader(f)]
-    return scalars
-
-
-def csv_rows(out: Path) -> dict[str, int]:
-    """Rows in each CSV log of ``out``: what a checkpoint records of the log."""
-    rows = {}
-    for path in sorted((Path(out) / "scalars").glob("*.csv")):
-        with path.open() as f:
-            rows[path.stem] = sum(1 for _ in f)
-    return rows
-
-
-def trim_csv_logs(out: Path, rows: dict[str, int]) -> None:
-    """Keeps the first ``rows[name]`` rows of each CSV log (none of a log not in ``rows``).
-
-    An interrupted run may have logged rows after its last checkpoint; the resumed run logs
-    them again, so they go. Each log is rewritten through a new file and a rename.
-    """
-    for path in (Path(out) / "scalars").glob("*.csv"):
-        with path.open() as f:
-            kept = [line for _, line in zip(range(rows.get(path.stem, 0)), f, strict=False)]
-        if kept:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-            with os.fdopen(fd, "w") as f:
-                f.writelines(kept)
-            os.replace(tmp, path)
-        else:
-            path.unlink()
-
-
+# ---------------------------------------------------------------------------- progress bar
 class _PlainBar:
     """A progress line every tenth of the run, on stderr: the bar without tqdm."""
 
@@ -411,63 +345,6 @@ def save_due(frames: int, previous: int, run: RunOptions, total: int) -> bool:
     Every ``run.save_every`` frames, at the end of the run, and when a signal asked it to stop.
     """
     return due(frames, previous, run.save_every) or frames >= total or stop_requested()
-
-
-# ---------------------------------------------------------------------------- signals
-class RunInterrupted(Exception):
-    """A run stopped by a signal after saving its checkpoint.
-
-    Args:
-        signum (int): the signal.
-        out (Path): the run folder.
-        frames (int): frames of the checkpoint saved.
-    """
-
-    def __init__(self, signum: int, out: Path, frames: int) -> None:
-        super().__init__(f"{signal.Signals(signum).name} at {frames:,} frames")
-        self.signum, self.out, self.frames = signum, Path(out), frames
-
-
-_stop: dict[str, int | None] = {"signum": None}
-
-
-def stop_requested() -> bool:
-    """Whether SIGINT or SIGTERM arrived while :func:`catch_signals` was active."""
-    return _stop["signum"] is not None
-
-
-def raise_if_stopped(out: Path, frames: int) -> None:
-    """Raises :class:`RunInterrupted` if a signal asked the run to stop (after its save)."""
-    if _stop["signum"] is not None:
-        raise RunInterrupted(_stop["signum"], out, frames)
-
-
-@contextlib.contextmanager
-def catch_signals() -> Iterator[None]:
-    """While active, SIGINT and SIGTERM ask the run to stop after its current batch.
-
-    The first signal restores the previous handlers, so a second one acts at once. Outside the
-    main thread (where handlers cannot be set) this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    names = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.getsignal(s) for s in names}
-
-    def ask_to_stop(signum: int, frame: Any) -> None:
-        _stop["signum"] = signum
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-    for s in names:
-        signal.signal(s, ask_to_stop)
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        _stop["signum"] = None
 
 
 # ---------------------------------------------------------------------------- command line
