@@ -1,7 +1,6 @@
 """The package stays readable: no module over 500 lines, no import cycle.
 
-Lines are counted in every module of the package; the few still longer (``STILL_LONG``) are
-expected failures until they are split.
+Lines are counted in every module of the package.
 
 Imports are read statically: ``from a.b import c`` is an edge to ``a.b.c`` when that is a module
 of the package, else to ``a.b``; importing a submodule is not an edge to its package.
@@ -16,11 +15,10 @@ import torchrl_ext
 
 ROOT = Path(torchrl_ext.__file__).parent
 ENVS = ROOT / "envs"
+
+
 #: Modules still over 500 lines, relative to the package; ``xfail(strict=True)`` turns each
 #: into a failure once it is short enough, so that it leaves this set.
-STILL_LONG = {"examples/r2d2_cartpole.py"}
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -91,13 +89,8 @@ def test_no_env_module_over_500_lines(path):
     assert len(path.read_text().splitlines()) <= 500
 
 
-def _outside_envs() -> list:
-    long = pytest.mark.xfail(strict=True, reason="over 500 lines, to be split")
-    return [
-        pytest.param(p, marks=long) if p.relative_to(ROOT).as_posix() in STILL_LONG else p
-        for p in sorted(ROOT.rglob("*.py"))
-        if ENVS not in p.parents
-    ]
+def _outside_envs() -> list[Path]:
+    return [p for p in sorted(ROOT.rglob("*.py")) if ENVS not in p.parents]
 
 
 @pytest.mark.parametrize("path", _outside_envs(), ids=lambda p: str(p.relative_to(ROOT)))

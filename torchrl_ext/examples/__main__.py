@@ -54,6 +54,7 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Command) -> None:
     """The options every training subcommand shares, with ``command``'s defaults."""
+    runs = command.runs or name
     parser.add_argument(
         "--seeds",
         type=_count(0),
@@ -77,7 +78,7 @@ def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Comman
         "--out",
         type=Path,
         default=None,
-        help=f"output folder (default: runs/{name}; --quick: runs/quick/{name})",
+        help=f"output folder (default: runs/{runs}; --quick: runs/quick/{runs})",
     )
     parser.add_argument(
         "--logger",
@@ -98,7 +99,7 @@ def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Comman
         type=Path,
         default=None,
         metavar="DIR",
-        help=f"continue the run saved in DIR (a seed's folder, e.g. runs/{name}/seed0)",
+        help=f"continue the run saved in DIR (a seed's folder, e.g. runs/{runs}/seed0)",
     )
     parser.add_argument(
         "--overwrite",
@@ -238,6 +239,8 @@ class Command:
         seeds (tuple of int, optional): default ``--seeds``. Defaults to ``(0,)``.
         needs (tuple of str, optional): optional modules the command cannot run without (each
             named in :data:`EXTRAS`). Defaults to none.
+        runs (str, optional): the folder under ``runs/`` that ``--help`` names for its runs.
+            Defaults to the command's name.
     """
 
     module: str
@@ -246,6 +249,7 @@ class Command:
     frames: int | None = None
     seeds: tuple[int, ...] = (0,)
     needs: tuple[str, ...] = ()
+    runs: str | None = None
 
 
 #: Every subcommand, in the order ``--help`` lists them.
@@ -279,6 +283,7 @@ COMMANDS = {
         "recurrent PPO or R2D2 on a POPGym memory task (the Warp ports of torchrl_ext.envs.popgym)",
         _popgym_options,
         frames=2_097_152,
+        runs="popgym/<ENV>-<DIFFICULTY>[-r2d2]",
     ),
     "popgym-results": Command(
         "popgym_results",
@@ -287,6 +292,7 @@ COMMANDS = {
         _popgym_results_options,
         frames=2_097_152,
         seeds=(0, 1, 2),
+        runs="popgym_results",
     ),
     "animate": Command(
         "animate",
@@ -335,6 +341,8 @@ def pipeline(args: argparse.Namespace) -> str:
     if args.command == "popgym":
         algo = "" if args.algo == "ppo" else f"-{args.algo}"
         return f"popgym/{args.env}-{args.difficulty}{algo}"
+    if args.command == "popgym-results":
+        return "popgym_results"
     if "mlp" in (getattr(args, "policy", None), getattr(args, "listener", None)):
         return f"{args.command}_mlp"
     return args.command

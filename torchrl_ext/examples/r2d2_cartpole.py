@@ -63,6 +63,8 @@ from torchrl.objectives import HardUpdate
 from torchrl_ext.data import Sequence, load_replay
 from torchrl_ext.envs import CartPoleEnv
 from torchrl_ext.examples import _checkpointing, _common, _config, _run_folder
+from torchrl_ext.examples._r2d2_schedules import epsilons as epsilons
+from torchrl_ext.examples._r2d2_schedules import learning_rate as learning_rate
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import R2D2Loss
 
@@ -215,32 +217,6 @@ def make_loss(cfg: Config, qnet: TensorDictSequential) -> R2D2Loss:
         gamma=cfg.gamma,
         value_rescaling=cfg.value_rescaling,
     )
-
-
-def epsilons(cfg: Config, frames: int) -> torch.Tensor:
-    """Per-env exploration rates: a linear decay, floored by a per-env ladder.
-
-    Examples:
-        >>> cfg = Config(num_envs=3, eps_end=0.0, eps_lanes=0.1)
-        >>> [round(e, 4) for e in epsilons(cfg, frames=10**9).tolist()]
-        [0.1, 0.01, 0.001]
-    """
-    decayed = 1.0 + min(1.0, frames / cfg.eps_frames) * (cfg.eps_end - 1.0)
-    lanes = torch.arange(cfg.num_envs, dtype=torch.float64) / max(1, cfg.num_envs - 1)
-    return (cfg.eps_lanes ** (1 + 2 * lanes)).clamp(min=decayed).float()
-
-
-def learning_rate(cfg: Config, frames: int) -> float:
-    """Constant, then a linear decay to ``lr_end`` over the last part of the frame budget.
-
-    Examples:
-        >>> cfg = Config(frames=1000, lr=1.0, lr_end=0.0, lr_decay_start=0.5)
-        >>> [learning_rate(cfg, f) for f in (0, 500, 750, 1000)]
-        [1.0, 1.0, 0.5, 0.0]
-    """
-    start = cfg.lr_decay_start * cfg.frames
-    fraction = min(1.0, max(0.0, (frames - start) / max(1.0, cfg.frames - start)))
-    return cfg.lr + fraction * (cfg.lr_end - cfg.lr)
 
 
 def make_unit(cfg: Config) -> Sequence:
