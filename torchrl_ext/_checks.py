@@ -5,18 +5,24 @@ right type but outside what is accepted raises :class:`ValueError`. Every messag
 argument and repeats the value received, so that the caller can fix the call without reading
 our code. Each check returns the value normalised (a Python ``int`` for any integral input,
 numpy integers and 0-d integer tensors included), so callers store what the check returns.
+
+The module imports neither torch nor numpy, so that torch-free callers stay light (the command
+line checks a run's config before it imports a pipeline). A value can only be a tensor or a
+numpy scalar once its library is imported, so the checks look for those types only in a
+library already loaded.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-from tensordict.utils import NestedKey
+if TYPE_CHECKING:
+    import torch
+    from tensordict.utils import NestedKey
 
 __all__ = [
     "check_bool",
@@ -33,16 +39,23 @@ def _describe(name: str, value: Any) -> str:
     return f"{name}={value!r}"
 
 
+def _is_bool(value: Any) -> bool:
+    """Whether ``value`` is a Python or a numpy bool (numpy's only if numpy was imported)."""
+    numpy = sys.modules.get("numpy")
+    return isinstance(value, bool) or (numpy is not None and isinstance(value, numpy.bool_))
+
+
 def _is_integral(value: Any) -> bool:
     """Python and numpy integers and 0-d integer tensors; never ``bool``."""
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # no tensor exists before torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
         return (
             value.ndim == 0
             and not value.is_floating_point()
             and not value.is_complex()
             and (value.dtype is not torch.bool)
         )
-    if isinstance(value, (bool, np.bool_)):
+    if _is_bool(value):
         return False
     return isinstance(value, numbers.Integral)
 
@@ -118,7 +131,8 @@ def check_float(
         ...
         ValueError: gamma must be a finite number, got gamma=nan.
     """
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # no tensor exists before torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.is_complex() or value.dtype is torch.bool:
             raise TypeError(f"{name} must be a real number, got {_describe(name, value)}.")
         number = float(value.item())
@@ -144,7 +158,7 @@ def check_bool(name: str, value: Any) -> bool:
         >>> check_bool("shuffle", np.True_)
         True
     """
-    if isinstance(value, (bool, np.bool_)):
+    if _is_bool(value):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {_describe(name, value)}.")
 
@@ -226,6 +240,8 @@ def check_tensor(
         ...
         ValueError: action must have shape (3, 1) or (4,), got action.shape=(3,).
     """
+    import torch
+
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_describe(name, value)}.")
     if value.dtype != dtype:
