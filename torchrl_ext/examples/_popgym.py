@@ -1,6 +1,5 @@
 """What the POPGym pipelines (PPO and R2D2) share: the env, its specs and how networks read it.
 
-* :func:`check_task`: the ``env`` and ``difficulty`` fields of a run's config, checked.
 * :func:`make_base_env`, :func:`task_specs`: the port of :mod:`torchrl_ext.envs.popgym` a run
   trains on, and its observation and action specs.
 * :class:`ObservationEncoder`: discrete observations one-hot, continuous ones as they are;
@@ -21,26 +20,6 @@ from torchrl.data import Categorical, MultiCategorical, TensorSpec
 from torchrl.envs import InitTracker, RewardSum, Transform
 
 from torchrl_ext.envs.transforms import PreviousAction
-from torchrl_ext.examples._popgym_paper import DIFFICULTIES, ENVS
-
-
-def check_task(cfg: Any) -> None:
-    """Checks ``cfg.env`` (one of :data:`ENVS`) and ``cfg.difficulty``; ``ValueError`` if not.
-
-    Examples:
-        >>> from types import SimpleNamespace
-        >>> check_task(SimpleNamespace(env="RepeatFirst", difficulty="hard"))
-        >>> check_task(SimpleNamespace(env="RepeatFirst", difficulty="extreme"))
-        Traceback (most recent call last):
-        ...
-        ValueError: difficulty must be 'easy', 'medium' or 'hard', got difficulty='extreme'.
-    """
-    if cfg.env not in ENVS:
-        raise ValueError(f"env must be one of {', '.join(ENVS)}, got env={cfg.env!r}.")
-    if cfg.difficulty not in DIFFICULTIES:
-        raise ValueError(
-            f"difficulty must be 'easy', 'medium' or 'hard', got difficulty={cfg.difficulty!r}."
-        )
 
 
 def env_class(name: str) -> type:

@@ -42,7 +42,7 @@ import argparse
 import dataclasses
 import math
 import time
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -54,45 +54,18 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import SignallingEnv
-from torchrl_ext.examples import _checkpointing, _common, _config, _ppo, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _configs, _ppo, _run_folder
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import RecurrentGAE
 
 GROUPS = ("speaker", "listener")
-Memory = Literal["lstm", "mlp"]
 
-
-#: This pipeline's defaults of the fields declared in
-#: :class:`~torchrl_ext.examples._config.PPOConfig`: the run's size, learning, the loss weights.
-SIZE = dict(frames=1_000_000, num_envs=64, steps=16, eval_episodes=1024)
-LEARNING = dict(lr=3e-3, gamma=0.99, max_grad_norm=1.0, epochs=4, lmbda=0.95)
-WEIGHTS = dict(entropy_coeff=0.05, critic_coeff=1.0)
-
-
-@dataclasses.dataclass(kw_only=True)
-class Config(_config.PPOConfig, **SIZE, **LEARNING, **WEIGHTS):
-    """Hyperparameters of one run.
-
-    The fields of :class:`~torchrl_ext.examples._config.PPOConfig` (``seed`` to
-    ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, learning rate
-    and clip range stay constant, the gradient is clipped per agent group) with this pipeline's
-    defaults, then:
-
-    Args:
-        listener (str): ``"lstm"`` (a listener with memory) or ``"mlp"`` (feed-forward).
-        vocab (int): ``V``, targets and tokens.
-        delay (int): steps between the showing of the token and the answer.
-        envs_per_minibatch (int): env rows per minibatch.
-        target_success (float): the success rate that counts as solved.
-        success_window (int): episodes the success rate is measured over.
-    """
-
-    listener: Memory = "lstm"
-    vocab: int = 8
-    delay: int = 2
-    envs_per_minibatch: int = 16
-    target_success: float = 0.95
-    success_window: int = 1024
+# The run's config, its defaults and its --quick overrides live in the torch-free _configs, so
+# that the command line builds the config, and refuses a bad one, before importing this module.
+Config = _configs.MAPPOSignallingConfig
+SIZE, LEARNING = _configs.MAPPO_SIGNALLING_SIZE, _configs.MAPPO_SIGNALLING_LEARNING
+WEIGHTS, QUICK = _configs.MAPPO_SIGNALLING_WEIGHTS, _configs.MAPPO_SIGNALLING_QUICK
+Memory = _configs.PolicyKind
 
 
 @dataclasses.dataclass
@@ -415,7 +388,6 @@ def check_stats(stats: dict[str, float]) -> None:
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK = {"num_envs": 16, "steps": 8, "epochs": 2, "envs_per_minibatch": 8, "eval_episodes": 64}
 
 
 def summary(result: Result) -> str:

@@ -28,27 +28,15 @@ import statistics
 from pathlib import Path
 
 from torchrl_ext.examples import _common, _run_folder
+from torchrl_ext.examples._popgym_configs import QUICK_ROWS as QUICK_ROWS
+from torchrl_ext.examples._popgym_configs import ROWS as ROWS
+from torchrl_ext.examples._popgym_configs import seed_folder, table_folder, table_rows
 from torchrl_ext.examples._popgym_paper import (
     PAPER_FRAMES,
     PAPER_PPO_GRU,
     PAPER_PPO_LSTM,
     SOURCE,
 )
-
-#: The table's rows: ``(env, difficulty)``, the 8 Easy envs with published reference figures.
-ROWS = (
-    ("RepeatFirst", "easy"),
-    ("RepeatPrevious", "easy"),
-    ("Autoencode", "easy"),
-    ("CountRecall", "easy"),
-    ("HigherLower", "easy"),
-    ("MultiarmedBandit", "easy"),
-    ("PositionOnlyCartPole", "easy"),
-    ("NoisyPositionOnlyCartPole", "easy"),
-)
-
-#: The rows a ``--quick`` run trains.
-QUICK_ROWS = (("RepeatPrevious", "easy"), ("MultiarmedBandit", "easy"))
 
 
 @dataclasses.dataclass
@@ -102,7 +90,7 @@ def train_row(args: argparse.Namespace, env: str, difficulty: str, out: Path) ->
 
     runs = []
     for seed in args.seeds:
-        folder = out / f"{env}-{difficulty}" / f"seed{seed}"
+        folder = seed_folder(out, env, difficulty, seed)
         if not is_finished(folder):
             row_args = argparse.Namespace(**vars(args))
             row_args.env, row_args.difficulty, row_args.seeds = env, difficulty, [seed]
@@ -200,9 +188,8 @@ def main(args: argparse.Namespace) -> str:
             "resumes unfinished runs and reads finished ones."
         )
     _common.setup()
-    out = args.out or Path("runs") / ("quick" if args.quick else "") / "popgym_results"
-    chosen = [row for row in (QUICK_ROWS if args.quick else ROWS) if row[0] in args.envs]
-    rows = {(env, d): train_row(args, env, d, out) for env, d in chosen}
+    out = table_folder(args)
+    rows = {(env, d): train_row(args, env, d, out) for env, d in table_rows(args)}
     table = out / "popgym_results.md"
     plot = plot_rows(out / "popgym_curves.png", rows)
     command = "python -m torchrl_ext.examples popgym-results --seeds " + " ".join(

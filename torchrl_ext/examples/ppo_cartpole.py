@@ -46,7 +46,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -65,58 +65,19 @@ from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import _checkpointing, _common, _config, _ppo, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _config, _configs, _ppo, _run_folder
 from torchrl_ext.examples._common import completed_returns
 from torchrl_ext.modules import LSTMModule
 
-PolicyKind = Literal["lstm", "mlp"]
+# The run's config, its defaults and its --quick overrides live in the torch-free _configs, so
+# that the command line builds the config, and refuses a bad one, before importing this module.
+Config = _configs.PPOCartPoleConfig
+SIZE, LEARNING = _configs.PPO_CARTPOLE_SIZE, _configs.PPO_CARTPOLE_LEARNING
+QUICK = _configs.PPO_CARTPOLE_QUICK
+PolicyKind = _configs.PolicyKind
 
 ACTOR_STATE = ("rs_actor_h", "rs_actor_c")
 CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
-
-
-#: This pipeline's defaults of the fields declared in
-#: :class:`~torchrl_ext.examples._config.PPOConfig`: the run's size, then learning.
-SIZE = dict(frames=61_440, num_envs=16, steps=32, eval_episodes=16)
-LEARNING = dict(lr=1.5e-3, gamma=0.98, max_grad_norm=0.5, epochs=8, lmbda=0.8)
-
-
-@dataclasses.dataclass(kw_only=True)
-class Config(_config.PPOConfig, **SIZE, **LEARNING):
-    """Hyperparameters of one run (defaults: the tuned recurrent PPO).
-
-    The fields of :class:`~torchrl_ext.examples._config.PPOConfig` (``seed`` to
-    ``critic_coeff``; ``hidden`` is the LSTM's, or the first MLP layer's, width, and ``lr`` and
-    ``clip`` decay linearly to zero over ``frames``) with this pipeline's defaults, then:
-
-    Args:
-        policy (str): ``"lstm"`` (recurrent actor and critic) or ``"mlp"`` (feed-forward).
-        envs_per_minibatch (int): env rows per minibatch.
-        head (int): width of the hidden layer of the actor and critic heads.
-        target (float): mean episode return that counts as solved.
-        return_window (int): completed episodes averaged into the mean return.
-        obs_scale (tuple of float): factors applied to cart position and pole angle. Constant
-            factors play the role of sb3's VecNormalize without running statistics that
-            training and evaluation would have to share; the defaults bring the small per-step
-            changes the LSTM must difference to order 0.1.
-        reward_scale (float): factor applied to the reward the learner sees (episode returns
-            are logged unscaled), so value targets stay of order 1 (VecNormalize's reward
-            normalization, as a constant).
-    """
-
-    policy: PolicyKind = "lstm"
-    envs_per_minibatch: int = 8
-    head: int = 64
-    target: float = 475.0
-    return_window: int = 20
-    obs_scale: tuple[float, float] = (2.0, 20.0)
-    reward_scale: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.policy not in ("lstm", "mlp"):
-            raise ValueError(f"policy must be 'lstm' or 'mlp', got policy={self.policy!r}.")
-        super().__post_init__()
-        self.check_ints("envs_per_minibatch")
 
 
 @dataclasses.dataclass
@@ -387,9 +348,6 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool, task: Task) ->
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK = {"epochs": 2, "eval_episodes": 4}
-
-
 def summary(result: Result) -> str:
     """What a run reached, and where the time went."""
     cfg = result.config

@@ -67,7 +67,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.envs import CourseEnv
 from torchrl_ext.envs.course import CourseParams
-from torchrl_ext.examples import _checkpointing, _common, _config, _ppo, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _configs, _ppo, _run_folder
 from torchrl_ext.examples._course_metrics import (
     _METRICS,
     EpisodeTracker,
@@ -75,6 +75,13 @@ from torchrl_ext.examples._course_metrics import (
     window_means,
 )
 from torchrl_ext.examples._course_networks import GaussianHead, mlp, observation_scale
+
+# The run's config, its defaults and its --quick overrides live in the torch-free _configs, so
+# that the command line builds the config, and refuses a bad one, before importing this module.
+Config = _configs.PPOCourseConfig
+SIZE, LEARNING = _configs.PPO_COURSE_SIZE, _configs.PPO_COURSE_LEARNING
+QUICK = _configs.PPO_COURSE_QUICK
+EVAL_SEED = _configs.EVAL_SEED
 
 __all__ = [
     "Config",
@@ -92,59 +99,6 @@ __all__ = [
     "update",
     "window_means",
 ]
-
-
-#: This pipeline's defaults of the fields declared in
-#: :class:`~torchrl_ext.examples._config.PPOConfig`: the run's size, then learning.
-SIZE = dict(frames=491_520, num_envs=64, steps=64, eval_episodes=64)
-LEARNING = dict(lr=1e-3, gamma=0.99, max_grad_norm=0.5, epochs=4, lmbda=0.95)
-
-
-@dataclasses.dataclass(kw_only=True)
-class Config(_config.PPOConfig, **SIZE, **LEARNING):
-    """Hyperparameters of one run (defaults: the tuned run of the benchmarks page).
-
-    The fields of :class:`~torchrl_ext.examples._config.PPOConfig` (``seed`` to
-    ``critic_coeff``; env ``i`` starts on course seed ``seed + i``, ``hidden`` is the width of
-    the two hidden layers of actor and critic, ``lr`` and ``clip`` decay linearly to zero over
-    ``frames``, ``eval_episodes`` counts unseen courses) with this pipeline's defaults, then:
-
-    Args:
-        minibatch_size (int): transitions per minibatch.
-        init_scale (float): initial standard deviation of the action distribution.
-        max_steps (int): step limit of an episode (a truncation, then a new course).
-        return_window (int): fresh-course episodes averaged into the curve.
-
-    Examples:
-        >>> from torchrl_ext.examples.ppo_course import Config
-        >>> cfg = Config(seed=1, num_envs=8, steps=16, frames=1024)
-        >>> cfg.frames_per_batch
-        128
-        >>> Config(frames=10)
-        Traceback (most recent call last):
-        ...
-        ValueError: frames must be at least one batch (num_envs * steps = 4096), got frames=10.
-    """
-
-    minibatch_size: int = 1024
-    init_scale: float = 0.6
-    max_steps: int = 300
-    return_window: int = 100
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.check_ints("minibatch_size", "max_steps", "return_window")
-        if not self.init_scale > 0:
-            raise ValueError(f"init_scale must be > 0, got init_scale={self.init_scale!r}.")
-
-    @property
-    def eval_seed(self) -> int:
-        """Course seed of the first evaluation env: ``EVAL_SEED + seed * eval_episodes``.
-
-        Eval env ``i`` starts on course seed ``eval_seed + i``: courses the training envs do not
-        start on, disjoint between runs of different seeds.
-        """
-        return EVAL_SEED + self.seed * self.eval_episodes
 
 
 @dataclasses.dataclass
@@ -299,8 +253,6 @@ def evaluate(
     return window_means(list(results.values()))
 
 
-#: Course seeds from here on are the evaluation's (:attr:`Config.eval_seed`).
-EVAL_SEED = 1 << 40
 PLOT_TITLE = "PPO on CourseEnv: episodes on freshly generated courses (last 100)"
 
 
@@ -451,16 +403,6 @@ def time_line(result: Result) -> str:
         f"time: collection {t.get('collect', 0.0):.1f} s ({rate:,.0f} env steps/s, policy "
         f"included), GAE {t.get('gae', 0.0):.1f} s, PPO update {t.get('update', 0.0):.1f} s"
     )
-
-
-QUICK = {
-    "num_envs": 16,
-    "steps": 32,
-    "epochs": 2,
-    "minibatch_size": 256,
-    "eval_episodes": 4,
-    "max_steps": 100,
-}
 
 
 def main(args: argparse.Namespace) -> list[Result]:

@@ -25,7 +25,6 @@ over its default 100-episode window.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 import torch
@@ -34,89 +33,18 @@ from torchrl.data import Bounded, Categorical, MultiCategorical, TensorSpec
 from torchrl.envs import Compose, StepCounter, TransformedEnv
 from torchrl.modules import ProbabilisticActor, TanhNormal
 
-from torchrl_ext.examples import _common, _popgym, ppo_cartpole
+from torchrl_ext.examples import _common, _popgym, _popgym_configs, ppo_cartpole
 from torchrl_ext.examples._popgym_paper import reference
 from torchrl_ext.examples.ppo_cartpole import ACTOR_STATE, CRITIC_STATE, Result, Task
 from torchrl_ext.modules import LSTMModule
 
-SIZE = dict(frames=2_097_152, num_envs=64, steps=64, eval_episodes=64)
-LEARNING = dict(lr=5e-4, gamma=0.99, max_grad_norm=0.5, epochs=4, lmbda=0.95)
-
-
-@dataclasses.dataclass(kw_only=True)
-class Config(ppo_cartpole.Config, **SIZE, **LEARNING):
-    """Hyperparameters of one run on a POPGym port.
-
-    The fields of :class:`~torchrl_ext.examples.ppo_cartpole.Config`, with these defaults
-    (``obs_scale`` is unused: observations are one-hot or passed as they are), then:
-
-    Args:
-        env (str): POPGym's name of the env, one of :data:`ENVS`.
-        difficulty (str): ``"easy"``, ``"medium"`` or ``"hard"``.
-        forget_bias (float): initial bias of the LSTMs' forget gates (PyTorch's initialization
-            draws it around 0, so memory fades by about half per step at first; a bias of a few
-            units keeps what the first steps saw long enough for the gradient to reach it).
-        previous_action (bool): feed the previous step's action to both networks
-            (:class:`~torchrl_ext.envs.transforms.PreviousAction`), as POPGym's baselines do:
-            without it a bandit player cannot tell which arm its last reward came from.
-
-    The ``target`` defaults to the paper's MMER of the env and difficulty (PPO-LSTM, else
-    PPO-GRU: :func:`~torchrl_ext.examples._popgym_paper.reference`), or 1.0, the highest
-    return, where there is none.
-
-    Examples:
-        >>> cfg = Config(env="RepeatPrevious", frames=8192)
-        >>> cfg.difficulty, cfg.return_window, cfg.frames_per_batch
-        ('easy', 100, 4096)
-        >>> Config(env="Pong")
-        Traceback (most recent call last):
-        ...
-        ValueError: env must be one of RepeatFirst, RepeatPrevious, Autoencode, CountRecall, \
-HigherLower, Concentration, MultiarmedBandit, MineSweeper, Battleship, PositionOnlyCartPole, \
-VelocityOnlyCartPole, NoisyPositionOnlyCartPole, PositionOnlyPendulum, \
-NoisyPositionOnlyPendulum, got env='Pong'.
-    """
-
-    env: str = "RepeatPrevious"
-    difficulty: str = "easy"
-    forget_bias: float = 0.0
-    previous_action: bool = True
-    envs_per_minibatch: int = 16
-    return_window: int = 100
-    reward_scale: float = 1.0
-    target: float | None = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        _popgym.check_task(self)
-        if self.target is None:
-            paper = reference(self.env, self.difficulty)
-            self.target = 1.0 if paper is None else paper
-        super().__post_init__()
-
-
-@dataclasses.dataclass(kw_only=True)
-class RepeatFirstConfig(Config, env="RepeatFirst", forget_bias=3.0):
-    """:class:`Config` for RepeatFirst: the LSTMs' forget gates start with a bias of 3.
-
-    The agent must name the first card of the deck at every step, so the LSTM must keep it
-    over the whole episode (52 steps at Easy); with PyTorch's initial forget gates the memory
-    of that card fades within a few steps and the return stays at chance (-0.5) for the
-    budget.
-    """
-
-
-#: The envs whose settings differ from :class:`Config`'s, and their configs.
-CONFIGS: dict[str, type[Config]] = {"RepeatFirst": RepeatFirstConfig}
-
-
-def config_class(env: str) -> type[Config]:
-    """The config class of ``env``: its own where it has one, else :class:`Config`.
-
-    Examples:
-        >>> config_class("RepeatFirst")().forget_bias, config_class("HigherLower")().forget_bias
-        (3.0, 0.0)
-    """
-    return CONFIGS.get(env, Config)
+# The run's config (each env's), its defaults and its --quick overrides live in the torch-free
+# _popgym_configs, so that the command line builds the config, and refuses a bad one, before
+# importing this module.
+Config, RepeatFirstConfig = _popgym_configs.PPOPopGymConfig, _popgym_configs.RepeatFirstConfig
+CONFIGS, config_class = _popgym_configs.CONFIGS, _popgym_configs.config_class
+SIZE, LEARNING = _popgym_configs.PPO_POPGYM_SIZE, _popgym_configs.PPO_POPGYM_LEARNING
+QUICK = _popgym_configs.PPO_POPGYM_QUICK
 
 
 # ---------------------------------------------------------------------------- env
@@ -227,9 +155,6 @@ def task(cfg: Config) -> Task:
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK = {"epochs": 2, "num_envs": 8, "steps": 32, "eval_episodes": 4, "envs_per_minibatch": 4}
-
-
 def train(cfg: Config, run: Any, *, quick: bool = False) -> Result:
     """Trains, evaluates and logs one run (see :func:`ppo_cartpole.train`)."""
     return ppo_cartpole.train(cfg, run, quick=quick, task=task(cfg))

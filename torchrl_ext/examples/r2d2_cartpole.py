@@ -62,11 +62,17 @@ from torchrl.objectives import HardUpdate
 
 from torchrl_ext.data import Sequence, load_replay
 from torchrl_ext.envs import CartPoleEnv
-from torchrl_ext.examples import _checkpointing, _common, _config, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _configs, _run_folder
 from torchrl_ext.examples._r2d2_schedules import epsilons as epsilons
 from torchrl_ext.examples._r2d2_schedules import learning_rate as learning_rate
 from torchrl_ext.modules import LSTMModule
 from torchrl_ext.objectives import R2D2Loss
+
+# The run's config, its defaults and its --quick overrides live in the torch-free _configs, so
+# that the command line builds the config, and refuses a bad one, before importing this module.
+Config = _configs.R2D2CartPoleConfig
+SIZE, LEARNING = _configs.R2D2_CARTPOLE_SIZE, _configs.R2D2_CARTPOLE_LEARNING
+QUICK = _configs.R2D2_CARTPOLE_QUICK
 
 STATE = ("recurrent_state_h", "recurrent_state_c")
 #: Termination bounds of the observed ``(x, theta)``: the observation scale.
@@ -83,75 +89,6 @@ STORED = (
     ("next", "terminated"),
     ("next", "truncated"),
 )
-
-
-#: This pipeline's defaults of the fields declared in
-#: :class:`~torchrl_ext.examples._config.TrainConfig`: the run's size, then learning.
-SIZE = dict(frames=400_000, num_envs=16, steps=4, eval_episodes=16)
-LEARNING = dict(lr=5e-4, gamma=0.98, max_grad_norm=10.0)
-
-
-@dataclasses.dataclass(kw_only=True)
-class Config(_config.TrainConfig, **SIZE, **LEARNING):
-    """Hyperparameters of one run.
-
-    The fields of :class:`~torchrl_ext.examples._config.TrainConfig` (``seed`` to
-    ``eval_episodes``; one update follows each batch of ``num_envs * steps`` frames, ``hidden``
-    is the embedding, LSTM and head width) with this pipeline's defaults, then:
-
-    Args:
-        warmup_frames (int): frames collected before the first update.
-        capacity (int): replay capacity in records (time x envs).
-        burn_in (int): burn-in records per window.
-        length (int): learning records per window.
-        n_step (int): return horizon; windows carry ``n_step - 1`` bootstrap records.
-        batch_size (int): windows per update.
-        value_rescaling (bool): R2D2's ``h(x)`` on the targets (it also learns faster here).
-        lr_decay_start (float): fraction of the frame budget after which the learning rate
-            decays linearly from ``lr`` to ``lr_end``.
-        lr_end (float): learning rate at the end of the frame budget.
-        target_period (int): updates between target-network copies.
-        alpha (float): priority exponent.
-        beta (float): importance-sampling exponent.
-        eta (float): weight of the max in the per-anchor priority mixture.
-        eps_frames (int): frames of linear exploration decay from 1 to ``eps_end``.
-        eps_end (float): exploration rate after the decay.
-        eps_lanes (float): per-env floor: env ``i`` of ``N`` explores at least
-            ``eps_lanes ** (1 + 2 * i / (N - 1))``, so a few envs keep exploring.
-        return_window (int): completed episodes averaged into the mean return.
-        target (float): the mean return whose first crossing is reported.
-        log_every (int): batches between log rows.
-
-    Examples:
-        >>> cfg = Config(seed=3, burn_in=4, length=8)
-        >>> cfg.window, cfg.frames_per_batch
-        (16, 64)
-    """
-
-    warmup_frames: int = 2_048
-    capacity: int = 100_000
-    burn_in: int = 8
-    length: int = 16
-    n_step: int = 5
-    batch_size: int = 32
-    value_rescaling: bool = True
-    lr_decay_start: float = 0.5
-    lr_end: float = 5e-5
-    target_period: int = 100
-    alpha: float = 0.9
-    beta: float = 0.6
-    eta: float = 0.9
-    eps_frames: int = 100_000
-    eps_end: float = 0.01
-    eps_lanes: float = 0.1
-    return_window: int = 32
-    target: float = 400.0
-    log_every: int = 16
-
-    @property
-    def window(self) -> int:
-        """Records per sampled window: burn-in, learning region and bootstrap."""
-        return self.burn_in + self.length + self.n_step - 1
 
 
 @dataclasses.dataclass
@@ -430,16 +367,6 @@ def _restore(state, loss_fn, optim, env, collector, rb, target_updater, logger, 
 
 
 # ---------------------------------------------------------------------------- command line
-QUICK = {
-    "frames": 1024,
-    "warmup_frames": 512,
-    "capacity": 2048,
-    "batch_size": 8,
-    "eval_episodes": 2,
-    "log_every": 2,
-}
-
-
 def summary(result: Result, command: str = "r2d2") -> str:
     """One line per run, starting with the ``command`` that ran it."""
     cfg = result.config

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 from tensordict.nn import TensorDictSequential
 
-from torchrl_ext.examples import _checkpointing, _common, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _configs, _run_folder
 from torchrl_ext.examples import r2d2_cartpole as single
 from torchrl_ext.examples._r2d2_actors import EpisodeReturns as EpisodeReturns
 from torchrl_ext.examples._r2d2_actors import (
@@ -243,14 +243,9 @@ def _restore(run, learner: _Learner, logger) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- command line
-#: ``--quick``: a short run (overrides of the example's ``Config``) with checked samples.
-QUICK = {
-    "frames": 2048,
-    "warmup_frames": 512,
-    "capacity": 4096,
-    "batch_size": 8,
-    "eval_episodes": 2,
-}
+#: ``--quick``: a short run (overrides of the example's ``Config``) with checked samples; in the
+#: torch-free ``_configs``, so that the command line checks the config before importing this.
+QUICK = _configs.R2D2_DISTRIBUTED_QUICK
 #: Actor workers without ``--workers`` (fewer on a cluster with fewer CPUs).
 DEFAULT_WORKERS = 2
 #: ``--quick`` runs at least this many checked updates.

@@ -19,7 +19,6 @@ MMER.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 import torch
@@ -28,55 +27,15 @@ from torch import nn
 from torchrl.data import Categorical, MultiCategorical
 from torchrl.envs import Compose, TransformedEnv
 
-from torchrl_ext.examples import _common, _popgym, r2d2_cartpole
-from torchrl_ext.examples._popgym_paper import SINGLE_DISCRETE
+from torchrl_ext.examples import _common, _popgym, _popgym_configs, r2d2_cartpole
 from torchrl_ext.examples.r2d2_cartpole import STORED, Result, Task, make_lstm
 
-SIZE = dict(frames=2_097_152, num_envs=16, steps=4, eval_episodes=64)
-LEARNING = dict(lr=5e-4, gamma=0.99, max_grad_norm=10.0)
-
-
-@dataclasses.dataclass(kw_only=True)
-class Config(r2d2_cartpole.Config, **SIZE, **LEARNING):
-    """Hyperparameters of one R2D2 run on a POPGym port.
-
-    The fields of :class:`~torchrl_ext.examples.r2d2_cartpole.Config` with these defaults, then:
-
-    Args:
-        env (str): POPGym's name of the env: one of
-            :data:`~torchrl_ext.examples._popgym_paper.ENVS` with a single discrete action.
-        difficulty (str): ``"easy"``, ``"medium"`` or ``"hard"``.
-        forget_bias (float): initial bias of the LSTM's forget gates.
-        previous_action (bool): feed the previous step's action to the Q-network.
-
-    ``target`` defaults to 1.0, the best return of every POPGym env.
-
-    Examples:
-        >>> Config(env="HigherLower").window, Config(env="HigherLower").return_window
-        (28, 100)
-        >>> Config(env="Battleship")
-        Traceback (most recent call last):
-        ...
-        ValueError: env must have a single discrete action for --algo r2d2 (use --algo ppo), \
-got env='Battleship'.
-    """
-
-    env: str = "RepeatPrevious"
-    difficulty: str = "easy"
-    forget_bias: float = 0.0
-    previous_action: bool = True
-    return_window: int = 100
-    target: float = 1.0
-    eps_frames: int = 200_000
-
-    def __post_init__(self) -> None:
-        _popgym.check_task(self)
-        if self.env not in SINGLE_DISCRETE:
-            raise ValueError(
-                "env must have a single discrete action for --algo r2d2 (use --algo ppo), "
-                f"got env={self.env!r}."
-            )
-        super().__post_init__()
+# The run's config, its defaults and its --quick overrides live in the torch-free
+# _popgym_configs, so that the command line builds the config, and refuses a bad one, before
+# importing this module.
+Config = _popgym_configs.R2D2PopGymConfig
+SIZE, LEARNING = _popgym_configs.R2D2_POPGYM_SIZE, _popgym_configs.R2D2_POPGYM_LEARNING
+QUICK = _popgym_configs.R2D2_POPGYM_QUICK
 
 
 def make_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> TransformedEnv:
@@ -121,9 +80,6 @@ def summary(result: Result) -> str:
         f"{cfg.eval_episodes} episodes; {result.frames:,} frames in {result.seconds:.1f} s; "
         f"log: {result.out}"
     )
-
-
-QUICK = {**r2d2_cartpole.QUICK, "eval_episodes": 4}
 
 
 def main(args: argparse.Namespace) -> list[Result]:
