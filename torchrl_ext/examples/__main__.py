@@ -1,6 +1,8 @@
 """``python -m torchrl_ext.examples {ppo,r2d2,course,results,popgym,popgym-results,...} [options]``.
 
-Only the chosen pipeline is imported, so ``--help`` answers at once. ``--quick`` without a
+Only the chosen pipeline is imported, so ``--help`` answers at once; it is imported once every
+new run's config is made (``_command_configs``), so a hyperparameter or ``--frames`` that the
+pipeline would refuse is one argparse line (exit 2) at once too. ``--quick`` without a
 subcommand runs every pipeline's quick check (a few batches with shape, mask and finiteness
 assertions).
 """
@@ -473,13 +475,19 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                 "that holds one (e.g. runs/ppo/seed0)"
             )
         return
-    if args.command in ("results", "popgym-results"):
-        return  # its folders are checked as each of its runs starts
-    for _, run in folders.runs_of(args, args.pipeline):
+    if args.command not in ("results", "popgym-results"):  # their folders: as each run starts
+        for _, run in folders.runs_of(args, args.pipeline):
+            try:
+                folders.check_new_run(run.out, run.overwrite)
+            except ValueError as error:
+                parser.error(str(error))
+    from torchrl_ext.examples._command_configs import new_runs
+
+    for runs in new_runs(args):  # each new run's config, made as the pipeline will make it
         try:
-            folders.check_new_run(run.out, run.overwrite)
-        except ValueError as error:
-            parser.error(str(error))
+            runs.configs(args)
+        except (TypeError, ValueError) as error:  # a hyperparameter the config refuses
+            parser.error(f"{runs.pipeline}: {error}")
 
 
 if __name__ == "__main__":
