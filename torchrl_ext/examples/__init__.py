@@ -12,7 +12,9 @@ Every command writes under ``runs/`` unless ``--out`` says otherwise, logs throu
 with ``--resume DIR``. What the pipelines share lives in private modules: run folders and
 checkpoints in ``_run_folder``, logs in ``_run_logs``, signals in ``_run_signals`` (both reached
 through ``_run_folder``), the shared ``Config`` fields in ``_config``, training pieces in
-``_common`` and the PPO pieces in ``_ppo``.
+``_common`` and the PPO pieces in ``_ppo``. Each pipeline's ``Config`` (``ppo_cartpole.Config``)
+is defined in the torch-free ``_configs`` or ``_popgym_configs``, so that the command line makes
+a new run's config (``_command_configs``), and refuses a bad one, before it imports the pipeline.
 
 :func:`load_policy` returns the policy trained in a run folder (``runs/ppo/seed0``) as a
 TensorDict module, read from its checkpoint as data only (``weights_only=True``).
