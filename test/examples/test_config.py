@@ -104,3 +104,39 @@ class TestClassKeywordDefaults:
             @dataclasses.dataclass(kw_only=True)
             class Bad(_Pipeline, **{keyword: 1}):
                 extra: int = 8
+
+
+class TestPipelineConfigs:
+    """The pipelines' own fields are checked too, so the command line refuses them at once."""
+
+    @pytest.mark.parametrize(
+        "field, value, error",
+        [("burn_in", -1, ValueError), ("length", 0, ValueError), ("n_step", 1.5, TypeError),
+         ("batch_size", 0, ValueError), ("capacity", 10, ValueError), ("alpha", -0.1, ValueError),
+         ("beta", float("nan"), ValueError), ("eta", 1.5, ValueError), ("eps_end", 2.0, ValueError),
+         ("eps_lanes", -0.5, ValueError), ("lr_decay_start", 1.5, ValueError),
+         ("lr_end", -1e-4, ValueError), ("target_period", 0, ValueError),
+         ("value_rescaling", 1, TypeError), ("warmup_frames", 0, ValueError)],
+    )  # fmt: skip
+    def test_r2d2(self, field, value, error):
+        from torchrl_ext.examples._configs import R2D2CartPoleConfig
+
+        with pytest.raises(error, match=f"{field}={value!r}"):
+            R2D2CartPoleConfig(**{field: value})
+
+    @pytest.mark.parametrize(
+        "field, value, error",
+        [("vocab", 1, ValueError), ("delay", -1, ValueError), ("listener", "gru", ValueError),
+         ("success_window", 0, ValueError), ("target_success", 1.5, ValueError),
+         ("envs_per_minibatch", 0, ValueError)],
+    )  # fmt: skip
+    def test_signalling(self, field, value, error):
+        from torchrl_ext.examples._configs import MAPPOSignallingConfig
+
+        with pytest.raises(error, match=f"{field}={value!r}"):
+            MAPPOSignallingConfig(**{field: value})
+
+    def test_defaults_pass(self):
+        from torchrl_ext.examples._configs import MAPPOSignallingConfig, R2D2CartPoleConfig
+
+        assert R2D2CartPoleConfig().window == 28 and MAPPOSignallingConfig().vocab == 8

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from torchrl_ext._checks import check_bool, check_float, check_int
 from torchrl_ext.examples._config import PPOConfig, TrainConfig
 
 #: A network's memory: recurrent (an LSTM) or feed-forward (an MLP).
@@ -133,6 +134,23 @@ class R2D2CartPoleConfig(TrainConfig, **R2D2_CARTPOLE_SIZE, **R2D2_CARTPOLE_LEAR
     return_window: int = 32
     target: float = 400.0
     log_every: int = 16
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_ints("warmup_frames", "capacity", "length", "n_step", "batch_size")
+        self.check_ints("target_period", "eps_frames", "return_window", "log_every")
+        self.burn_in = check_int("burn_in", self.burn_in, minimum=0)
+        self.value_rescaling = check_bool("value_rescaling", self.value_rescaling)
+        for name in ("lr_decay_start", "eta", "eps_end", "eps_lanes"):
+            setattr(self, name, check_float(name, getattr(self, name), 0.0, 1.0))
+        self.lr_end = check_float("lr_end", self.lr_end, 0.0)
+        self.alpha = check_float("alpha", self.alpha, 0.0)
+        self.beta = check_float("beta", self.beta, 0.0)
+        if self.capacity < self.window:
+            raise ValueError(
+                f"capacity must hold at least one window (burn_in + length + n_step - 1 = "
+                f"{self.window} records), got capacity={self.capacity!r}."
+            )
 
     @property
     def window(self) -> int:
@@ -260,6 +278,16 @@ class MAPPOSignallingConfig(
     envs_per_minibatch: int = 16
     target_success: float = 0.95
     success_window: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.listener not in ("lstm", "mlp"):
+            raise ValueError(f"listener must be 'lstm' or 'mlp', got listener={self.listener!r}.")
+        super().__post_init__()
+        self.check_ints("envs_per_minibatch", "success_window")
+        # the env's own bounds (SignallingEnv checks them again)
+        self.vocab = check_int("vocab", self.vocab, minimum=2, maximum=2**20)
+        self.delay = check_int("delay", self.delay, minimum=0, maximum=2**20)
+        self.target_success = check_float("target_success", self.target_success, 0.0, 1.0)
 
 
 MAPPO_SIGNALLING_QUICK = {
