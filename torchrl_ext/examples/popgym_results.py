@@ -36,6 +36,7 @@ from torchrl_ext.examples._popgym_paper import (
     PAPER_PPO_GRU,
     PAPER_PPO_LSTM,
     SOURCE,
+    reference,
 )
 
 
@@ -109,6 +110,23 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "–" if value is None or math.isnan(value) else format(value, spec)
 
 
+def meets(env: str, difficulty: str, runs: list[Run]) -> bool | None:
+    """Whether our median MMER, to the paper's 3 decimals, is at least the paper's figure.
+
+    The figure is :func:`~torchrl_ext.examples._popgym_paper.reference` (PPO-LSTM where
+    given, else PPO-GRU); ``None`` where there is none.
+
+    Examples:
+        >>> runs = [Run(s, m, 1.0, 1, 1.0, []) for s, m in [(0, 0.99996), (1, 1.0), (2, 0.5)]]
+        >>> meets("RepeatFirst", "easy", runs), meets("Battleship", "easy", runs)
+        (True, None)
+    """
+    paper = reference(env, difficulty)
+    if paper is None:
+        return None
+    return round(statistics.median(r.mmer for r in runs), 3) >= paper
+
+
 def table_row(env: str, difficulty: str, runs: list[Run]) -> str:
     """One markdown row: the paper's figures, then ours over the seeds.
 
@@ -116,7 +134,7 @@ def table_row(env: str, difficulty: str, runs: list[Run]) -> str:
         >>> seeds = [(0, 0.91, 300.0), (1, 0.97, 280.0), (2, 0.95, 320.0)]
         >>> runs = [Run(seed, mmer, 1.0, 2_000_000, seconds, []) for seed, mmer, seconds in seeds]
         >>> table_row("RepeatFirst", "easy", runs)
-        '| RepeatFirst | easy | 1.000 ± 0.000 | – | 0.950 (0.910–0.970) | 15M | 2.0M | 300 |'
+        '| RepeatFirst | easy | 1.000 ± 0.000 | – | 0.950 (0.910–0.970) | no | 15M | 2.0M | 300 |'
     """
     gru = PAPER_PPO_GRU.get((env, difficulty))
     paper_gru = "–" if gru is None else f"{gru[0]:.3f} ± {gru[1]:.3f}"
@@ -125,9 +143,10 @@ def table_row(env: str, difficulty: str, runs: list[Run]) -> str:
     ours = f"{statistics.median(mmers):.3f} ({min(mmers):.3f}–{max(mmers):.3f})"
     frames = statistics.median(r.frames for r in runs) / 1e6
     seconds = statistics.median(r.seconds for r in runs)
+    verdict = {True: "yes", False: "no", None: "–"}[meets(env, difficulty, runs)]
     return (
-        f"| {env} | {difficulty} | {paper_gru} | {lstm} | {ours} | {PAPER_FRAMES / 1e6:.0f}M "
-        f"| {frames:.1f}M | {seconds:.0f} |"
+        f"| {env} | {difficulty} | {paper_gru} | {lstm} | {ours} | {verdict} "
+        f"| {PAPER_FRAMES / 1e6:.0f}M | {frames:.1f}M | {seconds:.0f} |"
     )
 
 
@@ -141,12 +160,20 @@ def markdown(rows: dict[tuple[str, str], list[Run]], plot: Path | None, command:
         "highest mean return of the last 100 completed episodes over a run. Ours: median "
         f"(range) over seeds {', '.join(map(str, seeds))}. Paper: {SOURCE}.",
         "",
-        "| env | difficulty | paper PPO-GRU | paper PPO-LSTM | ours (PPO-LSTM) | paper frames "
-        "| our frames | our seconds per run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| env | difficulty | paper PPO-GRU | paper PPO-LSTM | ours (PPO-LSTM) | ours >= paper "
+        "| paper frames | our frames | our seconds per run |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(table_row(env, difficulty, runs) for (env, difficulty), runs in rows.items()),
         "",
     ]
+    verdicts = [meets(env, d, runs) for (env, d), runs in rows.items()]
+    compared = [v for v in verdicts if v is not None]
+    if compared:
+        lines += [
+            f"Ours (median over seeds) is at or above the paper's figure (PPO-LSTM where given, "
+            f"else PPO-GRU) on {sum(compared)} of {len(compared)} envs.",
+            "",
+        ]
     if plot is not None:
         lines += [f"![Learning curves]({plot})", ""]
     return "\n".join(lines)
