@@ -180,7 +180,11 @@ def markdown(rows: dict[tuple[str, str], list[Run]], plot: Path | None, command:
 
 
 def plot_rows(path: Path, rows: dict[tuple[str, str], list[Run]]) -> Path | None:
-    """Every run's mean-return curve, one panel per row (``None`` without matplotlib)."""
+    """Every run's mean-return curve, one panel per row, the paper's figure dashed.
+
+    The figure is the one the table compares with (:func:`meets`). Returns ``path``, or ``None``
+    without matplotlib.
+    """
     plt = _common.pyplot()
     if plt is None:
         return None
@@ -190,9 +194,9 @@ def plot_rows(path: Path, rows: dict[tuple[str, str], list[Run]]) -> Path | None
     for ax, ((env, difficulty), runs) in zip(axes.flat, rows.items(), strict=False):
         for run in runs:
             ax.plot([c[0] for c in run.curve], [c[1] for c in run.curve], label=f"seed {run.seed}")
-        paper = PAPER_PPO_GRU.get((env, difficulty))
+        paper = reference(env, difficulty)
         if paper is not None:
-            ax.axhline(paper[0], color="gray", linestyle="--", linewidth=1, label="paper GRU")
+            ax.axhline(paper, color="gray", linestyle="--", linewidth=1, label="paper")
         ax.set_title(f"{env} ({difficulty})", fontsize=9)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(rows) :]:
