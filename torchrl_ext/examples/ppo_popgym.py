@@ -7,11 +7,12 @@ The training loop is the one of :mod:`~torchrl_ext.examples.ppo_cartpole` (separ
 critic LSTMs, :class:`~torchrl_ext.objectives.RecurrentGAE` over whole rows, env-major
 minibatches, TorchRL's ``ClipPPOLoss``); this module supplies what differs per task:
 
-* the env: a POPGym port with ``InitTracker``, ``StepCounter``, ``RewardSum`` and the LSTMs'
-  primers;
-* the observation encoder: POPGym observations are discrete (a card, a board of cell states)
+* the env: a POPGym port with ``StepCounter``, ``InitTracker``, ``RewardSum``,
+  :class:`~torchrl_ext.envs.transforms.PreviousAction` (the previous step's action, which the
+  networks read with the observation, as POPGym's baselines do) and the LSTMs' primers;
+* the networks' inputs: POPGym observations are discrete (a card, a board of cell states)
   or continuous; discrete components are one-hot encoded inside the networks
-  (:class:`ObservationEncoder`), continuous ones pass through;
+  (:class:`~torchrl_ext.examples._popgym.ObservationEncoder`), continuous ones pass through;
 * the action distribution, from the action spec: a categorical, independent categoricals over
   the components of a multi-discrete action (a board's row and column), or a tanh-squashed
   normal for a bounded continuous action.
