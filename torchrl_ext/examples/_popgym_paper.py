@@ -39,10 +39,9 @@ SINGLE_DISCRETE = tuple(name for name in ENVS if name not in NOT_SINGLE_DISCRETE
 #: POPGym's difficulty presets.
 DIFFICULTIES = ("easy", "medium", "hard")
 
-#: Where the reference MMERs come from. The paper's appendix table (MMER of PPO with each of
-#: its 13 memory models, mean and standard deviation over 3 trials of 15M steps, RLlib) could not
-#: be read here; these are the table's values as transcribed in a public repository, not checked
-#: against the paper.
+#: Where the reference MMERs come from: the paper's appendix table (MMER of PPO with each of its
+#: 13 memory models, mean and standard deviation over 3 trials of 15M steps, RLlib), as
+#: transcribed in a public repository; not checked against the paper itself.
 SOURCE = (
     "Morad et al., POPGym: Benchmarking Partially Observable Reinforcement Learning, ICLR 2023, "
     "appendix table of MMER per model (3 trials, 15M steps); values as transcribed in "
