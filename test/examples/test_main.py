@@ -326,6 +326,7 @@ def test_pipelines_name_the_torch_free_configs():
         (mappo_signalling.QUICK, _configs.MAPPO_SIGNALLING_QUICK),
         (ppo_popgym.Config, _popgym_configs.PPOPopGymConfig),
         (ppo_popgym.RepeatFirstConfig, _popgym_configs.RepeatFirstConfig),
+        (ppo_popgym.MultiarmedBanditConfig, _popgym_configs.MultiarmedBanditConfig),
         (ppo_popgym.config_class, _popgym_configs.config_class),
         (ppo_popgym.QUICK, _popgym_configs.PPO_POPGYM_QUICK),
         (r2d2_popgym.Config, _popgym_configs.R2D2PopGymConfig),

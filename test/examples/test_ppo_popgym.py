@@ -5,6 +5,7 @@ Its checkpoint/resume is checked with the other pipelines' in ``test_pipelines.p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -111,6 +112,21 @@ class TestConfig:
         assert result.config.forget_bias == 3.0
         lstm = ppo_popgym.make_agent(result.config)[1][1].lstm
         assert torch.equal(lstm.bias_ih_l0[64:128], torch.full((64,), 3.0))
+
+    def test_bandit_trains_the_papers_budget_in_whole_batches(self):
+        cfg = ppo_popgym.config_class("MultiarmedBandit")()
+        assert isinstance(cfg, ppo_popgym.MultiarmedBanditConfig)
+        assert cfg.frames <= _popgym_paper.PAPER_FRAMES < cfg.frames + cfg.frames_per_batch * 256
+        assert cfg.frames % cfg.frames_per_batch == 0
+        same = dataclasses.asdict(Config(env="MultiarmedBandit", frames=cfg.frames))
+        assert dataclasses.asdict(cfg) == same  # nothing else differs
+
+    def test_bandit_budget_is_what_help_states(self, capsys):
+        with pytest.raises(SystemExit):
+            entry.main(["popgym", "--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        frames = ppo_popgym.MultiarmedBanditConfig().frames
+        assert f"{frames:,} for MultiarmedBandit's PPO" in help_text
 
 
 def _quick(tmp_path, env: str, *more: str):

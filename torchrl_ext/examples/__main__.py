@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchrl_ext.examples._popgym_configs import PAPER_BUDGET
+
 PROG = "python -m torchrl_ext.examples"
 
 
@@ -70,8 +72,8 @@ def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Comman
         type=_count(1),
         default=None,
         metavar="N",
-        help=f"frames to collect per seed (default: {command.frames:,}; --quick: a few batches); "
-        "with --resume, a larger budget continues a finished run",
+        help=f"frames to collect per seed (default: {command.frames_text}; --quick: a few "
+        "batches); with --resume, a larger budget continues a finished run",
     )
     parser.add_argument(
         "--device", default="cpu", help="torch device of envs, networks and losses (cpu, cuda)"
@@ -243,6 +245,8 @@ class Command:
             named in :data:`EXTRAS`). Defaults to none.
         runs (str, optional): the folder under ``runs/`` that ``--help`` names for its runs.
             Defaults to the command's name.
+        frames_note (str, optional): what ``--help`` adds to the default ``--frames``, where a
+            config has its own. Defaults to none.
     """
 
     module: str
@@ -252,7 +256,16 @@ class Command:
     seeds: tuple[int, ...] = (0,)
     needs: tuple[str, ...] = ()
     runs: str | None = None
+    frames_note: str = ""
 
+    @property
+    def frames_text(self) -> str:
+        """The default ``--frames`` as ``--help`` states it."""
+        return f"{self.frames:,}{self.frames_note}"
+
+
+#: The POPGym envs whose config trains longer than the command's default.
+POPGYM_FRAMES_NOTE = f", {PAPER_BUDGET:,} for MultiarmedBandit's PPO"
 
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS = {
@@ -285,6 +298,7 @@ COMMANDS = {
         "recurrent PPO or R2D2 on a POPGym memory task (the Warp ports of torchrl_ext.envs.popgym)",
         _popgym_options,
         frames=2_097_152,
+        frames_note=POPGYM_FRAMES_NOTE,
         runs="popgym/<ENV>-<DIFFICULTY>[-r2d2]",
     ),
     "popgym-results": Command(
@@ -293,6 +307,7 @@ COMMANDS = {
         "paper's figures (trains what its folder lacks)",
         _popgym_results_options,
         frames=2_097_152,
+        frames_note=POPGYM_FRAMES_NOTE,
         seeds=(0, 1, 2),
         runs="popgym_results",
     ),

@@ -1,10 +1,11 @@
 """The ``Config`` of the POPGym pipelines (PPO and R2D2), and the results table's rows.
 
 * :func:`check_task`: the ``env`` and ``difficulty`` fields of a run's config, checked.
-* :class:`PPOPopGymConfig` (``ppo_popgym.Config``), :class:`RepeatFirstConfig` and
-  :func:`config_class`, the config of each env; :class:`R2D2PopGymConfig`
-  (``r2d2_popgym.Config``); each with its defaults and the overrides its ``--quick`` applies.
-  The pipelines import these names back and are where they are used and documented.
+* :class:`PPOPopGymConfig` (``ppo_popgym.Config``), :class:`RepeatFirstConfig`,
+  :class:`MultiarmedBanditConfig` and :func:`config_class`, the config of each env;
+  :class:`R2D2PopGymConfig` (``r2d2_popgym.Config``); each with its defaults and the overrides
+  its ``--quick`` applies. The pipelines import these names back and are where they are used
+  and documented.
 * :data:`ROWS`, :data:`QUICK_ROWS`: the envs ``popgym-results`` trains; :func:`table_rows`,
   :func:`table_folder` and :func:`seed_folder`: those a command line asks for, and where.
 
@@ -113,8 +114,26 @@ class RepeatFirstConfig(PPOPopGymConfig, env="RepeatFirst", forget_bias=3.0):
     """
 
 
+#: About the paper's budget of 15M frames, and no more: 7 times :class:`PPOPopGymConfig`'s
+#: default of 2,097,152 frames.
+PAPER_BUDGET = 14_680_064
+
+
+@dataclasses.dataclass(kw_only=True)
+class MultiarmedBanditConfig(PPOPopGymConfig, env="MultiarmedBandit", frames=PAPER_BUDGET):
+    """:class:`PPOPopGymConfig` for MultiarmedBandit: the paper's budget of frames, not a seventh.
+
+    The agent must find the best of 10 arms by pulling them, then keep pulling it, over a
+    200-pull episode. Its mean return still climbs at 2,097,152 frames, the other envs' budget,
+    and keeps climbing to the end of the paper's 15M; nothing else differs.
+    """
+
+
 #: The envs whose settings differ from :class:`PPOPopGymConfig`'s, and their configs.
-CONFIGS: dict[str, type[PPOPopGymConfig]] = {"RepeatFirst": RepeatFirstConfig}
+CONFIGS: dict[str, type[PPOPopGymConfig]] = {
+    "RepeatFirst": RepeatFirstConfig,
+    "MultiarmedBandit": MultiarmedBanditConfig,
+}
 
 
 def config_class(env: str) -> type[PPOPopGymConfig]:
@@ -123,6 +142,8 @@ def config_class(env: str) -> type[PPOPopGymConfig]:
     Examples:
         >>> config_class("RepeatFirst")().forget_bias, config_class("HigherLower")().forget_bias
         (3.0, 0.0)
+        >>> config_class("MultiarmedBandit")().frames, config_class("HigherLower")().frames
+        (14680064, 2097152)
     """
     return CONFIGS.get(env, PPOPopGymConfig)
 

@@ -190,10 +190,12 @@ def plot_rows(path: Path, rows: dict[tuple[str, str], list[Run]]) -> Path | None
         return None
     cols = min(4, len(rows))
     lines = math.ceil(len(rows) / cols)
-    fig, axes = plt.subplots(lines, cols, figsize=(3.2 * cols, 2.6 * lines), squeeze=False)
+    size = (max(3.2 * cols, 4.8), max(2.6 * lines, 3.2))  # one panel keeps room for the labels
+    fig, axes = plt.subplots(lines, cols, figsize=size, squeeze=False)
     for ax, ((env, difficulty), runs) in zip(axes.flat, rows.items(), strict=False):
         for run in runs:
-            ax.plot([c[0] for c in run.curve], [c[1] for c in run.curve], label=f"seed {run.seed}")
+            millions = [c[0] / 1e6 for c in run.curve]
+            ax.plot(millions, [c[1] for c in run.curve], label=f"seed {run.seed}")
         paper = reference(env, difficulty)
         if paper is not None:
             ax.axhline(paper, color="gray", linestyle="--", linewidth=1, label="paper")
@@ -202,7 +204,7 @@ def plot_rows(path: Path, rows: dict[tuple[str, str], list[Run]]) -> Path | None
     for ax in list(axes.flat)[len(rows) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=6)
-    fig.supxlabel("frames", fontsize=8)
+    fig.supxlabel("frames (millions)", fontsize=8)
     fig.supylabel("mean return (last 100 episodes)", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ from torchrl_ext.modules import LSTMModule
 # _popgym_configs, so that the command line builds the config, and refuses a bad one, before
 # importing this module.
 Config, RepeatFirstConfig = _popgym_configs.PPOPopGymConfig, _popgym_configs.RepeatFirstConfig
+MultiarmedBanditConfig = _popgym_configs.MultiarmedBanditConfig
 CONFIGS, config_class = _popgym_configs.CONFIGS, _popgym_configs.config_class
 SIZE, LEARNING = _popgym_configs.PPO_POPGYM_SIZE, _popgym_configs.PPO_POPGYM_LEARNING
 QUICK = _popgym_configs.PPO_POPGYM_QUICK
