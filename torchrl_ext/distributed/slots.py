@@ -2,15 +2,15 @@
 
 A learner and the replay service on one node share memory, yet Ray moves every returned array
 through its object store (create, seal, map, release), which costs more than the rest of a call
-that returns a packed sample (the transport floor is measured on the scaling page,
-:doc:`/scaling`). A *slot* is a file in ``/dev/shm`` owned by the learner. The learner sends the
-slot's path with its request; the service writes the packed sample into the file and returns
-only the schema; the learner copies the bytes out through its own descriptor (never a map, so a
-slot file truncated by another process gives a clear error, not ``SIGBUS``). Each slot serves
-one request at a time and is lent again only after its sample has been copied out, so the
-service never writes into bytes the learner is reading. Where the service cannot open the path
-(it runs on another node, or sees another ``/dev/shm``), it returns the sample through Ray, as
-without slots.
+that returns a packed sample. A *slot* is a file in ``/dev/shm`` owned by the learner. The
+learner sends the slot's path with its request; the service writes the packed sample into the
+file and returns only the schema; the learner copies the bytes out through its own descriptor
+(never a map, so a slot file truncated by another process gives a clear error, not
+``SIGBUS``). Each slot serves one request at a time and is lent again only after its sample has
+been copied out, so the service never writes into bytes the learner is reading. Where the
+service cannot open the path (it runs on another node, or sees another ``/dev/shm``), it
+returns the sample through Ray, as without slots. The scaling page (:doc:`/scaling`) measures
+the transport floor, and the distributed example with and without slots.
 
 :class:`SlotPool` is the learner's side, :class:`SlotWriter` the service's.
 """
