@@ -19,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchrl_ext.examples._popgym_configs import PAPER_BUDGET
-
 PROG = "python -m torchrl_ext.examples"
 
 
@@ -72,8 +70,8 @@ def _add_run_options(parser: argparse.ArgumentParser, name: str, command: Comman
         type=_count(1),
         default=None,
         metavar="N",
-        help=f"frames to collect per seed (default: {command.frames_text}; --quick: a few "
-        "batches); with --resume, a larger budget continues a finished run",
+        help=f"frames to collect per seed (default: {command.frames:,}{command.frames_note}; "
+        "--quick: a few batches); with --resume, a larger budget continues a finished run",
     )
     parser.add_argument(
         "--device", default="cpu", help="torch device of envs, networks and losses (cpu, cuda)"
@@ -237,16 +235,15 @@ class Command:
         description (str): one line for ``--help``.
         options (callable, optional): adds the command's own options to its parser. Defaults to
             none.
-        frames (int or None, optional): default ``--frames`` of a training command, which takes
-            the shared run options; ``None`` for a command that does not train. Defaults to
-            ``None``.
+        frames (int or None, optional): default ``--frames`` of a training command (which takes
+            the shared run options), ``None`` for one that does not train. Defaults to ``None``.
         seeds (tuple of int, optional): default ``--seeds``. Defaults to ``(0,)``.
         needs (tuple of str, optional): optional modules the command cannot run without (each
             named in :data:`EXTRAS`). Defaults to none.
         runs (str, optional): the folder under ``runs/`` that ``--help`` names for its runs.
             Defaults to the command's name.
-        frames_note (str, optional): what ``--help`` adds to the default ``--frames``, where a
-            config has its own. Defaults to none.
+        frames_note (str, optional): ``--help``'s words on a config's own ``--frames``.
+            Defaults to none.
     """
 
     module: str
@@ -258,14 +255,8 @@ class Command:
     runs: str | None = None
     frames_note: str = ""
 
-    @property
-    def frames_text(self) -> str:
-        """The default ``--frames`` as ``--help`` states it."""
-        return f"{self.frames:,}{self.frames_note}"
 
-
-#: The POPGym envs whose config trains longer than the command's default.
-POPGYM_FRAMES_NOTE = f", {PAPER_BUDGET:,} for MultiarmedBandit's PPO"
+POPGYM_FRAMES_NOTE = ", 14,680,064 for MultiarmedBandit's PPO"  # _popgym_configs.PAPER_BUDGET
 
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS = {
