@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from released_names import needs_released_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,6 +128,7 @@ def _probe(python: Path, cwd: Path) -> dict:
     return json.loads(_run([python, "-c", PROBE], cwd).stdout)
 
 
+@needs_released_names
 class TestWheel:
     """The wheel's metadata declares ranges; installed offline into an environment that holds
     torch 2.14.1, it leaves that torch alone and imports.

@@ -45,10 +45,25 @@ class TestLoadPlain:
         with pytest.raises(ValueError, match=f"{path}.*{REFUSED}"):
             load_plain(path)
 
-    def test_objects_of_other_libraries_are_refused(self, tmp_path):
-        torch.save({"carrier": TensorDict({"x": torch.zeros(2)}, [2])}, tmp_path / "td.pt")
+    def test_objects_of_unregistered_classes_are_refused(self, tmp_path):
+        torch.save({"carrier": Carrier(torch.zeros(2))}, tmp_path / "carrier.pt")
         with pytest.raises(ValueError, match=REFUSED):
-            load_plain(tmp_path / "td.pt")
+            load_plain(tmp_path / "carrier.pt")
+
+    def test_what_torch_allows_loads(self, tmp_path):
+        """Classes registered with ``torch.serialization.add_safe_globals`` load; a TensorDict
+        is one with tensordict's nightlies, and is refused with tensordict 0.14.3."""
+        torch.save({"carrier": Carrier(torch.ones(2))}, tmp_path / "carrier.pt")
+        with torch.serialization.safe_globals([Carrier]):
+            got = load_plain(tmp_path / "carrier.pt")
+        assert isinstance(got["carrier"], Carrier) and got["carrier"].x.tolist() == [1.0, 1.0]
+
+
+class Carrier:
+    """An object of a class that no library registers as safe to load."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
 
     def test_not_a_torch_file(self, tmp_path):
         (tmp_path / "noise.pt").write_bytes(b"not a checkpoint")

@@ -472,7 +472,8 @@ class TestTorchRLRayGaps:
         try:
             pickle.dumps(rb)
         except AttributeError as err:
-            assert "_futures_lock" in str(err)
+            # 0.14.1 misses "_futures_lock"; the October 2026 nightlies miss "_prefetch"
+            assert "'RayReplayBuffer' object has no attribute" in str(err)
         else:
             pytest.fail(
                 "RayReplayBuffer pickles now: ShareableRayReplayBuffer can go (or become an alias)."

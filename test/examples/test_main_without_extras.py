@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from released_names import needs_released_names
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the build reads (pyproject.toml names README.md and LICENSE).
@@ -133,6 +134,7 @@ def venv(tmp_path_factory):
     return python, tmp
 
 
+@needs_released_names
 class TestWithoutExtras:
     """The examples need no extra to train; an option that needs one says which, in one line."""
 

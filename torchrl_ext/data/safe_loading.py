@@ -46,8 +46,10 @@ def load_plain(path: str | Path, map_location: str | torch.device | None = "cpu"
     """Reads a ``torch.save`` file that holds tensors and plain data only.
 
     ``torch.load(path, weights_only=True)``: tensors, dicts, lists, tuples, strings, numbers,
-    booleans and ``None`` load; a file that names any other Python object is refused before
-    anything in it runs.
+    booleans and ``None`` load, and so do the classes that torch and the libraries loaded have
+    registered as safe (``torch.serialization.add_safe_globals``; tensordict's 2026 nightlies
+    register ``TensorDict``, tensordict 0.14.3 does not); a file that names any other Python
+    object is refused before anything in it runs.
 
     Args:
         path (str or Path): the file.
