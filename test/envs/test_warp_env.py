@@ -110,6 +110,9 @@ class _CountdownEnv(WarpEnv):
     def _allocate_state(self):
         self.left = wp.zeros(self.num_envs, dtype=wp.int32)
 
+    def _state_tensors(self):
+        return {**super()._state_tensors(), "left": wp.to_torch(self.left)}
+
     def _counters(self):
         b = self.buffers
         return [b["seed"], b["steps"], b["episode"]]
@@ -128,11 +131,30 @@ class _CountdownEnv(WarpEnv):
         return [(_countdown_step, head + nxt + root + flags)]
 
 
-def test_hand_written_env_refuses_to_pickle_without_its_own_reduce():
-    env = _CountdownEnv(4, seed=0)
-    for copy_it in (pickle.dumps, copy.deepcopy):
-        with pytest.raises(TypeError, match=r"hand-written kernels.*__reduce__"):
-            copy_it(env)
+def _countdown_run(env, root, actions):
+    outs = []
+    for action in actions:
+        root["action"] = action
+        td, root = env.step_and_maybe_reset(root)
+        outs.append(td.clone())
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_hand_written_env_copies_allocate_again_and_continue_bitwise(capture):
+    """A copy allocates its own Warp arrays and loads the state: no per-env pickling code."""
+    env = _CountdownEnv(4, seed=0, max_steps=5, capture=capture)
+    env.sync_free = True
+    actions = torch.rand(30, 4, 1, generator=torch.Generator().manual_seed(1))
+    root = env.reset()
+    _countdown_run(env, root, actions[:7])  # mid-episode, several ends behind
+    root = env.reset(TensorDict({"_reset": torch.tensor([[True], [False], [False], [True]])}, [4]))
+    copies = [pickle.loads(pickle.dumps(env)), copy.deepcopy(env)]
+    expected = _countdown_run(env, root.clone(), actions[7:])
+    for other in copies:
+        assert other.left.ptr != env.left.ptr  # its own arrays, not the original's
+        assert (other.sync_free, other.capture) == (True, capture)
+        assert (_countdown_run(other, root.clone(), actions[7:]) == expected).all()
 
 
 class _StockCountdownEnv(_CountdownEnv):
@@ -784,6 +806,21 @@ class TestStateDict:
         )
         prefixed = env.state_dict(prefix="env.")
         assert all(k.startswith("env.") for k in prefixed)
+
+    @pytest.mark.parametrize(("cls", "kwargs"), SAVE_CASES, ids=SAVE_IDS)
+    def test_copies_keep_settings_set_after_construction(self, cls, kwargs):
+        env = cls(**kwargs)
+        env.sync_free = True
+        if cls is CourseEnv:  # a curriculum's next-course parameters and the step inputs
+            env.generator.set_params([1], width=2.5)
+            env.inputs["reset_mask"][2] = 1
+        for other in (pickle.loads(pickle.dumps(env)), copy.deepcopy(env)):
+            assert other.sync_free and other.capture == env.capture
+            _assert_states_equal(other.state_dict(), env.state_dict())
+            if cls is CourseEnv:
+                assert other.generator.views["param_width"][1] == 2.5
+                assert other.inputs["reset_mask"].tolist() == [0, 0, 1, 0]
+                assert other.inputs["reset_mask"].data_ptr() != env.inputs["reset_mask"].data_ptr()
 
     def test_pickle_keeps_the_drawn_seed_and_never_draws(self):
         env = CartPoleEnv(3)  # seed drawn from torch's generator

@@ -45,10 +45,8 @@ from torchrl_ext.envs._kernels.common import (
     uniform_range,
 )
 
-# Warp helpers for env functions: per-env counter-based random streams (``stream_key``,
-# ``uniform64``, ``uniform_range``); for hand-written kernels also the episode bookkeeping
-# (``Episodes``, ``begin_episode``, ``next_episode_key``, ``count_step``), the flags as one
-# argument (``Flags``, ``set_flags``) and named constants (``param_structs``, ``pack_params``).
+# Warp helpers: random streams for env functions; for hand-written kernels also the episode
+# bookkeeping, the flags as one argument and named constants (see the concept page on envs).
 __all__ = [
     "Episodes",
     "Flags",
@@ -206,7 +204,9 @@ class WarpEnv(TorchRLShim):
         self._physics = self._generated_physics()
         self._launcher = Launcher(device, num_envs, self._recipes, capture)
         if self._physics is None:
+            known = set(self.__dict__)
             self._allocate_state()
+            self._allocated = sorted(set(self.__dict__) - known)  # allocated again by a copy
         self._set_seed(seed)
 
     # ------------------------------------------------------------------ authoring contract
@@ -252,7 +252,11 @@ class WarpEnv(TorchRLShim):
         return actions.fault(self.full_action_spec[key], action)
 
     def _allocate_state(self) -> None:
-        """Hand-written kernels only: allocate the state (Warp arrays on :attr:`warp_device`)."""
+        """Hand-written kernels only: allocate the state (Warp arrays on :attr:`warp_device`).
+
+        A copy (pickle, deepcopy) calls it again and loads :meth:`state_dict`, so
+        :meth:`_state_tensors` must hold everything that determines future steps.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} must set functions, or implement "
             "_allocate_state(), _reset_launches() and _step_launches()."
@@ -327,15 +331,9 @@ class WarpEnv(TorchRLShim):
                 f"got {type(functions).__name__}."
             )
         arrays = declared_arrays(type(self).__name__, self._state_arrays(), self._dtype)
-        return GeneratedPhysics(
-            type(self),
-            self._layout,
-            arrays,
-            self._constants(),
-            self._dtype,
-            self._limit,
-            type(self).truncates_terminal_steps,
-        )
+        env_type, dtype, truncates = type(self), self._dtype, type(self).truncates_terminal_steps
+        constants, limit = self._constants(), self._limit
+        return GeneratedPhysics(env_type, self._layout, arrays, constants, dtype, limit, truncates)
 
     @property
     def _arrays(self) -> dict[str, torch.Tensor]:
@@ -478,21 +476,23 @@ class WarpEnv(TorchRLShim):
             wp.synchronize_device(self.warp_device)
 
     def __getstate__(self) -> dict:
-        """Pickle (and deepcopy) the env's own attributes; Warp views are rebuilt on load.
+        """Pickle (and deepcopy) the env's attributes and its state; Warp views are rebuilt on load.
 
-        Raises:
-            TypeError: for an env with hand-written kernels: its Warp state is its own, so it
-                pickles through its own ``__reduce__`` (as :class:`~torchrl_ext.envs.CourseEnv`).
+        An env with hand-written kernels is copied without the attributes its
+        :meth:`_allocate_state` set: the copy calls it again and loads :meth:`state_dict`.
         """
-        if self._physics is None:
-            raise TypeError(
-                f"{type(self).__name__} has hand-written kernels, whose Warp state the base cannot "
-                "copy; implement __reduce__ (e.g. its constructor arguments and state_dict())."
-            )
         state = self.__dict__.copy()
         state["_launcher"] = self._launcher.capture  # recorded launches are rebuilt on load
+        if self._physics is None:
+            for name in self._allocated:
+                del state[name]
+            state["_saved"] = self.state_dict()
         return state
 
     def __setstate__(self, state: dict) -> None:
+        saved_state = state.pop("_saved", None)
         self.__dict__.update(state)
         self._launcher = Launcher(self.device, self.num_envs, self._recipes, state["_launcher"])
+        if saved_state is not None:
+            self._allocate_state()
+            self.load_state_dict(saved_state)

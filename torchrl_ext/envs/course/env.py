@@ -56,13 +56,6 @@ class _RegenerateCommand:
         self.generator._regenerate(self.mask, "advance", skip_empty=skip)
 
 
-def _rebuild(cls: type, args: tuple, settings: dict, state: dict) -> CourseEnv:
-    """Unpickle a CourseEnv: build it with its settings, then load its saved state."""
-    env = cls(*args, **settings)
-    env.load_state_dict(state)
-    return env
-
-
 class CourseEnv(WarpEnv):
     """A kinematic car drives procedurally generated closed courses; finished courses regenerate.
 
@@ -457,28 +450,6 @@ class CourseEnv(WarpEnv):
             The same keys as :meth:`reset` returns.
         """
         return self._layout.root_td()
-
-    def __reduce__(self) -> tuple:
-        """Pickle (and deepcopy) as the constructor's settings plus :meth:`state_dict`.
-
-        The course generator's Warp arrays cannot be pickled: the copy builds them again, then
-        loads every course array, the car and the counters from the saved state.
-        """
-        settings = {
-            "params": self._params,
-            "num_points": self.num_points,
-            "max_checkpoints": self.max_checkpoints,
-            "num_rays": self.num_rays,
-            "laps": self.laps,
-            "crash": self.crash,
-            "car": self.car,
-            "max_steps": self.max_steps,
-            "capture": self.capture,
-            "mode": self.mode,
-            "collision": self.collision,
-        }
-        args = (self.num_envs, str(self.device), self.seed)
-        return (_rebuild, (type(self), args, settings, self.state_dict()))
 
     def _mask_or_all(self, mask: torch.Tensor | wp.array | None) -> wp.array:
         return self._w["all_mask"] if mask is None else self._generator.check_mask(mask)
