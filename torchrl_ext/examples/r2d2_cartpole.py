@@ -9,10 +9,11 @@ The pipeline, top to bottom:
    :class:`~torchrl.envs.TransformedEnv`: ``InitTracker`` (``is_init``), ``RewardSum`` (episode
    returns), a constant ``ObservationNorm`` (the termination bounds become 1) and the LSTM's
    state primer.
-2. The Q-network: a linear embedding, torchrl's :class:`~torchrl.modules.LSTMModule` and a
-   two-layer head writing ``action_value``; :class:`~torchrl.modules.QValueModule` picks the
-   greedy action and :class:`~torchrl.modules.EGreedyModule` explores, with an Ape-X-style
-   exploration rate per env (:func:`epsilons`).
+2. The Q-network: a linear embedding, an :class:`~torchrl_ext.modules.LSTMModule` (TorchRL's,
+   running each row in one pass when training) and a two-layer head writing ``action_value``;
+   :class:`~torchrl.modules.QValueModule` picks the greedy action and
+   :class:`~torchrl.modules.EGreedyModule` explores, with an Ape-X-style exploration rate per
+   env (:func:`epsilons`).
 3. :class:`~torchrl.collectors.Collector` gathers ``[num_envs, steps]`` batches; each record
    carries the LSTM state the actor had *before* it (``recurrent_state_h/c``).
 4. The batches go into a prioritized :class:`~torchrl.data.TensorDictReplayBuffer` over a
