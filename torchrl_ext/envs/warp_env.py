@@ -486,11 +486,11 @@ class WarpEnv(TorchRLShim):
         if self._physics is None:
             for name in self._allocated:
                 del state[name]
-            state["_saved"] = self.state_dict()
+            state["_copied_state_dict"] = self.state_dict()
         return state
 
     def __setstate__(self, state: dict) -> None:
-        saved_state = state.pop("_saved", None)
+        saved_state = state.pop("_copied_state_dict", None)
         self.__dict__.update(state)
         self._launcher = Launcher(self.device, self.num_envs, self._recipes, state["_launcher"])
         if saved_state is not None:
