@@ -4,17 +4,20 @@ CleanRL-style loop, sb3-contrib.
 Usage::
 
     python benchmarks/ppo_side_by_side.py [--seeds 0 1 2] [--frames 61440]
-        [--pipelines ours torchrl-lstm cleanrl sb3] [--quick] [--table PATH]
+        [--pipelines ours torchrl cleanrl sb3] [--quick] [--table PATH]
 
 Each run is a fresh subprocess with one torch thread; runs are interleaved over seeds (ours seed
-0, torchrl-lstm seed 0, cleanrl seed 0, sb3 seed 0, ours seed 1, ...), so load on a shared
+0, torchrl seed 0, cleanrl seed 0, sb3 seed 0, ours seed 1, ...), so load on a shared
 machine falls on all of them alike. The pipelines:
 
 * ``ours``: ``python -m torchrl_ext.examples ppo`` as it is, through its public ``train`` (the
   call ``python -m torchrl_ext.examples results`` makes), with the demo's ``Config``.
-* ``torchrl-lstm``: the same demo with TorchRL's own ``LSTMModule`` in place of
-  :class:`torchrl_ext.modules.LSTMModule` (the one-line switch a TorchRL user makes), so the
-  two rows show what the whole-row module changes end to end.
+* ``torchrl``: the same demo as stock TorchRL builds it: TorchRL's own ``LSTMModule`` in place
+  of :class:`torchrl_ext.modules.LSTMModule` (the one-line switch a TorchRL user makes),
+  ``ClipPPOLoss`` with its default functional parameters and Adam with its default
+  per-parameter loop on the CPU. The demo sets ``functional=False`` and ``foreach=True``
+  instead, which compute the same numbers bit for bit, faster; so the two rows show what the
+  whole-row module and those two settings change end to end.
 * ``cleanrl``: :mod:`_ppo_baselines.cleanrl_lstm_ppo`, plain torch, the demo's settings.
 * ``sb3``: :mod:`_ppo_baselines.sb3_recurrent_ppo`, sb3-contrib's ``RecurrentPPO`` with the
   demo's settings as far as its options go; skipped with a message when sb3-contrib is missing
@@ -38,6 +41,7 @@ sb3 gives only ``collect (with GAE)`` and ``update``.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -50,7 +54,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PIPELINES = ("ours", "torchrl-lstm", "cleanrl", "sb3")
+PIPELINES = ("ours", "torchrl", "cleanrl", "sb3")
 SECTIONS = ("collect", "gae", "loss forward", "backward", "optimizer")
 RESULT_PREFIX = "RESULT "
 
@@ -114,17 +118,20 @@ class _GradientTimer:
         self.totals["optimizer"] += time.perf_counter() - self._step_start
 
 
-def run_ours(cfg, torchrl_lstm: bool = False) -> dict:
+def run_ours(cfg, stock_torchrl: bool = False) -> dict:
     """Trains the demo through its public ``train``; returns what the table needs.
 
-    With ``torchrl_lstm``, the demo builds its memories from TorchRL's ``LSTMModule``.
+    With ``stock_torchrl``, the demo builds its memories from TorchRL's ``LSTMModule``, its
+    loss with TorchRL's default ``functional=True`` and Adam with torch's default ``foreach``.
     """
-    from torchrl_ext.examples import _run_folder, ppo_cartpole
+    from torchrl_ext.examples import _ppo, _run_folder, ppo_cartpole
 
-    if torchrl_lstm:
+    if stock_torchrl:
         from torchrl.modules import LSTMModule
 
         ppo_cartpole.LSTMModule = LSTMModule  # the one name the demo builds its memories from
+        _ppo.ppo_loss = functools.partial(_ppo.ppo_loss, functional=True)
+        _ppo.ppo_optimizer = functools.partial(_ppo.ppo_optimizer, foreach=False)
     train = ppo_cartpole.train
     timer = _GradientTimer()
     with tempfile.TemporaryDirectory() as out:
@@ -166,8 +173,8 @@ def worker(name: str, seed: int, frames: int | None, quick: bool) -> None:
     torch.set_num_threads(1)
     logging.getLogger("torchrl").setLevel(logging.WARNING)
     cfg = demo_config(seed, frames, quick)
-    if name in ("ours", "torchrl-lstm"):
-        result = run_ours(cfg, torchrl_lstm=name == "torchrl-lstm")
+    if name in ("ours", "torchrl"):
+        result = run_ours(cfg, stock_torchrl=name == "torchrl")
     else:
         result = run_baseline(name, cfg)
     result.update(pipeline=name, seed=seed, target=cfg.target)

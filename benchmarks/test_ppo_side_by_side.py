@@ -80,26 +80,35 @@ def test_quick_sb3():
     assert "| sb3 | 0 | —" in text, text
 
 
-def test_torchrl_lstm_runs_the_demo_on_torchrl_s_module(monkeypatch):
-    """The variant swaps only the class the demo builds its memories from."""
+def test_torchrl_runs_the_demo_as_stock_torchrl_builds_it(monkeypatch):
+    """The variant swaps the memories' class, the loss's and Adam's settings, nothing else."""
     from torchrl import modules as torchrl_modules
 
-    from torchrl_ext.examples import ppo_cartpole
+    from torchrl_ext.examples import _ppo, ppo_cartpole
 
     class Built(Exception):
         pass
 
     def train(cfg, run):
-        raise Built(type(ppo_cartpole.make_memory(cfg, 2, "x", ppo_cartpole.ACTOR_STATE)))
+        actor, critic = ppo_cartpole.make_agent(cfg, 2)
+        loss = ppo_cartpole.make_loss(cfg, actor, critic)
+        optim = _ppo.ppo_optimizer(cfg, loss)
+        memory = type(ppo_cartpole.memories(actor, critic)[0])
+        raise Built(memory, loss.functional, optim.defaults["foreach"], len(optim.param_groups))
 
     monkeypatch.setattr(ppo_cartpole, "train", train)
     monkeypatch.setattr(ppo_cartpole, "LSTMModule", ppo_cartpole.LSTMModule)  # undone after
+    for name in ("ppo_loss", "ppo_optimizer"):
+        monkeypatch.setattr(_ppo, name, getattr(_ppo, name))
     cfg = ppo_side_by_side.demo_config(seed=0, frames=None, quick=True)
     with pytest.raises(Built) as built:
-        ppo_side_by_side.run_ours(cfg, torchrl_lstm=True)
-    assert built.value.args == (torchrl_modules.LSTMModule,)
+        ppo_side_by_side.run_ours(cfg)
+    assert built.value.args[1:] == (False, True, 2)
+    with pytest.raises(Built) as built:
+        ppo_side_by_side.run_ours(cfg, stock_torchrl=True)
+    assert built.value.args == (torchrl_modules.LSTMModule, True, None, 2)
 
 
-def test_quick_ours_and_torchrl_lstm():
-    text = ppo_side_by_side.main(["--quick", "--seeds", "0", "--pipelines", "ours", "torchrl-lstm"])
-    assert "| ours | 0 | —" in text and "| torchrl-lstm | 0 | —" in text, text
+def test_quick_ours_and_torchrl():
+    text = ppo_side_by_side.main(["--quick", "--seeds", "0", "--pipelines", "ours", "torchrl"])
+    assert "| ours | 0 | —" in text and "| torchrl | 0 | —" in text, text

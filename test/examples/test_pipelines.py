@@ -37,6 +37,32 @@ def _run(*argv: str):
         torch.set_num_threads(threads)
 
 
+def _interrupted(tmp_path, monkeypatch, name: str, every: int, stop: int):
+    """The run folder of a quick run killed after it logged ``stop`` (checkpoints every
+    ``every`` frames)."""
+    log_row = _run_folder.log_row
+
+    def log_then_die(logger, row, step):
+        log_row(logger, row, step)
+        if step == stop:
+            raise Interrupted(step)
+
+    monkeypatch.setattr(_run_folder, "log_row", log_then_die)
+    with pytest.raises(Interrupted):
+        _run(name, "--quick", "--out", str(tmp_path), "--save-every", str(every))
+    monkeypatch.setattr(_run_folder, "log_row", log_row)
+    run = tmp_path / "seed0"
+    saved = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run))["counters"]["frames"]
+    assert saved < stop  # the rows logged after the checkpoint are logged again
+    return run
+
+
+def _functional_key(key: str) -> str:
+    """A loss key as a functional TorchRL loss names it (``actor_network`` -> ``..._params``)."""
+    names = {"actor_network": "actor_network_params", "critic_network": "critic_network_params"}
+    return ".".join(names.get(part, part) for part in key.split("."))
+
+
 def _curve(out) -> dict:
     """Every logged scalar but the wall time, as text (so that NaN equals NaN)."""
     scalars = _run_folder.read_scalars(out)
@@ -100,20 +126,28 @@ class TestResume:
 
     @pytest.mark.parametrize("name, every, stop", RESUME_CASES)
     def test_resumed_run_matches(self, uninterrupted, tmp_path, monkeypatch, name, every, stop):
-        log_row = _run_folder.log_row
+        run = _interrupted(tmp_path, monkeypatch, name, every, stop)
+        _run(name, "--resume", str(run))
+        reference, _ = uninterrupted[name]
+        assert _curve(run) == _curve(reference)
 
-        def log_then_die(logger, row, step):
-            log_row(logger, row, step)
-            if step == stop:
-                raise Interrupted(step)
+    @pytest.mark.parametrize("name, every, stop", [RESUME_CASES[0], RESUME_CASES[3]])
+    def test_resumes_functional_loss_layout(
+        self, uninterrupted, tmp_path, monkeypatch, name, every, stop
+    ):
+        """A checkpoint whose networks are saved as a functional ClipPPOLoss keeps them
+        (``actor_network_params.*``) resumes to the same curve."""
+        from test_safe_resume import seal  # it imports this module
 
-        monkeypatch.setattr(_run_folder, "log_row", log_then_die)
-        with pytest.raises(Interrupted):
-            _run(name, "--quick", "--out", str(tmp_path), "--save-every", str(every))
-        monkeypatch.setattr(_run_folder, "log_row", log_row)
-        run = tmp_path / "seed0"
-        saved = _run_folder.load_checkpoint(_run_folder.find_checkpoint(run))["counters"]["frames"]
-        assert saved < stop  # the rows logged after the checkpoint are logged again
+        run = _interrupted(tmp_path, monkeypatch, name, every, stop)
+        folder = _run_folder.find_checkpoint(run)
+        state = _run_folder.load_checkpoint(folder)
+        renamed = {_functional_key(k): v for k, v in state["loss"].items()}
+        parameters = [k for k, v in state["loss"].items() if v.ndim > 0]
+        assert parameters and all(_functional_key(k) != k for k in parameters)
+        state["loss"] = renamed
+        torch.save(state, folder / _run_folder.STATE)
+        seal(folder)
         _run(name, "--resume", str(run))
         reference, _ = uninterrupted[name]
         assert _curve(run) == _curve(reference)

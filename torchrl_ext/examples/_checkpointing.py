@@ -8,12 +8,14 @@
   the rest its own way.
 * :class:`Checkpoints`: a run's logger, minibatch generator and checkpoints, restored on resume,
   for the pipelines whose state is exactly that (``ppo``, ``course``, ``signalling``).
+* :func:`load_loss`: a checkpoint's networks into a loss, in either parameter layout of
+  TorchRL's losses (functional or not).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,53 @@ from torchrl_ext.examples._run_folder import (
     save_checkpoint,
     trim_csv_logs,
 )
+
+#: A functional TorchRL loss keeps a network's parameters under ``<name>_params``; one built with
+#: ``functional=False`` under the network's own name.
+_FUNCTIONAL_NAMES = {
+    "actor_network_params": "actor_network",
+    "critic_network_params": "critic_network",
+}
+
+
+def load_loss(loss: torch.nn.Module, state: Mapping[str, Any]) -> None:
+    """Loads a checkpoint's ``loss`` entry into ``loss``, whichever layout it was saved in.
+
+    The PPO pipelines build :class:`~torchrl.objectives.ClipPPOLoss` with ``functional=False``;
+    checkpoints whose keys follow a functional loss's layout (``actor_network_params.*``,
+    ``critic_network_params.*``, as earlier releases of the examples saved them) load too. The
+    parameters are the same tensors in the same order either way, so the optimizer's state
+    loads unchanged. Anything else missing or unexpected raises as ``load_state_dict`` does.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.objectives import ClipPPOLoss
+        >>> from torchrl.modules import ProbabilisticActor
+        >>> from tensordict.nn import TensorDictModule
+        >>> _ = torch.manual_seed(0)
+        >>> def networks():
+        ...     logits = TensorDictModule(torch.nn.Linear(3, 2), ["obs"], ["logits"])
+        ...     actor = ProbabilisticActor(
+        ...         logits, ["logits"], distribution_class=torch.distributions.Categorical
+        ...     )
+        ...     return actor, TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> saved = ClipPPOLoss(*networks())  # functional, TorchRL's default
+        >>> loss = ClipPPOLoss(*networks(), functional=False)
+        >>> load_loss(loss, saved.state_dict())
+        >>> saved_weight = saved.critic_network_params["module", "weight"]
+        >>> bool((loss.critic_network.module.weight == saved_weight).all())
+        True
+    """
+    expected = loss.state_dict().keys()
+    loss.load_state_dict({_current_key(key, expected): value for key, value in state.items()})
+
+
+def _current_key(key: str, expected: Any) -> str:
+    """``key`` in ``loss``'s layout: a functional loss's parameter names renamed if needed."""
+    if key in expected:
+        return key
+    renamed = ".".join(_FUNCTIONAL_NAMES.get(part, part) for part in key.split("."))
+    return renamed if renamed in expected else key
 
 
 def save_run(
@@ -108,7 +157,7 @@ def restore_run(
     The logger and the CSV log as :func:`restore_log` leaves them; the pipeline restores its own
     parts from ``state``.
     """
-    loss.load_state_dict(state["loss"])
+    load_loss(loss, state["loss"])
     optim.load_state_dict(state["optim"])
     collector.load_state_dict(state["collector"])
     env.base_env.load_state_dict(state["env"])

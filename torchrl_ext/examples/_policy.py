@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 
-from torchrl_ext.examples import _run_folder
+from torchrl_ext.examples import _checkpointing, _run_folder
 
 __all__ = ["load_policy"]
 
@@ -68,5 +68,5 @@ def build_policy(state: dict[str, Any], device: torch.device) -> tuple[Any, Any,
         actor, critic = pipeline.make_agent(cfg, obs_dim)
         loss = pipeline.make_loss(cfg, actor.to(device), critic.to(device))
         policy = actor
-    loss.load_state_dict(state["loss"])
+    _checkpointing.load_loss(loss, state["loss"])
     return policy.eval(), cfg, pipeline

@@ -21,11 +21,16 @@ from torchrl_ext.examples._common import Stopwatch, gradient_step
 from torchrl_ext.objectives import RecurrentGAE
 
 
-def ppo_loss(cfg: Any, actor: Any, critic: Any, **gae_options: Any) -> ClipPPOLoss:
+def ppo_loss(
+    cfg: Any, actor: Any, critic: Any, functional: bool = False, **gae_options: Any
+) -> ClipPPOLoss:
     """ClipPPOLoss with :class:`~torchrl_ext.objectives.RecurrentGAE` as its value estimator.
 
     ``cfg`` gives ``clip``, ``entropy_coeff``, ``critic_coeff``, ``gamma`` and ``lmbda``;
-    ``gae_options`` go to ``RecurrentGAE``.
+    ``gae_options`` go to ``RecurrentGAE``. By default the loss calls the networks as they are
+    (``functional=False``): PPO has no target networks, and swapping functional parameters in
+    and out around every call (TorchRL's default, ``functional=True``) costs about a tenth of a
+    minibatch's forward at the demo's sizes, for the same numbers.
     """
     loss = ClipPPOLoss(
         actor,
@@ -36,23 +41,30 @@ def ppo_loss(cfg: Any, actor: Any, critic: Any, **gae_options: Any) -> ClipPPOLo
         critic_coeff=cfg.critic_coeff,
         loss_critic_type="l2",
         normalize_advantage=True,
+        functional=functional,
     )
     gae = RecurrentGAE(cfg.gamma, cfg.lmbda, value_network=critic, **gae_options)
     loss.make_value_estimator(gae)
     return loss
 
 
-def ppo_optimizer(cfg: Any, loss: ClipPPOLoss) -> torch.optim.Optimizer:
+def ppo_optimizer(cfg: Any, loss: ClipPPOLoss, foreach: bool = True) -> torch.optim.Optimizer:
     """Adam with one parameter group per network, so gradients are clipped per network.
 
     Clipping the two networks' gradients together (as sb3 does) lets the critic's large early
-    value errors shrink the actor's step; sb3 avoids that with reward normalization.
+    value errors shrink the actor's step; sb3 avoids that with reward normalization. The
+    multi-tensor update (``foreach=True``; torch's default is ``None``, which means it on CUDA
+    only) gives the same numbers as the per-parameter loop on the CPU, in less time.
     """
-    groups = [
-        {"params": list(loss.actor_network_params.values(True, True))},
-        {"params": list(loss.critic_network_params.values(True, True))},
-    ]
-    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
+    groups = [{"params": _parameters(loss, "actor")}, {"params": _parameters(loss, "critic")}]
+    return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5, foreach=foreach or None)
+
+
+def _parameters(loss: ClipPPOLoss, network: str) -> list[torch.Tensor]:
+    """What ``loss`` trains of its ``"actor"`` or ``"critic"`` network, functional or not."""
+    if loss.functional:
+        return list(getattr(loss, f"{network}_network_params").values(True, True))
+    return list(getattr(loss, f"{network}_network").parameters())
 
 
 def anneal(cfg: Any, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: int) -> float:

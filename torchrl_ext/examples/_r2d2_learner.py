@@ -58,7 +58,7 @@ class _Learner:
             self.loss_fn, value_network_update_interval=cfg.target_period
         )
         params = self.loss_fn.value_network_params.values(True, True)
-        self.optim = torch.optim.Adam(list(params), lr=cfg.lr)
+        self.optim = torch.optim.Adam(list(params), lr=cfg.lr, foreach=True)
         self.unit, self.rb = make_replay(cfg)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="replay")
         self._samples: Any = None  # a SamplePrefetcher once the actors have written

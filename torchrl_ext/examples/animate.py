@@ -21,7 +21,7 @@ import torch
 from torchrl.envs import ExplorationType, set_exploration_type
 
 from torchrl_ext.envs import render_frame
-from torchrl_ext.examples import _common, _run_folder
+from torchrl_ext.examples import _checkpointing, _common, _run_folder
 
 #: Seed of the env the animation is recorded in (not a training seed).
 ANIMATION_SEED = 7_000_003
@@ -47,7 +47,7 @@ def load_agent(run: Path, device: torch.device) -> tuple[Any, Any]:
     else:
         raise SystemExit(f"animate: {run} holds no ppo or course run.")
     loss = pipeline.make_loss(cfg, actor.to(device), critic.to(device))
-    loss.load_state_dict(state["loss"])
+    _checkpointing.load_loss(loss, state["loss"])
     return actor, env
 
 

@@ -250,7 +250,9 @@ def _train(cfg: Config, run: _run_folder.RunOptions, quick: bool, task: Task) ->
     egreedy.eps = epsilons(cfg, 0).to(device)  # one rate per env, set every batch
     loss_fn = make_loss(cfg, qnet)
     target_updater = HardUpdate(loss_fn, value_network_update_interval=cfg.target_period)
-    optim = torch.optim.Adam(loss_fn.value_network_params.values(True, True), lr=cfg.lr)
+    optim = torch.optim.Adam(
+        loss_fn.value_network_params.values(True, True), lr=cfg.lr, foreach=True
+    )
     unit, rb = make_buffer(cfg)
     explorer = TensorDictSequential(policy, egreedy)
     collector = _common.collector(env, explorer, cfg, device)
