@@ -1,5 +1,5 @@
-"""The same recurrent PPO four ways: our demo (with our LSTMModule or TorchRL's), a hand-written
-CleanRL-style loop, sb3-contrib.
+"""The same recurrent PPO four ways: our demo, the same demo as stock TorchRL builds it, a
+hand-written CleanRL-style loop, sb3-contrib.
 
 Usage::
 
@@ -294,7 +294,7 @@ def report(
     """The printed page: summary, time per frame by section, every run."""
     target = results[0]["target"]
     lines = [
-        "# Recurrent PPO side by side: our demo (our LSTMModule or TorchRL's), a hand-written "
+        "# Recurrent PPO side by side: our demo, the same demo on stock TorchRL, a hand-written "
         "loop, sb3-contrib RecurrentPPO",
         "",
         f"Command: `{command}` ({platform.machine()}, {os.cpu_count()} cores, one torch thread, "
