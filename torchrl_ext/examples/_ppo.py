@@ -4,8 +4,9 @@
   :class:`~torchrl_ext.objectives.RecurrentGAE` as its value estimator.
 * :func:`ppo_optimizer` and :func:`anneal`: Adam with a parameter group per network, and the
   linear decay of learning rate and clip range over the frame budget.
-* :func:`gae_batches`, :func:`ppo_step` and :func:`ppo_total`: the collected batches with their
-  advantages, one clipped gradient step on the summed loss terms.
+* :func:`gae_batches`, :func:`loss_inputs`, :func:`ppo_step` and :func:`ppo_total`: the
+  collected batches with their advantages, the entries the loss reads, one clipped gradient step
+  on the summed loss terms.
 """
 
 from __future__ import annotations
@@ -74,6 +75,25 @@ def anneal(cfg: Any, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: in
         group["lr"] = cfg.lr * left
     loss.clip_epsilon.fill_(cfg.clip * left)
     return left
+
+
+def loss_inputs(batch: TensorDictBase, loss: ClipPPOLoss) -> TensorDictBase:
+    """The entries of ``batch`` that ``loss`` reads once the advantages are in.
+
+    These are its networks' inputs, the action, its log-probability, the advantage and the value
+    target. A minibatch indexes every entry of what it is cut from, so cutting the minibatches
+    from this selection (about a third of a collected batch's entries) costs less and gives the
+    same losses.
+    """
+    keys = loss.tensor_keys
+    return batch.select(
+        *loss.actor_network.in_keys,
+        *loss.critic_network.in_keys,
+        keys.action,
+        keys.sample_log_prob,
+        keys.advantage,
+        keys.value_target,
+    )
 
 
 def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> dict[str, float]:

@@ -225,7 +225,10 @@ def update(
     log-probabilities.
     """
     minibatches = EnvMajorMinibatches(
-        batch, cfg.envs_per_minibatch, epochs=cfg.epochs, generator=generator
+        _ppo.loss_inputs(batch, loss),
+        cfg.envs_per_minibatch,
+        epochs=cfg.epochs,
+        generator=generator,
     )
     first_max_ratio = None
     for minibatch in minibatches:

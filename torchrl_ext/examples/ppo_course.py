@@ -196,7 +196,7 @@ def update(
     generator: torch.Generator,
 ) -> dict[str, float]:
     """PPO epochs over shuffled flat minibatches; returns the last minibatch's losses."""
-    flat = batch.reshape(-1)
+    flat = _ppo.loss_inputs(batch, loss).reshape(-1)
     size = min(cfg.minibatch_size, flat.numel())
     for _ in range(cfg.epochs):
         order = torch.randperm(flat.numel(), generator=generator)
