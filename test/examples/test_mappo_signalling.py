@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_pipelines import _run
 from torchrl.collectors import Collector
+from torchrl.objectives import ClipPPOLoss
 
 from torchrl_ext.examples import _config, _run_folder
 from torchrl_ext.examples import mappo_signalling as mappo
@@ -24,6 +25,19 @@ def quick_run(tmp_path_factory):
     results = _run("signalling", "--quick", "--seeds", "3", "--out", str(out), "--save-every",
                    str(EVERY))  # fmt: skip
     return results, out / "seed3"
+
+
+def _collected(cfg) -> tuple[dict, object]:
+    """Agents seeded with 0 and one batch of ``cfg``'s size collected with them."""
+    torch.manual_seed(0)
+    agents = mappo.make_agents(cfg)
+    env = mappo.make_env(cfg, cfg.num_envs, 0, agents)
+    frames = cfg.num_envs * cfg.steps
+    policy = mappo.collection_policy(agents)
+    collector = Collector(env, policy, frames_per_batch=frames, total_frames=frames)
+    batch = next(iter(collector))
+    collector.shutdown()
+    return agents, batch
 
 
 def _gae_loop(reward, value, next_value, terminated, done, gamma, lmbda):
@@ -103,16 +117,9 @@ class TestPerGroupGAE:
     """
 
     def test_matches_plain_loop_per_group(self):
+        cfg = mappo.Config(num_envs=4, steps=10, hidden=8, delay=1)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            cfg = mappo.Config(num_envs=4, steps=10, hidden=8, delay=1)
-            agents = mappo.make_agents(cfg)
-            env = mappo.make_env(cfg, cfg.num_envs, 0, agents)
-            collector = Collector(
-                env, mappo.collection_policy(agents), frames_per_batch=40, total_frames=40
-            )
-            batch = next(iter(collector))
-            collector.shutdown()
+            agents, batch = _collected(cfg)
         done = batch["next", "done"][..., 0]
         terminated = batch["next", "terminated"][..., 0]
         assert bool(done.any()) and not bool(done.all())
@@ -134,3 +141,47 @@ class TestPerGroupGAE:
             torch.testing.assert_close(target, expected + value, rtol=1e-5, atol=1e-5)
         speaker, listener = (batch[g, "advantage"] for g in mappo.GROUPS)
         assert not torch.equal(speaker, listener)  # each group's own critic
+
+
+class TestUpdate:
+    """The update (``functional=False`` losses, ``foreach`` Adam, minibatches cut from the
+    entries the losses read) computes what TorchRL's and torch's defaults compute on minibatches
+    of the whole batch, bit for bit."""
+
+    @staticmethod
+    def _trained(defaults: bool, monkeypatch) -> list[torch.Tensor]:
+        cfg = mappo.Config(num_envs=4, steps=8, hidden=8, delay=1, epochs=2, envs_per_minibatch=2)
+        with torch.random.fork_rng(devices=[]):
+            agents, batch = _collected(cfg)
+            losses = {g: mappo.make_loss(cfg, g, agents[g]) for g in mappo.GROUPS}
+            optim = mappo.make_optimizer(cfg, agents)
+            if defaults:
+                losses = {
+                    g: ClipPPOLoss(agents[g].actor, agents[g].critic, clip_epsilon=cfg.clip,
+                                   entropy_coeff=cfg.entropy_coeff, critic_coeff=cfg.critic_coeff,
+                                   loss_critic_type="l2", normalize_advantage=True)
+                    for g in mappo.GROUPS
+                }  # fmt: skip
+                for g, loss in losses.items():
+                    loss.set_keys(action=(g, "action"), sample_log_prob=(g, "action_log_prob"),
+                                  **mappo.group_keys(g))  # fmt: skip
+                groups = [{"params": [*losses[g].actor_network_params.values(True, True),
+                                      *losses[g].critic_network_params.values(True, True)]}
+                          for g in mappo.GROUPS]  # fmt: skip
+                optim = torch.optim.Adam(groups, lr=cfg.lr)
+                monkeypatch.setattr(mappo._ppo, "loss_inputs", lambda batch, *_: batch)
+            for g in mappo.GROUPS:
+                mappo.make_gae(cfg, g, agents[g])(batch)
+            stats = mappo.update(cfg, batch, losses, optim, torch.Generator().manual_seed(1))
+            monkeypatch.undo()
+        params = [p.detach().clone() for g in mappo.GROUPS for p in agents[g].actor.parameters()]
+        return params, stats
+
+    def test_equals_torchrl_defaults_on_whole_batch_bitwise(self, monkeypatch):
+        ours, our_stats = self._trained(False, monkeypatch)
+        reference, reference_stats = self._trained(True, monkeypatch)
+        assert our_stats == reference_stats
+        assert all(torch.equal(a, b) for a, b in zip(ours, reference, strict=True))
+        losses = {g: mappo.make_loss(mappo.Config(), g, mappo.make_agents(mappo.Config())[g])
+                  for g in mappo.GROUPS}  # fmt: skip
+        assert not any(loss.functional for loss in losses.values())

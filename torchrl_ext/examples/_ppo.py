@@ -77,23 +77,20 @@ def anneal(cfg: Any, loss: ClipPPOLoss, optim: torch.optim.Optimizer, frames: in
     return left
 
 
-def loss_inputs(batch: TensorDictBase, loss: ClipPPOLoss) -> TensorDictBase:
-    """The entries of ``batch`` that ``loss`` reads once the advantages are in.
+def loss_inputs(batch: TensorDictBase, *losses: ClipPPOLoss) -> TensorDictBase:
+    """The entries of ``batch`` that ``losses`` read once the advantages are in.
 
-    These are its networks' inputs, the action, its log-probability, the advantage and the value
+    These are each loss's networks' inputs, action, log-probability, advantage and value
     target. A minibatch indexes every entry of what it is cut from, so cutting the minibatches
     from this selection (about a third of a collected batch's entries) costs less and gives the
     same losses.
     """
-    keys = loss.tensor_keys
-    return batch.select(
-        *loss.actor_network.in_keys,
-        *loss.critic_network.in_keys,
-        keys.action,
-        keys.sample_log_prob,
-        keys.advantage,
-        keys.value_target,
-    )
+    selected = []
+    for loss in losses:
+        keys = loss.tensor_keys
+        selected += [*loss.actor_network.in_keys, *loss.critic_network.in_keys]
+        selected += [keys.action, keys.sample_log_prob, keys.advantage, keys.value_target]
+    return batch.select(*selected)
 
 
 def ppo_step(out: Any, optim: torch.optim.Optimizer, max_grad_norm: float) -> dict[str, float]:

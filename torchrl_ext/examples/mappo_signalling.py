@@ -251,8 +251,9 @@ def update(
     probability ratio before any step: 1 when the actors replay the stored states exactly).
     """
     stats: dict[str, float] = {}
+    inputs = _ppo.loss_inputs(batch, *losses.values())
     for minibatch in EnvMajorMinibatches(
-        batch, cfg.envs_per_minibatch, epochs=cfg.epochs, generator=generator
+        inputs, cfg.envs_per_minibatch, epochs=cfg.epochs, generator=generator
     ):
         total = 0.0
         for group, loss in losses.items():
