@@ -31,7 +31,7 @@ def ppo_loss(
     ``gae_options`` go to ``RecurrentGAE``. By default the loss calls the networks as they are
     (``functional=False``): PPO has no target networks, and swapping functional parameters in
     and out around every call (TorchRL's default, ``functional=True``) costs about a tenth of a
-    minibatch's forward at the demo's sizes, for the same numbers.
+    gradient step at the demo's sizes, for the same numbers.
     """
     loss = ClipPPOLoss(
         actor,
@@ -54,8 +54,8 @@ def ppo_optimizer(cfg: Any, loss: ClipPPOLoss, foreach: bool = True) -> torch.op
 
     Clipping the two networks' gradients together (as sb3 does) lets the critic's large early
     value errors shrink the actor's step; sb3 avoids that with reward normalization. The
-    multi-tensor update (``foreach=True``; torch's default is ``None``, which means it on CUDA
-    only) gives the same numbers as the per-parameter loop on the CPU, in less time.
+    multi-tensor update (``foreach=True``; torch's default ``None`` picks it on CUDA only) gives
+    the same numbers as the per-parameter loop on the CPU, in less time.
     """
     groups = [{"params": _parameters(loss, "actor")}, {"params": _parameters(loss, "critic")}]
     return torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5, foreach=foreach or None)
