@@ -15,10 +15,11 @@ the numba and Warp kernels, so that no timed run pays for that. The pipelines:
   call ``python -m torchrl_ext.examples results`` makes), with the demo's ``Config``.
 * ``torchrl``: the same demo as stock TorchRL builds it: TorchRL's own ``LSTMModule`` in place
   of :class:`torchrl_ext.modules.LSTMModule` (the one-line switch a TorchRL user makes),
-  ``ClipPPOLoss`` with its default functional parameters and Adam with its default
-  per-parameter loop on the CPU. The demo sets ``functional=False`` and ``foreach=True``
-  instead, which compute the same numbers bit for bit, faster; so the two rows show what the
-  whole-row module and those two settings change end to end.
+  ``ClipPPOLoss`` with its default functional parameters, Adam with its default per-parameter
+  loop on the CPU, and minibatches cut from the whole batch. The demo sets ``functional=False``
+  and ``foreach=True`` and cuts its minibatches from the entries the loss reads, which compute
+  the same numbers bit for bit, faster; so the two rows show what the whole-row module and
+  those three settings change end to end.
 * ``cleanrl``: :mod:`_ppo_baselines.cleanrl_lstm_ppo`, plain torch, the demo's settings.
 * ``sb3``: :mod:`_ppo_baselines.sb3_recurrent_ppo`, sb3-contrib's ``RecurrentPPO`` with the
   demo's settings as far as its options go; skipped with a message when sb3-contrib is missing
@@ -123,7 +124,8 @@ def run_ours(cfg, stock_torchrl: bool = False) -> dict:
     """Trains the demo through its public ``train``; returns what the table needs.
 
     With ``stock_torchrl``, the demo builds its memories from TorchRL's ``LSTMModule``, its
-    loss with TorchRL's default ``functional=True`` and Adam with torch's default ``foreach``.
+    loss with TorchRL's default ``functional=True`` and Adam with torch's default ``foreach``,
+    and cuts its minibatches from the whole batch.
     """
     from torchrl_ext.examples import _ppo, _run_folder, ppo_cartpole
 
@@ -133,6 +135,7 @@ def run_ours(cfg, stock_torchrl: bool = False) -> dict:
         ppo_cartpole.LSTMModule = LSTMModule  # the one name the demo builds its memories from
         _ppo.ppo_loss = functools.partial(_ppo.ppo_loss, functional=True)
         _ppo.ppo_optimizer = functools.partial(_ppo.ppo_optimizer, foreach=False)
+        _ppo.loss_inputs = lambda batch, *losses: batch
     train = ppo_cartpole.train
     timer = _GradientTimer()
     with tempfile.TemporaryDirectory() as out:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from _ppo_baselines.cartpole_adapter import BatchedCartPole
 from _ppo_baselines.cleanrl_lstm_ppo import Args, Batch, RecurrentNet, Rollout, gae
+from tensordict import TensorDict
 from torch.distributions import Categorical
 
 
@@ -89,24 +90,28 @@ def test_torchrl_runs_the_demo_as_stock_torchrl_builds_it(monkeypatch):
     class Built(Exception):
         pass
 
+    selection = _ppo.loss_inputs
+
     def train(cfg, run):
         actor, critic = ppo_cartpole.make_agent(cfg, 2)
         loss = ppo_cartpole.make_loss(cfg, actor, critic)
         optim = _ppo.ppo_optimizer(cfg, loss)
         memory = type(ppo_cartpole.memories(actor, critic)[0])
-        raise Built(memory, loss.functional, optim.defaults["foreach"], len(optim.param_groups))
+        batch = TensorDict({"unread": torch.zeros(1)}, [1])
+        whole = _ppo.loss_inputs is not selection and _ppo.loss_inputs(batch, loss) is batch
+        raise Built(memory, loss.functional, optim.defaults["foreach"], whole)
 
     monkeypatch.setattr(ppo_cartpole, "train", train)
     monkeypatch.setattr(ppo_cartpole, "LSTMModule", ppo_cartpole.LSTMModule)  # undone after
-    for name in ("ppo_loss", "ppo_optimizer"):
+    for name in ("ppo_loss", "ppo_optimizer", "loss_inputs"):
         monkeypatch.setattr(_ppo, name, getattr(_ppo, name))
     cfg = ppo_side_by_side.demo_config(seed=0, frames=None, quick=True)
     with pytest.raises(Built) as built:
         ppo_side_by_side.run_ours(cfg)
-    assert built.value.args[1:] == (False, True, 2)
+    assert built.value.args[1:] == (False, True, False)
     with pytest.raises(Built) as built:
         ppo_side_by_side.run_ours(cfg, stock_torchrl=True)
-    assert built.value.args == (torchrl_modules.LSTMModule, True, None, 2)
+    assert built.value.args == (torchrl_modules.LSTMModule, True, None, True)
 
 
 def test_quick_ours_and_torchrl():

@@ -149,7 +149,7 @@ class TestUpdate:
     of the whole batch, bit for bit."""
 
     @staticmethod
-    def _trained(defaults: bool, monkeypatch) -> list[torch.Tensor]:
+    def _trained(defaults: bool, monkeypatch) -> tuple[list[torch.Tensor], dict[str, float]]:
         cfg = mappo.Config(num_envs=4, steps=8, hidden=8, delay=1, epochs=2, envs_per_minibatch=2)
         with torch.random.fork_rng(devices=[]):
             agents, batch = _collected(cfg)
@@ -182,6 +182,6 @@ class TestUpdate:
         reference, reference_stats = self._trained(True, monkeypatch)
         assert our_stats == reference_stats
         assert all(torch.equal(a, b) for a, b in zip(ours, reference, strict=True))
-        losses = {g: mappo.make_loss(mappo.Config(), g, mappo.make_agents(mappo.Config())[g])
-                  for g in mappo.GROUPS}  # fmt: skip
-        assert not any(loss.functional for loss in losses.values())
+        cfg = mappo.Config()
+        agents = mappo.make_agents(cfg)
+        assert not any(mappo.make_loss(cfg, g, agents[g]).functional for g in mappo.GROUPS)

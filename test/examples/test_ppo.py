@@ -54,13 +54,14 @@ def _pipeline(cfg, actor, critic):
 
 def _trained(cfg, batch, build, update, seed=0):
     """Parameters and losses after two updates on ``batch``, with ``build``'s loss and optim."""
-    torch.manual_seed(seed)
-    actor, critic = ppo_cartpole.make_agent(cfg, obs_dim=2)
-    loss, optim = build(cfg, actor, critic)
-    losses = []
-    for _ in range(2):
-        stats = update(cfg, batch.clone(), loss, optim, torch.Generator().manual_seed(1))
-        losses.append({k: v for k, v in stats.items() if k.startswith("loss_")})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        actor, critic = ppo_cartpole.make_agent(cfg, obs_dim=2)
+        loss, optim = build(cfg, actor, critic)
+        losses = []
+        for _ in range(2):
+            stats = update(cfg, batch.clone(), loss, optim, torch.Generator().manual_seed(1))
+            losses.append({k: v for k, v in stats.items() if k.startswith("loss_")})
     return [p.detach().clone() for p in (*actor.parameters(), *critic.parameters())], losses
 
 
@@ -70,15 +71,17 @@ def setup():
     cfg = ppo_cartpole.Config(
         seed=0, num_envs=4, steps=16, frames=256, epochs=2, envs_per_minibatch=2
     )
-    torch.manual_seed(0)
-    actor, critic = ppo_cartpole.make_agent(cfg, obs_dim=2)
-    loss = ppo_cartpole.make_loss(cfg, actor, critic)
-    env = ppo_cartpole.make_env(cfg, cfg.num_envs, 0, ppo_cartpole.memories(actor, critic), "cpu")
-    policy = ppo_cartpole.collection_policy(actor, critic)
-    collector = _common.collector(env, policy, cfg, torch.device("cpu"))
-    batch = next(iter(collector))
-    collector.shutdown()
-    loss.value_estimator(batch)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        actor, critic = ppo_cartpole.make_agent(cfg, obs_dim=2)
+        loss = ppo_cartpole.make_loss(cfg, actor, critic)
+        primers = ppo_cartpole.memories(actor, critic)
+        env = ppo_cartpole.make_env(cfg, cfg.num_envs, 0, primers, "cpu")
+        policy = ppo_cartpole.collection_policy(actor, critic)
+        collector = _common.collector(env, policy, cfg, torch.device("cpu"))
+        batch = next(iter(collector))
+        collector.shutdown()
+        loss.value_estimator(batch)
     assert bool(batch["is_init"][:, 1:].any()), "the batch must hold episode starts"
     return cfg, batch
 
@@ -101,7 +104,8 @@ def test_updates_equal_plain_loop_on_torchrl_defaults_bitwise(setup):
     assert len(ours) == len(reference) == 16
     for mine, theirs in zip(ours, reference, strict=True):
         assert torch.equal(mine, theirs)
-    torch.manual_seed(0)
-    initial = [p.detach() for p in ppo_cartpole.make_agent(cfg, obs_dim=2)[0].parameters()]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        initial = [p.detach() for p in ppo_cartpole.make_agent(cfg, obs_dim=2)[0].parameters()]
     moved = zip(initial, ours[: len(initial)], strict=True)
     assert not any(torch.equal(a, b) for a, b in moved)  # the updates changed every weight
