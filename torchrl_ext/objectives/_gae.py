@@ -1,4 +1,4 @@
-"""The advantage step of :class:`~torchrl_ext.objectives.RecurrentGAE`: GAE over ``[N, T, K]`` rows.
+"""The advantage step of :class:`~torchrl_ext.objectives.RecurrentGAE`: GAE over ``[N, T]`` rows.
 
 :func:`compute_gae` is the one place that picks an implementation: the numba kernel for CPU
 tensors, the Warp kernel for CUDA tensors (both in
@@ -27,8 +27,8 @@ from torchrl_ext.objectives._kernels import gae_recursion as kernels
 class GAEResult(NamedTuple):
     """What :func:`compute_gae` returns."""
 
-    advantage: torch.Tensor  # [N, T, K], the promoted input dtype
-    value_target: torch.Tensor  # [N, T, K]
+    advantage: torch.Tensor  # shaped like the reward, the promoted input dtype
+    value_target: torch.Tensor  # shaped like the reward
     is_init: torch.Tensor | None  # [N, T] bool, derived when first_is_init was given
     last_done: torch.Tensor  # [N] bool: whether any flag of each row's last step is done
     nonfinite: bool  # some input was NaN or infinite (then the outputs are not meaningful)
@@ -132,11 +132,15 @@ def compute_gae(
     first_is_init: torch.Tensor | None,
     workspace: Workspace,
 ) -> GAEResult:
-    """Runs GAE over ``[N, T, K]`` inputs and derives the reset flags.
+    """Runs GAE over ``[N, T, *feature]`` rows and derives the reset flags.
+
+    The feature dims are folded into ``K`` channels for the recursion (without copying where
+    the inputs already are ``[N, T, K]``) and unfolded in the outputs.
 
     Args:
-        inputs (tuple of torch.Tensor): ``(reward, value, next_value, terminated, done)``,
-            ``[N, T, K]`` on one device (any strides, bool flags broadcast allowed).
+        inputs (tuple of torch.Tensor): ``(reward, value, next_value, terminated, done)`` on
+            one device (any strides): floating ``[N, T, *feature]`` values and bool
+            ``[N, T, *f]`` flags whose ``f`` broadcasts to ``feature``.
         gamma (float): discount.
         lmbda (float): GAE trace decay.
         first_is_init (torch.Tensor, optional): bool ``[N]``; when given, ``is_init`` is
@@ -144,8 +148,43 @@ def compute_gae(
         workspace (Workspace): where CPU outputs come from.
 
     Returns:
-        A :class:`GAEResult`. ``nonfinite`` may also be set by a result that overflowed.
+        A :class:`GAEResult`, advantage and value target shaped like the reward. ``nonfinite``
+        may also be set by a result that overflowed.
     """
+    shape = inputs[0].shape
+    feature = shape[2:]
+    if len(feature) != 1 or any(x.shape[2:] != feature for x in inputs[3:]):
+        inputs = tuple(_to_channels(x, feature) for x in inputs)
+    gae = _compute_gae_channels(inputs, gamma, lmbda, first_is_init, workspace)
+    if gae.advantage.shape == shape:
+        return gae
+    return gae._replace(
+        advantage=gae.advantage.reshape(shape), value_target=gae.value_target.reshape(shape)
+    )
+
+
+def _to_channels(x: torch.Tensor, feature: torch.Size) -> torch.Tensor:
+    """``[N, T, *f]`` -> ``[N, T, K]`` (broadcasting ``f`` to ``feature`` without copying).
+
+    Args:
+        x (torch.Tensor): rows ``[N, T, *f]`` whose ``f`` broadcasts to ``feature``.
+        feature (torch.Size): the per-step shape of the reward.
+    """
+    if len(feature) == 1 and x.shape[2:] == feature:
+        return x
+    n_rows, steps = x.shape[:2]
+    x = x.reshape(n_rows, steps, *([1] * (len(feature) - (x.ndim - 2))), *x.shape[2:])
+    return x.expand(n_rows, steps, *feature).reshape(n_rows, steps, -1)
+
+
+def _compute_gae_channels(
+    inputs: tuple[torch.Tensor, ...],
+    gamma: float,
+    lmbda: float,
+    first_is_init: torch.Tensor | None,
+    workspace: Workspace,
+) -> GAEResult:
+    """:func:`compute_gae` over ``[N, T, K]`` inputs (bool flags broadcast allowed)."""
     reward, value, next_value, terminated, done = inputs
     out_dtype = torch.promote_types(
         torch.promote_types(reward.dtype, value.dtype), next_value.dtype

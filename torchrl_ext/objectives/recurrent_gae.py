@@ -9,8 +9,8 @@ Two masks, never merged (see ``docs/concepts/recurrent_gae.rst``):
 * The recurrent state resets on ``is_init``, which is ``done`` one step later; ``is_init[:, 0]``
   carries over from the previous batch.
 
-A call's input is read and checked in ``_gae_rollout`` (checks in ``_gae_checks``, the views
-between batch dims and ``[N, T]`` rows in ``_gae_layout``); the GAE scan runs in ``_gae``.
+A call reads and checks its input as ``[N, T]`` rows, and writes its outputs back, in ``_gae_io``;
+a critic runs in ``_value_pass`` and the advantage step in ``_gae``.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_ext._checks import check_choice, check_float, check_key, check_optional_int
 from torchrl_ext.objectives._gae import GAEResult, Workspace, compute_gae
-from torchrl_ext.objectives._gae_checks import (
+from torchrl_ext.objectives._gae_io import (
+    Rollout,
     check_bool_dtype,
-    check_floating_dtype,
+    get_entry,
+    next_key,
     raise_on_nonfinite,
+    read_rollout,
 )
-from torchrl_ext.objectives._gae_layout import flat_rows, next_key, to_channels, unflat_rows
-from torchrl_ext.objectives._gae_rollout import Rollout, critic_rows, get_entry, read_rollout
 from torchrl_ext.objectives._value_pass import ValuePass
 
 InitialState = Literal["zeros", "stored"]
@@ -287,36 +288,38 @@ class RecurrentGAE(ValueEstimatorBase):
                 or a ``time_dim`` out of range. Nothing is written then and the carry is kept.
         """
         del target_params
+        keys = self._tensor_keys
         with torch.no_grad():
             rollout = read_rollout(
-                tensordict, self._tensor_keys, time_dim, self.time_dim, self._carry
+                tensordict,
+                keys,
+                time_dim=time_dim,
+                default_time_dim=self.time_dim,
+                carry=self._carry,
+                critic=self._value_pass,
+                initial_state=self.initial_state,
             )
-            value, next_value = self._values(tensordict, rollout, params)
+            if self._value_pass is None:
+                value, next_value = rollout.value, rollout.next_value
+            else:
+                value, next_value = self._run_critic(rollout, params)
             gae = self._compute_advantage(rollout, value, next_value)
-            self._write(tensordict, rollout, gae, value, next_value)
+            values = None if self._value_pass is None else (value, next_value)
+            rollout.write(tensordict, keys, gae.advantage, gae.value_target, values)
         self._carry = gae.last_done
         return tensordict
 
-    def _values(
-        self, td: TensorDictBase, rollout: Rollout, params: TensorDictBase | None
+    def _run_critic(
+        self, rollout: Rollout, params: TensorDictBase | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        keys = self._tensor_keys
-        if self._value_pass is None:
-            values = []
-            for key in (keys.value, next_key(keys.value)):
-                value = get_entry(td, key, "value", keys)
-                check_floating_dtype(key, value)
-                values.append(flat_rows(value, *rollout.layout))
-            return values[0], values[1]
-        inputs, states = critic_rows(td, rollout.layout, self._value_pass, self.initial_state)
         ctx = params.to_module(self.value_network) if params is not None else nullcontext()
         with ctx:
             return self._value_pass.run(
-                inputs,
-                states,
-                rollout.ensure_is_init(),
+                rollout.critic_inputs,
+                rollout.stored_states,
+                rollout.is_init,
                 rollout.done_rows,
-                keys.value,
+                self._tensor_keys.value,
                 self.initial_state,
                 self.chunk_len,
             )
@@ -326,48 +329,21 @@ class RecurrentGAE(ValueEstimatorBase):
     ) -> GAEResult:
         keys = self._tensor_keys
         reward = rollout.reward
-        for key, x in ((keys.value, value), (next_key(keys.value), next_value)):
+        for x, is_next in ((value, False), (next_value, True)):
             if x.shape != reward.shape:
+                key = next_key(keys.value) if is_next else keys.value
                 raise ValueError(
                     f"{key!r} has shape {tuple(x.shape[2:])} per step but "
                     f"{next_key(keys.reward)!r} has {tuple(reward.shape[2:])}; they must match."
                 )
-        feature = reward.shape[2:]
         inputs = (reward, value, next_value, rollout.terminated, rollout.done)
-        if len(feature) != 1 or any(x.shape[2:] != feature for x in inputs[3:]):
-            inputs = tuple(to_channels(x, feature) for x in inputs)
         first_is_init = rollout.first_is_init if rollout.is_init is None else None
         gae = compute_gae(inputs, self.gamma, self.lmbda, first_is_init, self._workspace)
         if gae.nonfinite:
-            named = {next_key(keys.reward): reward, keys.value: value}
-            raise_on_nonfinite({**named, next_key(keys.value): next_value})
+            raise_on_nonfinite(keys, reward, value, next_value)
         if gae.is_init is not None:
             rollout.is_init = gae.is_init
-        if gae.advantage.shape == reward.shape:
-            return gae
-        shape = reward.shape
-        return gae._replace(
-            advantage=gae.advantage.reshape(shape), value_target=gae.value_target.reshape(shape)
-        )
-
-    def _write(
-        self,
-        td: TensorDictBase,
-        rollout: Rollout,
-        gae: GAEResult,
-        value: torch.Tensor,
-        next_value: torch.Tensor,
-    ) -> None:
-        keys = self._tensor_keys
-        batch_shape, tdim = rollout.batch_shape, rollout.time_dim
-        td.set(keys.advantage, unflat_rows(gae.advantage, batch_shape, tdim))
-        td.set(keys.value_target, unflat_rows(gae.value_target, batch_shape, tdim))
-        if self._value_pass is not None:
-            td.set(keys.value, unflat_rows(value, batch_shape, tdim))
-            td.set(next_key(keys.value), unflat_rows(next_value, batch_shape, tdim))
-        if rollout.derives_is_init:
-            is_init = rollout.is_init.unsqueeze(-1)
-            td.set(keys.is_init, unflat_rows(is_init, batch_shape, tdim))
+        return gae
 
 
 def carry_recurrent_state(
