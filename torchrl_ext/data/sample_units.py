@@ -4,8 +4,10 @@ A TorchRL replay buffer samples in two steps: its sampler picks *anchors* (where
 with what probability), then its ``sample_unit`` decides what each anchor *expands into*, before
 the storage is read. :class:`Transition` keeps one record per anchor; :class:`Sequence` expands
 each anchor into a window of records for recurrent learners (burn-in, learning region,
-bootstrap), respecting episode boundaries; its settings live in ``_sequence_settings``, what it
-reads and checks in ``_sequence_checks``, and how windows are built in ``_sequence_windows``.
+bootstrap), respecting episode boundaries. Its settings (validated together, fixed afterwards)
+and what it reads and checks before any window is built are below it in this module; windows
+are built in ``_windows``, and per-anchor priorities and TorchRL's priority calls live in
+``_priorities``.
 """
 
 from __future__ import annotations
@@ -20,19 +22,10 @@ from torchrl.data.replay_buffers.sample_units import SampleUnit as _TorchRLSampl
 from torchrl.data.replay_buffers.sample_units import Sequence as _TorchRLSequence
 from torchrl.data.replay_buffers.storages import Storage
 
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_key
 from torchrl_ext.data import _episodes
-from torchrl_ext.data._priorities import priority_to_write, reduce_window_priorities
-from torchrl_ext.data._priority_calls import PriorityCalls
-from torchrl_ext.data._sequence_checks import check_anchors, read_storage, split_anchors
-from torchrl_ext.data._sequence_settings import Setting, check_settings
-from torchrl_ext.data._sequence_windows import (
-    WindowSpec,
-    compiled_applies,
-    expand_info,
-    records_compiled,
-    records_vectorized,
-    window_table,
-)
+from torchrl_ext.data._priorities import PriorityCalls, reduce_window_priorities
+from torchrl_ext.data._windows import WindowBuilder, WindowSpec
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 
@@ -222,13 +215,12 @@ class Sequence(SampleUnit, _TorchRLSequence):
         priority_learning_only: bool = False,
         is_init_key: NestedKey = "is_init",
     ) -> None:
-        self._config = check_settings(
+        self._config = _check_settings(
             length, episode_boundary, done_key, burn_in, bootstrap, stride, dilation, traj_key,
             layout, priority_reduction, priority_eta, priority_learning_only, is_init_key,
         )  # fmt: skip
         self._traj_index: _episodes.TrajectoryIndex | None = None
         self._lock = threading.Lock()
-        self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}
         # (contents, done flags) of the last storage read, checked for colliding keys
         self._known: tuple[Any, torch.Tensor | None] | None = None
         self._priority_calls = PriorityCalls(self)
@@ -242,17 +234,17 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     @dilation.setter
     def dilation(self, value: int) -> None:
-        Setting.refuse(self, "dilation", value)
+        _Setting.refuse(self, "dilation", value)
 
     @property
     def window(self) -> int:
         """Records per anchor: ``burn_in + length + bootstrap``."""
-        return self._spec.window
+        return self._window_builder.spec.window
 
     @functools.cached_property
-    def _spec(self) -> WindowSpec:
-        """The settings that say what a window is (fixed, so computed once; not pickled)."""
-        return WindowSpec.of(self._config)
+    def _window_builder(self) -> WindowBuilder:
+        """Builds this unit's windows (its settings are fixed, so made once; not pickled)."""
+        return WindowBuilder(WindowSpec.of(self._config))
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -280,29 +272,19 @@ class Sequence(SampleUnit, _TorchRLSequence):
                 entry that a per-record info entry would overwrite.
         """
         done_key = self.done_key if self.traj_key is None else None
-        view, self._known = read_storage(
+        view, self._known = _read_storage(
             storage, done_key, type(self).__name__, self._known, self.layout, self.is_init_key
         )
-        time, lanes, anchors = split_anchors(index, storage.ndim)
-        check_anchors(time, lanes, view)
-        expanded = expand_info(info, time.shape[0], self._spec)
-        if compiled_applies(self.use_compiled, self.traj_key, view, time, lanes):
-            index, per_record = records_compiled(view, time, lanes, self._spec)
-        else:
-            reach = self._reach(view, storage, time, lanes)
-            table = window_table(self._spec, self._tables, time.device)
-            index, per_record = records_vectorized(reach, table, time, lanes, anchors, self._spec)
-        self._priority_calls.install_on_buffers_of(storage)
-        return index, {**expanded, **per_record}
-
-    def _reach(self, view, storage, time, lanes) -> _episodes.Reach:
-        if self.traj_key is not None:
-            return self._trajectory_index(storage).reach(time, self._spec.back, self._spec.forward)
-        crosses = self.episode_boundary == "include_reset"
-        flags = view.flags if not crosses or self.layout == "batch_time" else None
-        return _episodes.reach_in_storage_order(
-            view, flags, time, lanes, self._spec.back, self._spec.forward, crosses
+        time, lanes, anchors = _split_anchors(index, storage.ndim)
+        _check_anchors(time, lanes, view)
+        trajectories = (
+            None if self.traj_key is None else functools.partial(self._trajectory_index, storage)
         )
+        index, info = self._window_builder.build(
+            view, time, lanes, anchors, info, self.use_compiled, trajectories
+        )
+        self._priority_calls.install_on_buffers_of(storage)
+        return index, info
 
     # -- trajectory ids ----------------------------------------------------------------------
 
@@ -395,7 +377,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
             [4.0, 2.0, 1.0]
             >>> unit.update_priority(rb, sample)  # writes them to the three anchors
         """
-        priority = priority_to_write(buffer, sample, priority)
+        priority = _priority_to_write(buffer, sample, priority)
         buffer.update_priority(*self.reduce_priority(sample, priority))
 
     def route_priority_calls(self, buffer: Any) -> None:
@@ -462,10 +444,9 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.pop("_spec", None)
+        state.pop("_window_builder", None)
         state["_traj_index"] = None
         state["_lock"] = None
-        state["_tables"] = {}
         state["_known"] = None
         state["_priority_calls"] = None
         return state
@@ -483,10 +464,332 @@ class Sequence(SampleUnit, _TorchRLSequence):
         )
 
 
+# -- Sequence's settings: validated together, fixed afterwards ------------------------------------
+
+_BOUNDARIES = ("pad", "stop", "include_reset")
+_LAYOUTS = ("flat", "batch_time")
+_REDUCTIONS = ("max", "mean", "mixture")
+_MAX_REACH = 2**31 - 1
+
+
+class _Setting:
+    """A setting fixed at construction: read like an attribute, refused on assignment.
+
+    Window geometry, keys and priority settings are validated together in ``__init__`` and
+    cached tables depend on them, so a changed setting means a new unit.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, unit: Any, owner: type | None = None) -> Any:
+        if unit is None:
+            return self
+        return unit._config[self.name]
+
+    def __set__(self, unit: Any, value: Any) -> None:
+        self.refuse(unit, self.name, value)
+
+    @staticmethod
+    def refuse(unit: Any, name: str, value: Any) -> None:
+        """Raises the :class:`AttributeError` of an assignment to the setting ``name``.
+
+        Args:
+            unit (Any): the unit assigned to.
+            name (str): the setting's name.
+            value (Any): the value assigned.
+        """
+        raise AttributeError(
+            f"{type(unit).__name__}.{name} is fixed at construction (it is validated with the "
+            f"other settings and cached); build a new unit instead, e.g. "
+            f"{type(unit).__name__}(..., {name}={value!r})."
+        )
+
+
+def _check_settings(
+    length: int,
+    episode_boundary: str,
+    done_key: NestedKey | None,
+    burn_in: int,
+    bootstrap: int,
+    stride: int | None,
+    dilation: int | None,
+    traj_key: NestedKey | None,
+    layout: str,
+    priority_reduction: str,
+    priority_eta: float,
+    priority_learning_only: bool,
+    is_init_key: NestedKey,
+) -> dict[str, Any]:
+    """Validates the arguments of :class:`~torchrl_ext.data.Sequence` together.
+
+    Args:
+        length (int): records in the learning region.
+        episode_boundary (str): ``"pad"``, ``"stop"`` or ``"include_reset"``.
+        done_key (NestedKey or None): stored flag that ends an episode.
+        burn_in (int): records before the anchor.
+        bootstrap (int): records after the learning region.
+        stride (int or None): storage records between consecutive window records.
+        dilation (int or None): torchrl's name for ``stride``.
+        traj_key (NestedKey or None): stored trajectory id.
+        layout (str): ``"flat"`` or ``"batch_time"``.
+        priority_reduction (str): ``"max"``, ``"mean"`` or ``"mixture"``.
+        priority_eta (float): weight of the max in ``"mixture"``.
+        priority_learning_only (bool): reduce priorities over learning records only.
+        is_init_key (NestedKey): where ``layout="batch_time"`` writes its reset flags.
+
+    Returns:
+        The settings by name, normalised (``dilation`` given as ``stride``).
+
+    Raises:
+        TypeError: for an argument of the wrong type.
+        ValueError: for a value out of range, an unknown choice, ``stride`` and ``dilation``
+            that disagree, a window that reaches too far, or ``traj_key`` with
+            ``episode_boundary="include_reset"``.
+    """
+    stride = _resolve_stride(stride, dilation)
+    length = check_int("length", length, minimum=1)
+    burn_in = check_int("burn_in", burn_in, minimum=0)
+    bootstrap = check_int("bootstrap", bootstrap, minimum=0)
+    _check_reach(burn_in, length, bootstrap, stride)
+    done_key = check_key("done_key", done_key, optional=True)
+    traj_key = check_key("traj_key", traj_key, optional=True)
+    if traj_key is not None and episode_boundary == "include_reset":
+        raise ValueError(
+            "episode_boundary='include_reset' crosses episodes in storage order, which "
+            f"trajectory ids do not define; got traj_key={traj_key!r}. Use done_key= "
+            "with include_reset, or 'pad'/'stop' with traj_key."
+        )
+    return {
+        "length": length,
+        "episode_boundary": check_choice("episode_boundary", episode_boundary, _BOUNDARIES),
+        "done_key": done_key,
+        "traj_key": traj_key,
+        "burn_in": burn_in,
+        "bootstrap": bootstrap,
+        "stride": stride,
+        "layout": check_choice("layout", layout, _LAYOUTS),
+        "priority_reduction": check_choice("priority_reduction", priority_reduction, _REDUCTIONS),
+        "priority_eta": check_float("priority_eta", priority_eta, 0.0, 1.0),
+        "priority_learning_only": check_bool("priority_learning_only", priority_learning_only),
+        "is_init_key": check_key("is_init_key", is_init_key),
+    }
+
+
+def _resolve_stride(stride: Any, dilation: Any) -> int:
+    """``stride``, or ``dilation`` (torchrl's name for it) when only that is given.
+
+    Args:
+        stride (Any): the ``stride`` argument.
+        dilation (Any): the ``dilation`` argument.
+
+    Raises:
+        ValueError: if both are given and differ.
+    """
+    if stride is not None and dilation is not None and stride != dilation:
+        raise ValueError(
+            f"stride and dilation are two names for one setting; got stride={stride!r} and "
+            f"dilation={dilation!r}. Pass only one."
+        )
+    if stride is None and dilation is not None:
+        return check_int("dilation", dilation, minimum=1)
+    return check_int("stride", 1 if stride is None else stride, minimum=1)
+
+
+def _check_reach(burn_in: int, length: int, bootstrap: int, stride: int) -> None:
+    """Windows are laid out with 32-bit offsets: their reach must fit in ``2**31 - 1``."""
+    reach = (burn_in + length + bootstrap) * stride
+    if reach > _MAX_REACH:
+        raise ValueError(
+            f"a window reaches (burn_in + length + bootstrap) * stride = {reach} records, more "
+            f"than {_MAX_REACH}; got burn_in={burn_in}, length={length}, bootstrap={bootstrap}, "
+            f"stride={stride}."
+        )
+
+
+# -- what Sequence.expand reads and checks before any window is built -----------------------------
+
+#: Per-record info entries every ``Sequence`` sample carries.
+_RECORD_KEYS = ("sequence_id", "step_in_sequence", "validity_mask", "learning_mask", "anchor_index")
+
+
+def _read_storage(
+    storage: Any,
+    done_key: NestedKey | None,
+    owner: str,
+    known: tuple[Any, torch.Tensor | None] | None,
+    layout: str,
+    is_init_key: NestedKey,
+) -> tuple[_episodes.Snapshot, tuple[Any, torch.Tensor | None]]:
+    """Everything a sample reads from the storage, read here and nowhere else.
+
+    The done flags and the check of stored keys are kept while the storage's contents are
+    the same object (writes happen in place), so they are looked up once per storage.
+
+    Args:
+        storage (Storage): the buffer's storage.
+        done_key (NestedKey or None): the done flags to read (``None``: none).
+        owner (str): the unit's class name, for messages.
+        known (tuple, optional): ``(contents, done flags)`` of the unit's last read.
+        layout (str): the unit's ``layout``.
+        is_init_key (NestedKey): the unit's ``is_init_key``.
+
+    Returns:
+        ``(view, known)``: the :class:`~torchrl_ext.data._episodes.Snapshot` and what the unit
+        keeps for its next read.
+    """
+    view = _episodes.snapshot(storage, done_key, owner, known)
+    if known is None or known[0] is not view.contents:
+        _check_collisions(view.contents, layout, is_init_key)
+        known = (view.contents, view.flags)
+    return view, known
+
+
+def _split_anchors(
+    index: torch.Tensor | tuple, ndim: int
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+    """Returns anchor time coordinates, lane coordinates and the anchors as one tensor.
+
+    Args:
+        index (torch.Tensor or tuple of torch.Tensor): the anchors, as ``Sequence.expand``
+            takes them.
+        ndim (int): the storage's number of dims.
+
+    Raises:
+        ValueError: if the anchors do not have one coordinate per storage dim.
+        TypeError: if a coordinate is not an integer tensor.
+    """
+    if isinstance(index, tuple):
+        coords = tuple(torch.as_tensor(c).reshape(-1) for c in index)
+    else:
+        index = torch.as_tensor(index)
+        if ndim > 1 and index.ndim == 2 and index.shape[-1] == ndim:
+            coords = tuple(index.unbind(-1))
+        else:
+            coords = (index.reshape(-1),)
+    if len(coords) != ndim:
+        raise ValueError(
+            f"anchors must have one coordinate per storage dim ({ndim}), got {len(coords)}."
+        )
+    for coord in coords:
+        if coord.is_floating_point() or coord.is_complex() or coord.dtype is torch.bool:
+            raise TypeError(
+                f"anchors must be integer storage indices, got index of dtype {coord.dtype}."
+            )
+    coords = tuple(c.long() for c in coords)
+    anchors = torch.stack(coords, -1) if ndim > 1 else coords[0]
+    return coords[0], coords[1:], anchors
+
+
+def _check_anchors(
+    time: torch.Tensor, lanes: tuple[torch.Tensor, ...], view: _episodes.Snapshot
+) -> None:
+    """Raises ``IndexError`` unless every anchor addresses a written record.
+
+    Args:
+        time (torch.Tensor): the anchors' time coordinates ``[B]``.
+        lanes (tuple of torch.Tensor): their lane coordinates ``[B]``, one per lane dim.
+        view (Snapshot): what the sample reads from the storage.
+    """
+    if not time.numel():
+        return
+    sizes = (view.written, *view.lanes)
+    names = ("time", *(f"lane {d}" for d in range(len(lanes))))
+    for name, coord, size in zip(names, (time, *lanes), sizes, strict=True):
+        low, high = (int(v) for v in torch.aminmax(coord))
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            raise IndexError(
+                f"anchor {name} coordinate {bad} is out of range: the storage holds {size} "
+                f"written {'steps' if name == 'time' else 'lanes'} (valid coordinates 0 .. "
+                f"{size - 1}). Anchors must come from the buffer's sampler or address written "
+                "records."
+            )
+
+
+def _check_collisions(contents: Any, layout: str, is_init_key: NestedKey) -> None:
+    """Refuses stored entries that the sample's per-record info would overwrite.
+
+    TensorDict buffers write every info entry into the sample, so a stored entry under one
+    of those keys would silently be replaced. The one exception is a stored reset flag
+    under ``is_init_key`` (one bool per record, as collectors and envs write it): the
+    window's flags supersede it by design, since a recurrent module must also reset where
+    each window starts.
+
+    Args:
+        contents (TensorDictBase): the storage's contents.
+        layout (str): the unit's ``layout``.
+        is_init_key (NestedKey): the unit's ``is_init_key``.
+
+    Raises:
+        ValueError: if a stored entry would be overwritten.
+    """
+    stored = {_plain_key(k) for k in contents.keys(include_nested=True)}
+    outputs = [(k, k) for k in _RECORD_KEYS]
+    if layout == "batch_time":
+        outputs.append(("is_init_key", is_init_key))
+    for role, key in outputs:
+        key = _plain_key(key)
+        if key in stored and not (role == "is_init_key" and _is_flag(contents, key)):
+            raise ValueError(
+                f"the storage holds an entry {key!r}, which every sample's {role!r} info "
+                "entry would overwrite. Rename the stored entry"
+                + (", or pass another is_init_key=." if role == "is_init_key" else ".")
+            )
+
+
+def _plain_key(key: NestedKey) -> NestedKey:
+    """``("a",)`` and ``"a"`` name the same entry."""
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
+
+
+def _is_flag(contents: Any, key: NestedKey) -> bool:
+    """Whether a stored entry holds one bool per record (a reset flag)."""
+    entry = contents.get(key)
+    if not isinstance(entry, torch.Tensor) or entry.dtype is not torch.bool:
+        return False
+    shape = tuple(entry.shape)
+    batch = tuple(contents.batch_size)
+    return shape == batch or shape == (*batch, 1)
+
+
+# -- what Sequence.update_priority writes ---------------------------------------------------------
+
+
+def _priority_to_write(buffer: Any, sample: Any, priority: torch.Tensor | None) -> Any:
+    """The per-record priorities of ``sample`` that ``Sequence.update_priority`` writes.
+
+    Args:
+        buffer (ReplayBuffer): the buffer they are written to.
+        sample (TensorDict or dict): the sample (or its info) they belong to.
+        priority (torch.Tensor, optional): one priority per record, returned as it is when
+            given. Defaults to the sample's ``buffer.priority_key`` entry.
+
+    Raises:
+        TypeError: if ``buffer`` has no ``update_priority`` method.
+        ValueError: if ``priority`` is not given and the sample has no entry under the
+            buffer's priority key.
+    """
+    if not callable(getattr(buffer, "update_priority", None)):
+        raise TypeError(
+            f"buffer must be a replay buffer with an update_priority method, got "
+            f"buffer={type(buffer).__name__}."
+        )
+    if priority is None:
+        key = getattr(buffer, "priority_key", "td_error")
+        priority = sample.get(key, None)
+        if priority is None:
+            raise ValueError(
+                f"the sample has no {key!r} entry (the buffer's priority key); set it, "
+                "or pass priority= with one value per record."
+            )
+    return priority
+
+
 # every constructor argument reads back as a fixed setting: ``unit.length``, ``unit.layout``, ...
 for _name in (
     "length", "episode_boundary", "done_key", "traj_key", "burn_in", "bootstrap", "stride",
     "layout", "priority_reduction", "priority_eta", "priority_learning_only", "is_init_key",
 ):  # fmt: skip
-    setattr(Sequence, _name, Setting(_name))
+    setattr(Sequence, _name, _Setting(_name))
 del _name

@@ -1,4 +1,8 @@
-"""Tests of torchrl_ext.data._priority_calls: TorchRL's priority calls on a Sequence's buffer."""
+"""Tests of torchrl_ext.data._priorities: TorchRL's priority calls on a Sequence's buffer.
+
+The per-anchor reduction is tested through ``Sequence.reduce_priority`` and
+``Sequence.update_priority`` in ``test_sample_units.py`` (``TestSequencePriorities``).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from torchrl.data import (
 from torchrl.data.replay_buffers import Sequence as TorchRLSequence
 
 from torchrl_ext import Sequence
-from torchrl_ext.data._priority_calls import CheckedPriority, RoutedTensorDictPriority
+from torchrl_ext.data._priorities import CheckedPriority, RoutedTensorDictPriority
 
 BAD = [float("nan"), float("inf"), -float("inf"), -1.0]
 CAPACITY, LANES, PERIOD = 40, 3, 7

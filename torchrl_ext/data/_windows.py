@@ -1,29 +1,30 @@
 """How :class:`~torchrl_ext.data.Sequence` expands anchors into windows of records.
 
-A :class:`WindowSpec` holds what a window is (its geometry, boundary policy and layout). Two
-paths build the same records and per-record info from it: :func:`records_compiled`, one
-compiled loop for done-flag boundaries on CPU, and :func:`records_vectorized`, batched tensor
-ops over a :class:`~torchrl_ext.data._episodes.Reach` (any device, trajectory ids).
-:func:`expand_info` repeats the sampler's per-anchor info over the windows.
+A :class:`WindowSpec` says what a window is (its geometry, boundary policy and layout), and a
+:class:`WindowBuilder` builds one unit's windows from it: the records' coordinates, their
+per-record info, and the sampler's per-anchor info repeated over each window. Two paths build
+the same records: :func:`records_compiled`, one compiled loop for done-flag boundaries on CPU,
+and :func:`records_vectorized`, batched tensor ops over a
+:class:`~torchrl_ext.data._episodes.Reach` (any device, trajectory ids).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from tensordict.utils import NestedKey
 
 from torchrl_ext.data import _episodes
-from torchrl_ext.data._kernels import windows
+from torchrl_ext.data._kernels import windows as kernel
 
 #: The compiled loop's mode for each ``episode_boundary``.
 MODES = {
-    "pad": windows.PAD,
-    "stop": windows.STOP,
-    "include_reset": windows.CROSS,
+    "pad": kernel.PAD,
+    "stop": kernel.STOP,
+    "include_reset": kernel.CROSS,
 }
 
 
@@ -76,28 +77,83 @@ class WindowSpec:
         )
 
 
-def window_table(
-    spec: WindowSpec, cache: dict, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-device constants: window offsets (int32), learning mask, steps.
+class WindowBuilder:
+    """Builds the windows of one unit, keeping the per-device constants they are laid out with.
 
     Args:
-        spec (WindowSpec): the windows.
-        cache (dict): the unit's tables by device, filled here on first use.
-        device (torch.device): where the anchors are.
+        spec (WindowSpec): the unit's windows.
     """
-    table = cache.get(device)
-    if table is None:
-        steps = torch.arange(spec.window, device=device)
-        offsets = ((steps - spec.burn_in) * spec.stride).to(torch.int32)
-        learning = (steps >= spec.burn_in) & (steps < spec.burn_in + spec.length)
-        table = cache[device] = (offsets, learning, steps)
-    return table
+
+    def __init__(self, spec: WindowSpec) -> None:
+        self.spec = spec
+        #: window offsets (int32), learning mask and steps, by device
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def build(
+        self,
+        view: _episodes.Snapshot,
+        time: torch.Tensor,
+        lanes: tuple[torch.Tensor, ...],
+        anchors: torch.Tensor,
+        info: dict[str, Any],
+        use_compiled: bool,
+        trajectories: Callable[[], _episodes.TrajectoryIndex] | None,
+    ) -> tuple[torch.Tensor | tuple, dict[str, Any]]:
+        """Record coordinates and the info with per-anchor entries repeated, per-record added.
+
+        Args:
+            view (Snapshot): what the sample reads from the storage.
+            time (torch.Tensor): the anchors' time coordinates ``[B]``.
+            lanes (tuple of torch.Tensor): their lane coordinates ``[B]``, one per lane dim.
+            anchors (torch.Tensor): the anchors as one tensor (``[B]``, or ``[B, ndim]``).
+            info (dict): the sampler's info.
+            use_compiled (bool): the unit's ``use_compiled``.
+            trajectories (callable or None): returns the unit's trajectory index, called only
+                when the windows need it; ``None`` when episodes are read in storage order.
+
+        Raises:
+            ValueError: if a per-anchor info entry does not have one row per anchor.
+        """
+        expanded = expand_info(info, time.shape[0], self.spec)
+        if trajectories is None and compiled_applies(use_compiled, view, time, lanes):
+            index, per_record = records_compiled(view, time, lanes, self.spec)
+        else:
+            reach = self._reach(view, time, lanes, trajectories)
+            table = self._table(time.device)
+            index, per_record = records_vectorized(reach, table, time, lanes, anchors, self.spec)
+        return index, {**expanded, **per_record}
+
+    def _reach(
+        self,
+        view: _episodes.Snapshot,
+        time: torch.Tensor,
+        lanes: tuple[torch.Tensor, ...],
+        trajectories: Callable[[], _episodes.TrajectoryIndex] | None,
+    ) -> _episodes.Reach:
+        """The storage around each anchor, from trajectory ids or in storage order."""
+        spec = self.spec
+        if trajectories is not None:
+            return trajectories().reach(time, spec.back, spec.forward)
+        crosses = spec.episode_boundary == "include_reset"
+        flags = view.flags if not crosses or spec.layout == "batch_time" else None
+        return _episodes.reach_in_storage_order(
+            view, flags, time, lanes, spec.back, spec.forward, crosses
+        )
+
+    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Window offsets (int32), learning mask and steps on ``device``, made on first use."""
+        table = self._tables.get(device)
+        if table is None:
+            spec = self.spec
+            steps = torch.arange(spec.window, device=device)
+            offsets = ((steps - spec.burn_in) * spec.stride).to(torch.int32)
+            learning = (steps >= spec.burn_in) & (steps < spec.burn_in + spec.length)
+            table = self._tables[device] = (offsets, learning, steps)
+        return table
 
 
 def compiled_applies(
     use_compiled: bool,
-    traj_key: NestedKey | None,
     view: _episodes.Snapshot,
     time: torch.Tensor,
     lanes: tuple[torch.Tensor, ...],
@@ -106,15 +162,13 @@ def compiled_applies(
 
     Args:
         use_compiled (bool): the unit's ``use_compiled``.
-        traj_key (NestedKey or None): the unit's ``traj_key``.
         view (Snapshot): what the sample reads from the storage.
         time (torch.Tensor): the anchors' time coordinates ``[B]``.
         lanes (tuple of torch.Tensor): their lane coordinates, one per lane dim.
     """
     return (
         use_compiled
-        and windows.AVAILABLE
-        and traj_key is None
+        and kernel.AVAILABLE
         and time.device.type == "cpu"
         and len(lanes) <= 1
         and (view.flags is None or (view.flags.is_cpu and not view.flags.is_floating_point()))
@@ -143,7 +197,7 @@ def records_compiled(
     ints = torch.empty(4 + len(lanes), *shape, dtype=torch.int64)
     bools = torch.empty(3, *shape, dtype=torch.bool)
     flags = view.flags
-    windows.expand_records(
+    kernel.expand_records(
         None if flags is None else flags.reshape(flags.shape[0], -1),
         time.contiguous(),
         lanes[0].contiguous() if lanes else None,
@@ -179,7 +233,8 @@ def records_vectorized(
 
     Args:
         reach (Reach): the storage around each anchor.
-        table (tuple of torch.Tensor): the :func:`window_table` on the anchors' device.
+        table (tuple of torch.Tensor): offsets, learning mask and steps on the anchors'
+            device (:meth:`WindowBuilder._table`).
         time (torch.Tensor): the anchors' time coordinates ``[B]``.
         lanes (tuple of torch.Tensor): their lane coordinates ``[B]``, one per lane dim.
         anchors (torch.Tensor): the anchors as one tensor (``[B]``, or ``[B, ndim]``).
