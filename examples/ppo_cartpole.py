@@ -390,5 +390,10 @@ def load_policy(args: Args, state: dict, device) -> ProbabilisticActor:
     return actor
 
 
+def acting_env(args: Args, num_envs: int, seed: int, device) -> TransformedEnv:
+    """An env the loaded policy acts in: the training env's transforms and state primers."""
+    return make_env(args, num_envs, seed, memories(*make_agent(args)), device)
+
+
 if __name__ == "__main__":
     runs.main(Args, train, quick=QUICK)

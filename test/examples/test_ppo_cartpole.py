@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pipelines
+import ppo_cartpole
 import pytest
 import runs
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-
-import ppo_cartpole
 
 
 @pytest.mark.parametrize("policy", ["lstm", "mlp"])
@@ -29,7 +28,7 @@ def test_loaded_policy_acts_as_trained(tmp_path):
     pipelines.run("ppo_cartpole", "--quick", "--out", str(tmp_path))
     policy, args, module = runs.load_policy(tmp_path / "seed0")
     assert module is ppo_cartpole and args.policy == "lstm"
-    env = ppo_cartpole.make_env(args, 2, 7, ppo_cartpole.memories(*ppo_cartpole.make_agent(args)), "cpu")
+    env = ppo_cartpole.acting_env(args, 2, 7, "cpu")
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(5, policy)
     assert rollout["action"].shape[:2] == (2, 5)
