@@ -111,16 +111,17 @@ def _option(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: Any
     parser.add_argument(name, **kwargs)
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``--help`` lists the options)."""
 
     def error(self, message: str) -> typing.NoReturn:
+        """Exits with status 2 and ``message`` on one line."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def make_parser(args_class: type, description: str) -> argparse.ArgumentParser:
     """The command line of a pipeline: its ``Args`` fields and the run options."""
-    parser = _Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     hints = typing.get_type_hints(args_class)
     docs = field_docs(args_class)
     group = parser.add_argument_group("arguments (written to config.json)")
@@ -208,6 +209,15 @@ class Run:
     overwrite: bool = False
 
 
+def _as_fields(args_class: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with lists (argparse's, JSON's) made tuples where the field is a tuple."""
+    hints = typing.get_type_hints(args_class)
+    return {
+        k: tuple(v) if typing.get_origin(hints.get(k)) is tuple and isinstance(v, list) else v
+        for k, v in values.items()
+    }
+
+
 def _pipeline_name(args_class: type) -> str:
     module = sys.modules[args_class.__module__]
     return Path(module.__file__).stem if getattr(module, "__file__", None) else "pipeline"
@@ -227,6 +237,7 @@ def parse(
     parser = make_parser(args_class, "\n\n".join((module.__doc__ or "").split("\n\n")[:2]))
     ns = vars(parser.parse_args(argv))
     given = {f.name: ns.pop(f.name) for f in dataclasses.fields(args_class) if f.name in ns}
+    given = _as_fields(args_class, given)
     options = {k: ns[k] for k in ("logger", "save_every", "device", "progress", "quick")}
     if options["save_every"] < 0:
         parser.error(f"--save-every must be >= 0, got {options['save_every']}")
@@ -285,7 +296,7 @@ def _resumed(
     if saved["pipeline"] != pipeline:
         parser.error(f"--resume {folder}: a {saved['pipeline']} run, not {pipeline}")
     try:
-        args = args_class(**{**state["config"], **given})
+        args = args_class(**_as_fields(args_class, {**state["config"], **given}))
     except (TypeError, ValueError) as error:
         parser.error(f"--resume {folder}: {error}")
     frames = state["counters"].get("frames")
