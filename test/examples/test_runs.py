@@ -471,6 +471,9 @@ class TestOneFilePerPipeline:
             check=False,
         )
         assert done.returncode == 0, done.stderr
+        # stdout holds the summary line alone: torchrl's log lines go to stderr
         assert done.stdout.startswith("ppo_cartpole lstm seed 0: "), done.stdout
+        assert len(done.stdout.splitlines()) == 1, done.stdout
+        assert "\x1b[" not in done.stderr, "no colour codes in a redirected log"
         assert (tmp_path / "runs" / "quick" / "ppo_cartpole" / "seed0" / "config.json").is_file()
         assert time.perf_counter() - start < 600
