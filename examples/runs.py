@@ -792,6 +792,7 @@ class Recorder:
         target: float | None = None,
         hit: tuple[int, float] | None = None,
         timings: Stopwatch | None = None,
+        ylabel: str = "",
     ) -> Result:
         """Ends the run: logs ``final_eval``, saves a finished checkpoint, draws the curve.
 
@@ -803,7 +804,7 @@ class Recorder:
         self.counters["finished"] = True
         self._save(save())
         name = f"{label} seed {self.args.seed}".strip()
-        plot_curves(self.run.out / "learning_curve.png", {name: curve}, target, title)
+        plot_curves(self.run.out / "learning_curve.png", {name: curve}, target, title, ylabel)
         return Result(
             self.run.pipeline,
             name,

@@ -7,7 +7,7 @@ step() { printf '\n=== %s\n' "$*"; }
 step "ruff check";            ruff check .
 step "ruff format --check";   ruff format --check .
 step "pytest (tests + doctests)"
-python -m pytest -q test torchrl_ext --doctest-modules -p no:cacheprovider
+python -m pytest -q test torchrl_ext examples --doctest-modules -p no:cacheprovider
 step "benchmarks (smoke, --benchmark-disable)"
 python -m pytest -q benchmarks --benchmark-disable -p no:cacheprovider
 step "docs (sphinx -W; executes the tutorials)"

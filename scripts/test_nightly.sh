@@ -53,6 +53,6 @@ if [ "$#" -gt 0 ]; then
   exit
 fi
 step "pytest (tests + doctests)"
-python -m pytest -q test torchrl_ext --doctest-modules -p no:cacheprovider
+python -m pytest -q test torchrl_ext examples --doctest-modules -p no:cacheprovider
 step "benchmarks (smoke, --benchmark-disable)"
 python -m pytest -q benchmarks --benchmark-disable -p no:cacheprovider

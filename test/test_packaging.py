@@ -28,8 +28,9 @@ from released_names import needs_released_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: What the build reads (pyproject.toml names README.md and LICENSE; setup.py is a shim).
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "torchrl_ext")
+#: What the build reads (pyproject.toml names README.md and LICENSE; setup.py is a shim), and the
+#: examples beside them, as in a clone, which the wheel must leave out.
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "torchrl_ext", "examples")
 
 #: Entries of the parent site-packages the new environment must not see: our own package (an
 #: editable install of it would make the check vacuous), its finder and .pth files (not
@@ -172,6 +173,15 @@ def test_wheel_ships_the_typing_marker(tmp_path):
     """``py.typed`` is in the wheel, so type checkers read the package's annotations."""
     with zipfile.ZipFile(_build_wheel(tmp_path)) as zf:
         assert "torchrl_ext/py.typed" in zf.namelist()
+
+
+def test_wheel_is_the_library_alone(tmp_path):
+    """The wheel holds the package and its metadata: the example pipelines stay in the repo."""
+    with zipfile.ZipFile(_build_wheel(tmp_path)) as zf:
+        names = zf.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"torchrl_ext"}
+    assert not any("examples" in name for name in names), "examples live outside the wheel"
 
 
 def test_setup_py_is_a_shim():
