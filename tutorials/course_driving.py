@@ -10,9 +10,9 @@ agent (stock TorchRL ``Collector`` and ``ClipPPOLoss``, our
 :class:`~torchrl_ext.objectives.RecurrentGAE` with a feed-forward critic) and shows that this
 return rises.
 
-The pieces come from :mod:`torchrl_ext.examples.ppo_course`; the full run is
-``python -m torchrl_ext.examples.ppo_course`` (see the benchmarks page). Set
-``TORCHRL_EXT_FAST=1`` to shrink the run (the documentation build does).
+The pieces come from ``examples/ppo_course.py`` in the repository (the examples live beside the
+package, not in the wheel); the full run is ``python examples/ppo_course.py`` (see the benchmarks
+page). Set ``TORCHRL_EXT_FAST=1`` to shrink the run (the documentation build does).
 """
 
 # %%
@@ -21,14 +21,17 @@ The pieces come from :mod:`torchrl_ext.examples.ppo_course`; the full run is
 # Warp kernels are compiled on first use and cached, so the first run of this script is slower.
 import logging
 import os
+import sys
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 import warp as wp
 from torchrl.collectors import Collector
 
-from torchrl_ext.examples import ppo_course
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import ppo_course  # examples/ppo_course.py, found through the line above
 
 wp.config.log_level = wp.LOG_WARNING
 logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -37,7 +40,7 @@ torch.manual_seed(0)
 FAST = os.environ.get("TORCHRL_EXT_FAST") == "1"
 NUM_ENVS = 32 if FAST else 64
 BATCHES = 30 if FAST else 40
-cfg = ppo_course.Config(
+cfg = ppo_course.Args(
     seed=0,
     num_envs=NUM_ENVS,
     steps=64,
@@ -58,7 +61,7 @@ cfg = ppo_course.Config(
 # ``ClipPPOLoss`` with ``loss.make_value_estimator`` (plain attribute assignment would be ignored).
 env = ppo_course.make_env(cfg, cfg.num_envs, cfg.seed)
 obs_dim = env.observation_spec["observation"].shape[-1]
-actor, critic = ppo_course.make_agent(cfg, obs_dim)
+actor, critic = ppo_course.make_agent(cfg)
 loss = ppo_course.make_loss(cfg, actor, critic)
 optim = ppo_course.make_optimizer(cfg, loss)
 print("observation", obs_dim, "action", tuple(env.action_spec.shape))
@@ -66,7 +69,7 @@ print("observation", obs_dim, "action", tuple(env.action_spec.shape))
 # %%
 # Which episodes are on a fresh course?
 # -------------------------------------
-# :class:`~torchrl_ext.examples.ppo_course.EpisodeTracker` sums each env's reward and checkpoints
+# ``EpisodeTracker`` sums each env's reward and checkpoints
 # across batches. When an episode ends it decides from the step results whether the next one is on a
 # new course: a crash alone (``out_of_bounds``, lap not done, not truncated, course valid) means a
 # respawn on the same course; anything else means a regeneration. The first episode of every env is
@@ -80,7 +83,7 @@ tracker = ppo_course.EpisodeTracker(cfg.num_envs)
 # Each batch: collect ``[num_envs, 64]`` steps, compute GAE, check the batch (shapes, finite values,
 # zero observations on invalid courses, ``is_init`` one step after ``done``), record the completed
 # episodes, then four PPO epochs over shuffled minibatches.
-collector = Collector(env, actor, frames_per_batch=cfg.frames_per_batch, total_frames=cfg.frames)
+collector = Collector(env, actor, frames_per_batch=cfg.num_envs * 64, total_frames=cfg.frames)
 generator = torch.Generator().manual_seed(cfg.seed)
 per_batch, window = [], []
 frames, start = 0, time.perf_counter()

@@ -33,9 +33,10 @@ def run(pipeline: ModuleType | str, *argv: str) -> list:
         torch.set_num_threads(threads)
 
 
-def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """A run's CSV scalars, without the wall-clock ones."""
-    return {k: v for k, v in runs.read_scalars(folder).items() if k != "seconds"}
+def scalars(folder: Path) -> dict[str, list[tuple[int, str]]]:
+    """A run's CSV scalars without the wall-clock ones, values as text (so NaN equals NaN)."""
+    logged = runs.read_scalars(folder)
+    return {k: [(s, repr(v)) for s, v in rows] for k, rows in logged.items() if k != "seconds"}
 
 
 class Killed(Exception):
