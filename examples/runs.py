@@ -38,6 +38,7 @@ import dataclasses
 import fcntl
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -239,6 +240,9 @@ def parse(
     given = {f.name: ns.pop(f.name) for f in dataclasses.fields(args_class) if f.name in ns}
     given = _as_fields(args_class, given)
     options = {k: ns[k] for k in ("logger", "save_every", "device", "progress", "quick")}
+    logger = options["logger"]
+    if logger != "csv" and importlib.util.find_spec(logger) is None:
+        parser.error(f"--logger {logger} needs {logger}: pip install {logger}")
     if options["save_every"] < 0:
         parser.error(f"--save-every must be >= 0, got {options['save_every']}")
     if options["device"].split(":")[0] == "cuda" and not torch.cuda.is_available():

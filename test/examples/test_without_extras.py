@@ -1,12 +1,13 @@
-"""``pip install torchrl_ext`` without extras, then ``python -m torchrl_ext.examples ppo --quick``.
+"""``pip install torchrl_ext`` without extras, then a pipeline file copied alone runs.
 
-The wheel is built from a copy of the sources and installed (``pip --python``, no package index)
-into a new virtual environment that sees exactly the distributions the wheel requires, and
-theirs, taken from this interpreter: a ``.pth`` file points at a folder of links to their
+The wheel is built from a copy of the sources and installed (``pip --python``, no package
+index) into a new virtual environment that sees exactly the distributions the wheel requires,
+and theirs, taken from this interpreter: a ``.pth`` file points at a folder of links to their
 files. Nothing of the extras (tqdm, matplotlib, tensorboard, wandb, ray, hydra) is visible
-there, so an example that imports one of them unconditionally fails here. The quick run trains
-with the plain progress lines and no plot; an option that needs an extra is refused in one line
-naming it.
+there. ``examples/ppo_cartpole.py`` and ``examples/runs.py`` are copied into an empty folder
+and run there, so an example that imports an extra unconditionally, or any file beside it,
+fails here. The quick run trains with the plain progress lines and no plot; a logger that needs
+a package is refused in one line naming it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from released_names import needs_released_names
 ROOT = Path(__file__).resolve().parents[2]
 #: What the build reads (pyproject.toml names README.md and LICENSE).
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "torchrl_ext")
+#: The example copied alone: one pipeline file and the helper beside it.
+COPIED = ("ppo_cartpole.py", "runs.py")
 #: Modules of the extras that must not be importable in the new environment.
 EXTRAS = ("tqdm", "matplotlib", "tensorboard", "wandb", "ray", "hydra")
 
@@ -131,6 +134,8 @@ def venv(tmp_path_factory):
         cwd=tmp,
     )
     assert installed.returncode == 0, installed.stderr
+    for name in COPIED:
+        shutil.copy2(ROOT / "examples" / name, tmp / name)
     return python, tmp
 
 
@@ -143,25 +148,21 @@ class TestWithoutExtras:
         code = f"import importlib.util as u; print([m for m in {EXTRAS} if u.find_spec(m)])"
         assert _call(python, "-c", code, cwd=tmp).stdout.strip() == "[]"
 
-    def test_ppo_quick(self, venv):
+    def test_copied_pipeline_runs_quick(self, venv):
         python, tmp = venv
-        done = _call(python, "-m", "torchrl_ext.examples", "ppo", "--quick", "--out", "o", cwd=tmp)
+        done = _call(python, "ppo_cartpole.py", "--quick", "--out", "o", cwd=tmp)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("ppo lstm seed 0: "), done.stdout
+        assert done.stdout.startswith("ppo_cartpole lstm seed 0: "), done.stdout
         assert "1,536/1,536 frames" in done.stderr  # the progress lines without tqdm
-        assert "no plot: it needs matplotlib (pip install 'torchrl_ext[examples]')" in done.stderr
+        assert "no plot: it needs matplotlib (pip install matplotlib)" in done.stderr
         assert (tmp / "o" / "seed0" / "config.json").is_file()
 
-    @pytest.mark.parametrize(
-        "args, extra",
-        [
-            (["ppo", "--logger", "tensorboard"], "tensorboard"),
-            (["ppo", "--logger", "wandb"], "wandb"),
-            (["r2d2", "--distributed"], "ray"),
-        ],
-    )
-    def test_option_needing_an_extra(self, venv, args, extra):
+    @pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
+    def test_logger_needing_a_package(self, venv, logger):
         python, tmp = venv
-        done = _call(python, "-m", "torchrl_ext.examples", *args, cwd=tmp)
+        done = _call(python, "ppo_cartpole.py", "--logger", logger, "--out", "x", cwd=tmp)
         assert done.returncode == 2 and "Traceback" not in done.stderr
-        assert done.stderr.splitlines()[-1].endswith(f"pip install 'torchrl_ext[{extra}]'")
+        assert done.stderr.strip().splitlines() == [
+            f"ppo_cartpole.py: error: --logger {logger} needs {logger}: pip install {logger}"
+        ]
+        assert not (tmp / "x").exists()
