@@ -477,3 +477,33 @@ class TestOneFilePerPipeline:
         assert "\x1b[" not in done.stderr, "no colour codes in a redirected log"
         assert (tmp_path / "runs" / "quick" / "ppo_cartpole" / "seed0" / "config.json").is_file()
         assert time.perf_counter() - start < 600
+
+
+class TestCraftedCheckpoints:
+    """A checkpoint whose manifest was rewritten to match a crafted ``state.pt`` is still read
+    as data only: ``--resume`` and ``load_policy`` refuse it before any of its code runs."""
+
+    @pytest.fixture
+    def crafted(self, tmp_path, marker):
+        pipelines.run("ppo_cartpole", "--quick", "--out", str(tmp_path))
+        folder = runs.find_checkpoint(tmp_path / "seed0")
+        malicious_files.torch_file(folder / runs.STATE, marker)
+        manifest = json.loads((folder / runs.MANIFEST).read_text())
+        manifest["files"][runs.STATE] = runs._sha256(folder / runs.STATE)
+        (folder / runs.MANIFEST).write_text(json.dumps(manifest))
+        return tmp_path / "seed0"
+
+    def test_resume_refuses_it(self, crafted, capsys):
+        with pytest.raises(SystemExit) as stop:
+            pipelines.run("ppo_cartpole", "--resume", str(crafted), "--frames", "4096")
+        assert stop.value.code == 2
+        assert malicious_files.REFUSED in capsys.readouterr().err
+
+    def test_load_policy_refuses_it(self, crafted):
+        with pytest.raises(ValueError, match=malicious_files.REFUSED):
+            runs.load_policy(crafted)
+
+    def test_config_naming_no_pipeline_is_refused(self, crafted):
+        runs.write_json(crafted / runs.CONFIG, {"pipeline": "../os", "config": {}})
+        with pytest.raises(ValueError, match="names no pipeline"):
+            runs.load_policy(crafted)
