@@ -1,27 +1,43 @@
-"""The POPGym pipeline: its encoder and action heads, its config and a quick run per action kind.
-
-Its checkpoint/resume is checked with the other pipelines' in ``test_pipelines.py``.
-"""
+"""``examples/ppo_popgym.py``: its inputs and action heads, its settings per env, a quick run
+per observation and action kind, bitwise resume and the policy it saves."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
+import pipelines
+import ppo_popgym
 import pytest
+import runs
 import torch
 from torchrl.data import Bounded, Categorical, MultiCategorical, Unbounded
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from torchrl_ext.envs import popgym
 from torchrl_ext.examples import __main__ as entry
-from torchrl_ext.examples import _popgym_paper, _run_folder, ppo_popgym
-from torchrl_ext.examples._popgym import ObservationEncoder
-from torchrl_ext.examples.ppo_popgym import Config, IndependentCategorical, policy_head
+from torchrl_ext.examples import _run_folder
+
+#: One env per observation and action kind: a card and a choice, a board of cells (observed as
+#: many categoricals), a board cell to shoot (two components), a torque.
+QUICK_ENVS = ["RepeatPrevious", "Concentration", "Battleship", "PositionOnlyPendulum"]
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory):
+    """Each of ``QUICK_ENVS``' quick run: its folder and result."""
+    done = {}
+    for env in QUICK_ENVS:
+        out = tmp_path_factory.mktemp(env)
+        (result,) = pipelines.run("ppo_popgym", "--quick", "--env", env, "--out", str(out))
+        done[env] = (out / "seed0", result)
+    return done
 
 
 class TestObservationEncoder:
     def test_categorical_by_hand(self):
-        encoder = ObservationEncoder(Categorical(3, shape=(5,)))
+        encoder = ppo_popgym.ObservationEncoder(Categorical(3, shape=(5,)))
         out = encoder(torch.tensor([[2, 0], [1, 1]]))
         assert encoder.features == 3
         assert out.tolist() == [
@@ -31,7 +47,7 @@ class TestObservationEncoder:
 
     def test_multi_categorical_matches_one_hot_per_component(self):
         nvec = [3, 2, 4]
-        encoder = ObservationEncoder(MultiCategorical(torch.tensor(nvec).expand(6, 3)))
+        encoder = ppo_popgym.ObservationEncoder(MultiCategorical(torch.tensor(nvec).expand(6, 3)))
         obs = torch.stack([torch.randint(n, (6, 7)) for n in nvec], -1).to(torch.uint8)
         expected = torch.cat(
             [torch.nn.functional.one_hot(obs[..., i].long(), n) for i, n in enumerate(nvec)], -1
@@ -39,15 +55,20 @@ class TestObservationEncoder:
         assert torch.equal(encoder(obs), expected.float())
 
     def test_floats_pass_through(self):
-        encoder = ObservationEncoder(Unbounded((4, 2)))
+        encoder = ppo_popgym.ObservationEncoder(Unbounded((4, 2)))
         obs = torch.randn(4, 2)
         assert encoder.features == 2 and torch.equal(encoder(obs), obs)
+
+    def test_previous_action_follows_the_observation(self):
+        inputs = ppo_popgym.AgentInputs(Categorical(3), previous=2)
+        out = inputs(torch.tensor([1, 2]), torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        assert out.tolist() == [[0.0, 1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0]]
 
 
 class TestHeads:
     def test_independent_categorical_is_the_sum_of_its_components(self):
         logits = torch.randn(5, 2 * 3)
-        dist = IndependentCategorical(logits, components=2)
+        dist = ppo_popgym.IndependentCategorical(logits, components=2)
         action = torch.stack([torch.randint(3, (5,)), torch.randint(3, (5,))], -1)
         parts = [
             torch.distributions.Categorical(logits=logits[:, 3 * i : 3 * (i + 1)]).log_prob(
@@ -60,7 +81,7 @@ class TestHeads:
 
     def test_independent_categorical_samples_each_component_by_its_probabilities(self):
         logits = torch.log(torch.tensor([[0.7, 0.2, 0.1, 0.1, 0.1, 0.8]]))
-        draws = IndependentCategorical(logits.expand(20_000, 6), components=2).sample()
+        draws = ppo_popgym.IndependentCategorical(logits.expand(20_000, 6), components=2).sample()
         first = torch.bincount(draws[:, 0], minlength=3) / 20_000
         second = torch.bincount(draws[:, 1], minlength=3) / 20_000
         # 20,000 draws: the standard error of each frequency is at most 0.0036
@@ -76,57 +97,163 @@ class TestHeads:
         ],
     )
     def test_policy_head(self, spec, outputs, in_keys):
-        n, dist = policy_head(Config(), spec)
+        n, dist = ppo_popgym.policy_head(spec)
         assert n == outputs and dist["in_keys"] == in_keys
 
     def test_unsupported_action_spec(self):
         with pytest.raises(TypeError, match="no policy head for an action spec of type Unbounded"):
-            policy_head(Config(), Unbounded((3, 2)))
+            ppo_popgym.policy_head(Unbounded((3, 2)))
 
 
-class TestConfig:
+class TestArgs:
+    """``env`` and ``difficulty`` are checked; ``frames`` 0, ``forget_bias`` and ``target`` nan
+    take the env's values (``TUNED``, the paper's figure); a value given wins."""
+
     def test_env_names_are_the_ports(self):
-        assert len(_popgym_paper.ENVS) == len(popgym.__all__)
-        assert set(f"{name}Env" for name in _popgym_paper.ENVS) == set(popgym.__all__)
+        assert len(ppo_popgym.ENVS) == len(popgym.__all__)
+        assert {f"{name}Env" for name in ppo_popgym.ENVS} == set(popgym.__all__)
 
     def test_refusals(self):
         with pytest.raises(ValueError, match=r"env must be one of .* got env='Pong'"):
-            Config(env="Pong")
+            ppo_popgym.Args(env="Pong")
         with pytest.raises(ValueError, match=r"difficulty must be .* got difficulty='extreme'"):
-            Config(difficulty="extreme")
+            ppo_popgym.Args(difficulty="extreme")
 
     def test_default_target_is_the_papers_figure(self):
         assert (
-            Config(env="HigherLower").target
-            == _popgym_paper.PAPER_PPO_GRU["HigherLower", "easy"][0]
+            ppo_popgym.Args(env="HigherLower").target
+            == ppo_popgym.PAPER_PPO_GRU["HigherLower", "easy"][0]
         )
-        assert (
-            Config(env="CountRecall").target == _popgym_paper.PAPER_PPO_LSTM["CountRecall", "easy"]
-        )
-        assert Config(env="Battleship").target == 1.0  # no figure: the best return
-        assert Config(target=0.5).target == 0.5
+        lstm = ppo_popgym.PAPER_PPO_LSTM["CountRecall", "easy"]
+        assert ppo_popgym.Args(env="CountRecall").target == lstm
+        assert ppo_popgym.Args(env="Battleship").target == 1.0  # no figure: the best return
+        assert ppo_popgym.Args(target=0.5).target == 0.5
 
-    def test_tuned_config_is_used_by_the_command(self, tmp_path):
-        result = _quick(tmp_path, "RepeatFirst")
-        assert isinstance(result.config, ppo_popgym.RepeatFirstConfig)
-        assert result.config.forget_bias == 3.0
-        lstm = ppo_popgym.make_agent(result.config)[1][1].lstm
-        assert torch.equal(lstm.bias_ih_l0[64:128], torch.full((64,), 3.0))
+    def test_tuned_forget_bias_reaches_the_lstms(self, tmp_path):
+        ((args, _),) = runs.parse(ppo_popgym.Args, ["--env", "RepeatFirst", "--out", str(tmp_path)])
+        assert args.forget_bias == 3.0
+        actor, critic = ppo_popgym.make_agent(args)
+        for lstm in ppo_popgym.memories(actor, critic):
+            assert torch.equal(lstm.lstm.bias_ih_l0[64:128], torch.full((64,), 3.0))
+            assert torch.equal(lstm.lstm.bias_hh_l0[64:128], torch.zeros(64))
+
+    def test_a_value_given_wins_over_the_tuned_one(self, tmp_path):
+        argv = ["--env", "RepeatFirst", "--forget-bias", "0", "--out", str(tmp_path)]
+        ((args, _),) = runs.parse(ppo_popgym.Args, argv)
+        assert args.forget_bias == 0.0
+        argv = ["--env", "MultiarmedBandit", "--quick", "--out", str(tmp_path)]
+        ((args, _),) = runs.parse(ppo_popgym.Args, argv, ppo_popgym.QUICK)
+        assert args.frames == ppo_popgym.QUICK["frames"] == 3 * 8 * 32
 
     def test_bandit_trains_the_papers_budget_in_whole_batches(self):
-        cfg = ppo_popgym.config_class("MultiarmedBandit")()
-        assert isinstance(cfg, ppo_popgym.MultiarmedBanditConfig)
-        assert cfg.frames <= _popgym_paper.PAPER_FRAMES < cfg.frames + cfg.frames_per_batch * 256
-        assert cfg.frames % cfg.frames_per_batch == 0
-        same = dataclasses.asdict(Config(env="MultiarmedBandit", frames=cfg.frames))
-        assert dataclasses.asdict(cfg) == same  # nothing else differs
+        args = ppo_popgym.Args(env="MultiarmedBandit")
+        batch = args.num_envs * args.steps
+        assert args.frames == ppo_popgym.TUNED["MultiarmedBandit"]["frames"]
+        assert args.frames <= ppo_popgym.PAPER_FRAMES < args.frames + batch * 256
+        assert args.frames % batch == 0
+        same = dataclasses.asdict(ppo_popgym.Args(env="MultiarmedBandit", frames=args.frames))
+        assert dataclasses.asdict(args) == same  # nothing else differs
+        other = dataclasses.asdict(ppo_popgym.Args(env="HigherLower"))
+        differ = {k for k, v in dataclasses.asdict(args).items() if other[k] != v}
+        assert differ == {"env", "frames", "target"}
 
-    def test_bandit_budget_is_what_help_states(self, capsys):
+    def test_help_states_the_tuned_values(self, capsys):
         with pytest.raises(SystemExit):
-            entry.main(["popgym", "--help"])
+            runs.parse(ppo_popgym.Args, ["--help"])
         help_text = " ".join(capsys.readouterr().out.split())
-        frames = ppo_popgym.MultiarmedBanditConfig().frames
-        assert f"{frames:,} for MultiarmedBandit's PPO" in help_text
+        assert (
+            f"{ppo_popgym.TUNED['MultiarmedBandit']['frames']:,} for MultiarmedBandit" in help_text
+        )
+        assert f"{ppo_popgym.UNTUNED['frames']:,}" in help_text
+        assert f"{ppo_popgym.TUNED['RepeatFirst']['forget_bias']:g} for RepeatFirst" in help_text
+
+    def test_difficulty_reaches_the_env(self):
+        args = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
+        env = ppo_popgym.make_env(args, 2, 0, [], "cpu")
+        assert env.base_env.difficulty == "medium"
+
+    def test_run_folder_is_named_after_the_file(self, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)
+        ((_, run),) = runs.parse(ppo_popgym.Args, ["--env", "HigherLower", "--seeds", "2"])
+        assert run.out.as_posix() == "runs/ppo_popgym/seed2"
+
+
+class TestQuick:
+    """A quick run per observation and action kind: checked batches, POPGym's return range."""
+
+    @pytest.mark.parametrize("env", QUICK_ENVS)
+    def test_runs_and_logs(self, quick_runs, env):
+        folder, result = quick_runs[env]
+        config = json.loads((folder / "config.json").read_text())
+        assert config["pipeline"] == "ppo_popgym" and config["config"]["env"] == env
+        assert config["config"]["frames"] == result.frames == ppo_popgym.QUICK["frames"]
+        scalars = runs.read_scalars(folder)
+        assert [step for step, _ in scalars["mean_return"]] == [256, 512, 768]
+        assert scalars["final_eval"] == [(768, result.final_eval)]
+        best = [v for _, v in scalars["best_mean_return"] if not math.isnan(v)]
+        means = [v for _, v in scalars["mean_return"] if not math.isnan(v)]
+        assert best == [max(means[: i + 1]) for i in range(len(means))]
+        # POPGym scales rewards so that the best return is 1; the worst is about -1 (Battleship's
+        # all-miss episode, which runs past the needed misses, is -64/51)
+        assert all(-64 / 51 - 1e-5 <= v <= 1.0 + 1e-5 for v in [*means, result.final_eval])
+        assert str(result).startswith(f"ppo_popgym {env} easy seed 0: ")
+
+    @pytest.mark.parametrize("env", QUICK_ENVS)
+    def test_loaded_policy_acts_as_trained(self, quick_runs, env):
+        """The policy ``runs.load_policy`` reads back scores the run's final evaluation."""
+        folder, result = quick_runs[env]
+        policy, args, module = runs.load_policy(folder)
+        assert module is ppo_popgym and args.env == env
+        primers = ppo_popgym.memories(*ppo_popgym.make_agent(args))
+        assert ppo_popgym.evaluate(args, policy, primers, "cpu") == result.final_eval
+        env_ = ppo_popgym.acting_env(args, 2, 7, "cpu")
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            rollout = env_.rollout(5, policy)
+        assert rollout.batch_size == (2, 5)
+        assert rollout["action"].shape[2:] == env_.action_spec.shape[1:]
+
+
+def _as_text(folder):
+    """A run's scalars but the wall time, each value as text (so that NaN equals NaN)."""
+    return {k: [(s, repr(v)) for s, v in rows] for k, rows in pipelines.scalars(folder).items()}
+
+
+@pytest.mark.parametrize("env", ["RepeatPrevious", "Battleship"])
+def test_resumes_bitwise(tmp_path, monkeypatch, env):
+    """``pipelines.assert_resumes_bitwise`` with NaN equal to NaN: the mean return is NaN
+    until a first episode ends, after the first batch of a quick run."""
+    whole = tmp_path / "whole"
+    pipelines.run("ppo_popgym", "--quick", "--env", env, "--out", str(whole), "--save-every", "256")
+    folder = pipelines.interrupted(
+        monkeypatch, "ppo_popgym", tmp_path / "cut", 256, 512, "--env", env
+    )
+    pipelines.run("ppo_popgym", "--resume", str(folder))
+    assert _as_text(folder) == _as_text(whole / "seed0")
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--env", "Pong"], "argument --env: invalid choice: 'Pong'"),
+        (["--difficulty", "extreme"], "argument --difficulty: invalid choice"),
+        (["--frames", "100"], "frames must be at least one batch (num_envs * steps = 4096)"),
+        (["--frames", "-1"], "frames must be an integer >= 1"),
+        (["--forget-bias", "inf"], "forget_bias must be a finite number"),
+        (["--target", "inf"], "target must be a finite number"),
+        (["--lr", "0"], "lr must be a finite number > 0"),
+        (["--gamma", "nan"], "gamma must be a finite number in"),
+        (["--reward-scale", "0"], "reward_scale"),
+        (["--envs-per-minibatch", "65"], "envs_per_minibatch must be <= num_envs"),
+        (["--policy", "gru"], "invalid choice"),
+    ],
+)
+def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
+    with pytest.raises(SystemExit) as stop:
+        pipelines.run("ppo_popgym", *argv, "--out", str(tmp_path))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1, err
+    assert not any(tmp_path.iterdir()), "nothing is written before the arguments are checked"
 
 
 def _quick(tmp_path, env: str, *more: str):
@@ -137,41 +264,6 @@ def _quick(tmp_path, env: str, *more: str):
     finally:
         torch.set_num_threads(threads)
     return result
-
-
-class TestQuick:
-    """A quick run per observation and action kind: categorical, multi-discrete, continuous."""
-
-    @pytest.mark.parametrize(
-        "env",
-        ["RepeatPrevious", "Concentration", "Battleship", "PositionOnlyPendulum"],
-    )
-    def test_runs_and_logs(self, tmp_path, env):
-        result = _quick(tmp_path, env)
-        cfg = result.config
-        assert cfg.env == env and result.frames == 3 * cfg.frames_per_batch
-        scalars = _run_folder.read_scalars(tmp_path / "seed0")
-        best = [v for _, v in scalars["best_mean_return"] if not math.isnan(v)]
-        means = [v for _, v in scalars["mean_return"] if not math.isnan(v)]
-        assert best == [max(means[: i + 1]) for i in range(len(means))]
-        # POPGym scales rewards so that the best return is 1; the worst is about -1 (Battleship's
-        # all-miss episode, which runs past the needed misses, is -64/51)
-        assert all(-64 / 51 - 1e-5 <= v <= 1.0 + 1e-5 for v in [*means, result.final_eval])
-
-    def test_difficulty_reaches_the_env(self, tmp_path):
-        result = _quick(tmp_path, "RepeatFirst", "--difficulty", "medium")
-        assert result.config.difficulty == "medium"
-        env = ppo_popgym.make_env(result.config, 2, 0, [], torch.device("cpu"))
-        assert env.base_env.difficulty == "medium"
-
-    def test_run_folder_names_env_and_difficulty(self):
-        args = entry.make_parser().parse_args(["popgym", "--env", "HigherLower"])
-        assert entry.pipeline(args) == "popgym/HigherLower-easy"
-
-    def test_unknown_env_is_one_line(self, capsys):
-        with pytest.raises(SystemExit):
-            entry.main(["popgym", "--env", "Pong"])
-        assert "argument --env: invalid choice: 'Pong'" in capsys.readouterr().err
 
 
 class TestR2D2:
@@ -208,53 +300,3 @@ class TestR2D2:
     def test_run_folder_names_the_algorithm(self):
         args = entry.make_parser().parse_args(["popgym", "--algo", "r2d2"])
         assert entry.pipeline(args) == "popgym/RepeatPrevious-easy-r2d2"
-
-
-class TestResultsTable:
-    """``popgym-results --quick``: trains what its folder lacks, then reads finished runs back."""
-
-    def test_trains_then_reads_back(self, tmp_path):
-        from torchrl_ext.examples import popgym_results
-
-        argv = ["popgym-results", "--quick", "--seeds", "0", "1", "--out", str(tmp_path)]
-        text = entry.main([*argv, "--no-progress"])
-        folders = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("*/seed*"))
-        assert folders == [
-            "MultiarmedBandit-easy/seed0",
-            "MultiarmedBandit-easy/seed1",
-            "RepeatPrevious-easy/seed0",
-            "RepeatPrevious-easy/seed1",
-        ]
-        rows = [line for line in text.splitlines() if line.startswith("| RepeatPrevious")]
-        assert len(rows) == 1 and "| 1.000 ± 0.000 |" in rows[0]
-        folder = tmp_path / "RepeatPrevious-easy" / "seed1"
-        run = popgym_results.Run.read(folder)
-        logged = [v for _, v in _run_folder.read_scalars(folder)["best_mean_return"]]
-        assert run.seed == 1 and run.mmer == logged[-1] and run.frames == 768
-        assert (tmp_path / "popgym_results.md").read_text() == text
-        # a second call trains nothing: the finished runs are read back
-        before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.csv")}
-        assert entry.main([*argv, "--no-progress"]) == text
-        assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.csv")} == before
-
-    def test_unfinished_run_is_resumed(self, tmp_path, monkeypatch):
-        from torchrl_ext.examples import popgym_results
-
-        argv = ["popgym-results", "--quick", "--seeds", "0", "--envs", "RepeatPrevious"]
-        argv += ["--out", str(tmp_path), "--no-progress", "--save-every", "256"]
-        log_row = _run_folder.log_row
-
-        def die_at_512(logger, row, step):
-            log_row(logger, row, step)
-            if step == 512:
-                raise KeyboardInterrupt
-
-        monkeypatch.setattr(_run_folder, "log_row", die_at_512)
-        with pytest.raises(SystemExit):
-            entry.main(argv)
-        monkeypatch.setattr(_run_folder, "log_row", log_row)
-        folder = tmp_path / "RepeatPrevious-easy" / "seed0"
-        assert not popgym_results.is_finished(folder)
-        entry.main(argv)
-        assert popgym_results.is_finished(folder)
-        assert popgym_results.Run.read(folder).frames == 768
