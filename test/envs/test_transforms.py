@@ -1,6 +1,6 @@
 """``PreviousAction``: the previous step's action in each observation, zeros at episode starts.
 
-(``BaseEnvState`` is tested with the saved state, in ``test_saved.py``.)
+(``BaseEnvState`` is tested with the saved state, in ``test_state_dicts.py``.)
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ An env is its specs, its per-env state and three Warp functions; the base genera
 around them and owns everything that is not physics: the done flags and time limit, the reset
 mask, per-env seeding, the fused auto-reset, graph capture and the ``[N, T]`` rollout. The parts
 it hands work to live in :mod:`torchrl_ext.envs._base`: the buffers (``layout``), the kernel
-factory (``kernels``, ``physics``), launching and graphs (``launcher``), saved state
-(``saved``), action loading (``actions``), the fused step's next root (``fused``), the rollout's
-outputs (``rollout``) and TorchRL's ``EnvBase`` protocol (``shim``).
+factory (``kernels``, ``generated``), launching and graphs (``launcher``), saved state
+(``state_dicts``), action loading (``actions``), the fused step's next root (``fused``), the
+rollout's outputs (``rollout``) and TorchRL's ``EnvBase`` protocol (``torchrl_face``).
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ import torch
 import warp as wp
 
 from torchrl_ext._checks import check_bool, check_int, check_optional_int
-from torchrl_ext.envs._base import actions, physics, saved
+from torchrl_ext.envs._base import actions, generated, state_dicts
 from torchrl_ext.envs._base.actions import key_name as _key_name
 from torchrl_ext.envs._base.arguments import check_device, check_float_dtype, check_seed
-from torchrl_ext.envs._base.launcher import Launch, Launcher
-from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
-from torchrl_ext.envs._base.physics import (
+from torchrl_ext.envs._base.generated import (
     GeneratedPhysics,
     WarpFunctions,
     declared_arrays,
     state_view,
 )
-from torchrl_ext.envs._base.shim import TorchRLShim
+from torchrl_ext.envs._base.launcher import Launch, Launcher
+from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
+from torchrl_ext.envs._base.torchrl_face import TorchRLShim
 from torchrl_ext.envs._kernels.common import (
     Episodes,
     Flags,
@@ -237,8 +237,8 @@ class WarpEnv(TorchRLShim):
         this for more (a permutation), so that no loaded state makes a kernel read out of bounds.
         """
         own = self._max_episode_steps()
-        saved.check_base_values(state, self._limit if own is None else min(own, self._limit))
-        saved.check_ranges(state, physics.declared_ranges(self._state_arrays()))
+        state_dicts.check_base_values(state, self._limit if own is None else min(own, self._limit))
+        state_dicts.check_ranges(state, generated.declared_ranges(self._state_arrays()))
 
     def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
         """Raise ``ValueError`` if ``action`` (entry ``key``) holds values the env cannot step.
@@ -375,10 +375,10 @@ class WarpEnv(TorchRLShim):
     def _state_tensors(self) -> dict[str, torch.Tensor]:
         """Live torch views of every array that determines future steps, by state key.
 
-        The base's (:func:`~torchrl_ext.envs._base.saved.base_state`), then the declared state
+        The base's (:func:`~torchrl_ext.envs._base.state_dicts.base_state`), then the declared state
         arrays. An env with hand-written kernels adds its own state to this dict.
         """
-        state = saved.base_state(self._layout)
+        state = state_dicts.base_state(self._layout)
         if self._physics is not None:
             state.update(self._physics.arrays)
         return state
@@ -460,7 +460,7 @@ class WarpEnv(TorchRLShim):
                 ``strict=False`` / ``assign=True``.
         """
         reference = self._saved_state()
-        state = saved.checked_state(
+        state = state_dicts.checked_state(
             type(self).__name__, state_dict, strict, assign, reference, self.num_envs, self.device
         )
         if state is None:

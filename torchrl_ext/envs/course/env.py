@@ -20,7 +20,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 import torchrl_ext.envs.interop as interop
 from torchrl_ext._checks import check_choice, check_float, check_int
 from torchrl_ext.envs._kernels.common import make_struct, pack_params
-from torchrl_ext.envs.course import _saved
+from torchrl_ext.envs.course import _state_dicts
 from torchrl_ext.envs.course._inputs import StepInputs
 from torchrl_ext.envs.course._kernels import car as _car
 from torchrl_ext.envs.course._kernels import env as _k
@@ -266,9 +266,9 @@ class CourseEnv(WarpEnv):
         """The base's checks, the car's counters, epochs, course parameters, float magnitudes."""
         super()._check_state_values(state)
         segments = self.max_checkpoints if self.mode == "gates" else self.num_points
-        _saved.check_car(state["counts"], self.laps, segments, self.max_checkpoints)
-        _saved.check_courses(state, self.max_checkpoints)
-        _saved.check_magnitudes(state)
+        _state_dicts.check_car(state["counts"], self.laps, segments, self.max_checkpoints)
+        _state_dicts.check_courses(state, self.max_checkpoints)
+        _state_dicts.check_magnitudes(state)
 
     # ------------------------------------------------------------------ public views
     @property

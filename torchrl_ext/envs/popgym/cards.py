@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchrl_ext.envs.popgym._common import PopGymEnv, require_range
 from torchrl_ext.envs.popgym._kernels import cards as _k
+from torchrl_ext.envs.popgym._port import PopGymEnv, require_range
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = ["AutoencodeEnv", "CountRecallEnv", "RepeatFirstEnv", "RepeatPreviousEnv"]
@@ -93,7 +93,7 @@ class RepeatFirstEnv(_CardEnv):
 
     Presets (POPGym's ``RepeatFirstEasy``/``Medium``/``Hard``): 1, 8 or 16 decks.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl.envs.utils import check_env_specs
@@ -121,7 +121,7 @@ class RepeatPreviousEnv(_CardEnv):
     Presets (POPGym's ``RepeatPreviousEasy``/``Medium``/``Hard``): 1, 2 or 3 decks with ``k`` =
     4, 32 or 64.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl.envs.utils import check_env_specs
@@ -161,7 +161,7 @@ class AutoencodeEnv(_CardEnv):
 
     Presets (POPGym's ``AutoencodeEasy``/``Medium``/``Hard``): 1, 2 or 3 decks.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl.envs.utils import check_env_specs
@@ -208,7 +208,7 @@ class CountRecallEnv(_CardEnv):
     Presets (POPGym's ``CountRecallEasy``/``Medium``/``Hard``): 1 deck of colours, 2 decks of
     suits or 4 decks of ranks.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl.envs.utils import check_env_specs

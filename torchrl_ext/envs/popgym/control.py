@@ -27,8 +27,8 @@ from torchrl_ext.envs._kernels import cartpole as _cartpole
 from torchrl_ext.envs._kernels import pendulum as _pendulum
 from torchrl_ext.envs.cartpole import _cartpole_params, _coin_flips
 from torchrl_ext.envs.pendulum import _MAX_TORQUE, _pendulum_params
-from torchrl_ext.envs.popgym._common import PopGymEnv, require_key
 from torchrl_ext.envs.popgym._kernels import control as _k
+from torchrl_ext.envs.popgym._port import PopGymEnv, require_key
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = [
@@ -144,7 +144,7 @@ class PositionOnlyCartPoleEnv(_CartPoleTask):
     truncated after ``L`` = 200 / 400 / 600 steps (easy / medium / hard). New episodes start
     uniform in ``[-0.05, 0.05)^4``. :attr:`state` is ``(x, x_dot, theta, theta_dot)`` per env.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl_ext.envs.popgym.control import PositionOnlyCartPoleEnv
@@ -167,7 +167,7 @@ class VelocityOnlyCartPoleEnv(_CartPoleTask):
     must be integrated from them. As in POPGym, the observation right after a reset is the
     start's positions ``(x, theta)``, not its velocities.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> import torch
@@ -195,7 +195,7 @@ class NoisyPositionOnlyCartPoleEnv(_CartPoleTask):
     ``[-4.8, 4.8] x [-0.419, 0.419]``. The noise touches the observation only, never the state;
     it is drawn from the episode's random stream, so a seeded env repeats it.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl_ext.envs.popgym.control import NoisyPositionOnlyCartPoleEnv
@@ -221,7 +221,7 @@ class PositionOnlyPendulumEnv(_PendulumTask):
     200 / 150 / 100 steps (easy / medium / hard). New episodes start with ``theta`` uniform in
     ``[-pi, pi)`` and ``theta_dot`` in ``[-1, 1)``. :attr:`state` is ``(theta, theta_dot)``.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl_ext.envs.popgym.control import PositionOnlyPendulumEnv
@@ -247,7 +247,7 @@ class NoisyPositionOnlyPendulumEnv(_PendulumTask):
     components, ``sigma`` = 0.1 / 0.2 / 0.3 (easy / medium / hard), and clips them to
     ``[-1, 1]``. The noise touches the observation only; a seeded env repeats it.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> from torchrl_ext.envs.popgym.control import NoisyPositionOnlyPendulumEnv

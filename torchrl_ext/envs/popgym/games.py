@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchrl_ext.envs._base.saved import require
-from torchrl_ext.envs.popgym._common import PopGymEnv, require_in, require_key, require_range
+from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs.popgym._kernels import games as _k
+from torchrl_ext.envs.popgym._port import PopGymEnv, require_in, require_key, require_range
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = ["BattleshipEnv", "MineSweeperEnv", "MultiarmedBanditEnv"]
@@ -53,7 +53,7 @@ class MultiarmedBanditEnv(PopGymEnv):
     Presets (POPGym's ``MultiarmedBanditEasy``/``Medium``/``Hard``): ``(K, L)`` ``(10, 200)``,
     ``(20, 400)``, ``(30, 600)``.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> import torch
@@ -111,7 +111,7 @@ class MineSweeperEnv(_GridEnv):
     Presets (POPGym's ``MineSweeperEasy``/``Medium``/``Hard``): ``(H, W, M)`` ``(4, 4, 2)``,
     ``(6, 6, 6)``, ``(8, 8, 10)``.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> import torch
@@ -174,7 +174,7 @@ class BattleshipEnv(_GridEnv):
 
     Presets (POPGym's ``BattleshipEasy``/``Medium``/``Hard``): ``B`` 8, 10, 12.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> import torch

@@ -12,14 +12,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchrl_ext.envs._base.saved import require
-from torchrl_ext.envs.popgym._common import (
+from torchrl_ext.envs._base.state_dicts import require
+from torchrl_ext.envs.popgym._kernels import guessing as _k
+from torchrl_ext.envs.popgym._port import (
     PopGymEnv,
     require_in,
     require_permutations,
     require_range,
 )
-from torchrl_ext.envs.popgym._kernels import guessing as _k
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = ["ConcentrationEnv", "HigherLowerEnv"]
@@ -40,7 +40,7 @@ class HigherLowerEnv(PopGymEnv):
 
     Presets (POPGym's ``HigherLowerEasy``/``Medium``/``Hard``): ``num_decks`` 1, 2, 3.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> import torch
@@ -103,7 +103,7 @@ class ConcentrationEnv(PopGymEnv):
     Presets (POPGym's ``ConcentrationEasy``/``Medium``/``Hard``): ``(num_decks, match)``
     ``(1, "colors")``, ``(2, "colors")``, ``(1, "ranks")``.
 
-    Args: as :class:`~torchrl_ext.envs.popgym._common.PopGymEnv`.
+    Args: as :class:`~torchrl_ext.envs.popgym._port.PopGymEnv`.
 
     Examples:
         >>> import torch

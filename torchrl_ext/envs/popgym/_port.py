@@ -9,7 +9,7 @@ import torch
 from torchrl.data import Categorical, Composite, MultiCategorical, TensorSpec, Unbounded
 
 from torchrl_ext._checks import check_choice
-from torchrl_ext.envs._base.saved import require
+from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs.warp_env import WarpEnv
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -26,7 +26,7 @@ def preset(difficulty: Any, presets: Mapping[str, T]) -> T:
         ValueError: if it names no difficulty.
 
     Examples:
-        >>> from torchrl_ext.envs.popgym._common import preset
+        >>> from torchrl_ext.envs.popgym._port import preset
         >>> preset("medium", {"easy": 1, "medium": 8, "hard": 16})
         8
     """

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
-from torchrl_ext.envs._base.saved import require
+from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs.course._kernels import car as _car
 from torchrl_ext.envs.course._kernels.courses import Params
 from torchrl_ext.envs.course.config import MAX_HARMONICS

@@ -1,4 +1,4 @@
-"""Saved env state (``torchrl_ext.envs._base.saved``): what ``load_state_dict`` accepts.
+"""Saved env state (``torchrl_ext.envs._base.state_dicts``): what ``load_state_dict`` accepts.
 
 Contract: a loaded state is refused with a ``ValueError`` naming the entry and the bad value,
 before anything is written, unless every value is one a run of the env reaches: floats finite,
@@ -154,7 +154,7 @@ import torch
 import warp as wp
 wp.config.log_level = wp.LOG_WARNING
 sys.path.insert(0, {test_dir!r})
-from test_saved import ENVS
+from test_state_dicts import ENVS
 
 gen = torch.Generator().manual_seed(0)
 
