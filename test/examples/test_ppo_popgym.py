@@ -17,7 +17,6 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from torchrl_ext.envs import popgym
 from torchrl_ext.examples import __main__ as entry
-from torchrl_ext.examples import _run_folder
 
 #: One env per observation and action kind: a card and a choice, a board of cells (observed as
 #: many categoricals), a board cell to shoot (two components), a torque.
@@ -264,39 +263,3 @@ def _quick(tmp_path, env: str, *more: str):
     finally:
         torch.set_num_threads(threads)
     return result
-
-
-class TestR2D2:
-    """``--algo r2d2``: the Q-network reads one-hot observations and scores each action."""
-
-    def test_quick_run(self, tmp_path):
-        result = _quick(tmp_path, "HigherLower", "--algo", "r2d2")
-        assert result.config.env == "HigherLower"
-        assert (tmp_path / "seed0").is_dir()
-        best = [v for _, v in _run_folder.read_scalars(tmp_path / "seed0")["best_mean_return"]]
-        assert math.isfinite(result.best_return) and result.best_return == best[-1]
-
-    def test_q_values_per_action(self):
-        from torchrl_ext.examples import r2d2_popgym
-
-        cfg = r2d2_popgym.Config(env="CountRecall")
-        env = r2d2_popgym.make_env(cfg, 3, 0, "cpu")
-        td = r2d2_popgym.make_qnet(cfg)(env.reset())
-        assert td["action_value"].shape == (3, env.action_spec.n) == (3, 27)
-
-    def test_multi_discrete_env_is_refused_in_one_line(self, capsys):
-        with pytest.raises(SystemExit):
-            entry.main(["popgym", "--algo", "r2d2", "--env", "Battleship", "--no-progress"])
-        err = capsys.readouterr().err
-        assert "--env Battleship: its action is not a single discrete choice" in err
-        assert len(err.strip().splitlines()[-1]) < 200 and "Traceback" not in err
-
-    def test_config_refuses_multi_discrete_env(self):
-        from torchrl_ext.examples import r2d2_popgym
-
-        with pytest.raises(ValueError, match="got env='MineSweeper'"):
-            r2d2_popgym.Config(env="MineSweeper")
-
-    def test_run_folder_names_the_algorithm(self):
-        args = entry.make_parser().parse_args(["popgym", "--algo", "r2d2"])
-        assert entry.pipeline(args) == "popgym/RepeatPrevious-easy-r2d2"
