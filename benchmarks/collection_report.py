@@ -5,8 +5,9 @@ Usage::
     PYTHONPATH=. python benchmarks/collection_report.py [--envs 16 1024] [--batches 4]
         [--reps 5] [--processes 3]
 
-One torch thread. Each variant runs TorchRL's ``Collector`` over the PPO demo's env (partially
-observable CartPole with the demo's transforms) for ``--batches`` batches of 32 steps:
+One torch thread. Each variant runs TorchRL's ``Collector`` over the PPO demo's env
+(``examples/ppo_cartpole.py``: partially observable CartPole with the demo's transforms) for
+``--batches`` batches of 32 steps:
 
 * ``env + collector``: random actions (the collector's own ``rand_action``), no policy;
 * ``torchrl_ext LSTMModule``: the demo's collection policy (actor and critic memories) built
@@ -27,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import time
+from unittest import mock
 
+import _examples_path  # noqa: F401  (puts examples/ on sys.path)
 import torch
 
 VARIANTS = ("env + collector", "torchrl_ext LSTMModule", "torchrl LSTMModule")
@@ -36,18 +39,21 @@ STEPS = 32
 
 def make_collector(variant: str, num_envs: int):
     """A collector of ``num_envs`` demo envs, with the variant's policy."""
+    import ppo_cartpole
     from torchrl.collectors import Collector
     from torchrl.modules import LSTMModule as TorchRLLSTM
 
-    from torchrl_ext.examples import ppo_cartpole
     from torchrl_ext.modules import LSTMModule as OurLSTM
 
-    cfg = ppo_cartpole.Config(seed=0)
-    ppo_cartpole.LSTMModule = TorchRLLSTM if variant == "torchrl LSTMModule" else OurLSTM
-    actor, critic = ppo_cartpole.make_agent(cfg, obs_dim=2)
-    primers = ppo_cartpole.memories(actor, critic)
-    env = ppo_cartpole.make_env(cfg, num_envs, 0, primers, torch.device("cpu"))
-    policy = None if variant == "env + collector" else ppo_cartpole.collection_policy(actor, critic)
+    args = ppo_cartpole.Args(seed=0)
+    memory = TorchRLLSTM if variant == "torchrl LSTMModule" else OurLSTM
+    with mock.patch.object(ppo_cartpole, "LSTMModule", memory):
+        actor, critic = ppo_cartpole.make_agent(args)
+        primers = ppo_cartpole.memories(actor, critic)
+        env = ppo_cartpole.make_env(args, num_envs, 0, primers, torch.device("cpu"))
+        policy = ppo_cartpole.collection_policy(actor, critic)
+    if variant == "env + collector":
+        policy = None  # the collector's own rand_action
     return Collector(env, policy, frames_per_batch=num_envs * STEPS, total_frames=-1)
 
 

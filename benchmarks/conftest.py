@@ -1,4 +1,5 @@
-"""Benchmarks import their shared set-up modules from this folder and time with one torch thread."""
+"""Benchmarks import their set-up modules from this folder and the example pipelines from
+``examples/``, and time with one torch thread."""
 
 import logging
 import os
@@ -8,6 +9,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+import _examples_path  # noqa: F401  (puts examples/ on sys.path)
+
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 
 

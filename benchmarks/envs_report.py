@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from test_envs_benchmark import DEVICE_WORKLOADS, WORKLOADS, workload_steps
+from _envs_setup import DEVICE_WORKLOADS, WORKLOADS, workload_steps
 
 from torchrl_ext.envs import CartPoleEnv
 

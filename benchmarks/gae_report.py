@@ -24,10 +24,7 @@ import sys
 import time
 
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_gae_benchmark import HIDDEN, plain_cases, recurrent_cases
+from _gae_setup import HIDDEN, plain_cases, recurrent_cases
 
 PLAIN_SIZE = (4096, 256)
 RECURRENT_SIZE = (256, 128)

@@ -11,8 +11,9 @@ Each run is a fresh subprocess with one torch thread; runs are interleaved over 
 machine falls on all of them alike; one untimed quick run of the demo first compiles and caches
 the numba and Warp kernels, so that no timed run pays for that. The pipelines:
 
-* ``ours``: ``python -m torchrl_ext.examples ppo`` as it is, through its public ``train`` (the
-  call ``python -m torchrl_ext.examples results`` makes), with the demo's ``Config``.
+* ``ours``: ``python examples/ppo_cartpole.py`` as it is, through its public ``train``, seeded
+  and in a fresh run folder as ``runs.main`` calls it (the call ``python examples/results.py``
+  makes), with the demo's ``Args``.
 * ``torchrl``: the same demo as stock TorchRL builds it: TorchRL's own ``LSTMModule`` in place
   of :class:`torchrl_ext.modules.LSTMModule` (the one-line switch a TorchRL user makes),
   ``ClipPPOLoss`` with its default functional parameters, Adam with its default per-parameter
@@ -26,7 +27,7 @@ the numba and Warp kernels, so that no timed run pays for that. The pipelines:
   (``pip install -e ".[test]"``).
 
 All of them step the same env (:class:`~torchrl_ext.envs.CartPoleEnv`, ``observe_velocity=False``)
-and are judged by the demo's own rule (:class:`torchrl_ext.examples._common.ReturnWindow`): the
+and are judged by the demo's own rule (``runs.ReturnWindow`` in ``examples/runs.py``): the
 first batch after which the mean return of the last 20 completed episodes is >= 475. Seconds are
 training wall time from the first batch (set-up, imports and the final evaluation excluded),
 read after each batch's update in all of them. The learning rate and clip schedules run over
@@ -43,7 +44,7 @@ sb3 gives only ``collect (with GAE)`` and ``update``.
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import importlib.util
 import json
 import os
@@ -54,6 +55,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
+
+import _examples_path  # noqa: F401  (puts examples/ on sys.path)
 
 HERE = Path(__file__).resolve().parent
 PIPELINES = ("ours", "torchrl", "cleanrl", "sb3")
@@ -62,46 +66,89 @@ RESULT_PREFIX = "RESULT "
 
 
 # ---------------------------------------------------------------------------- worker side
-def demo_config(seed: int, frames: int | None, quick: bool):
-    """The demo's ``Config`` for one run, with its own ``--quick`` and ``--frames`` rules."""
-    from torchrl_ext.examples.ppo_cartpole import config_of
+def demo_args(seed: int, frames: int | None, quick: bool):
+    """The demo's ``Args`` for one run, by its command line's rules (``--quick``, ``--frames``)."""
+    import ppo_cartpole
 
-    return config_of(argparse.Namespace(quick=quick, frames=frames), seed)
+    values = dict(ppo_cartpole.QUICK) if quick else {}
+    if frames is not None:
+        values["frames"] = frames
+    return ppo_cartpole.Args(**values, seed=seed)
 
 
-def baseline_args(cfg):
+def baseline_args(args):
     """The demo's hyperparameters as the baselines' :class:`Args`."""
     from _ppo_baselines.cleanrl_lstm_ppo import Args
 
-    if cfg.entropy_coeff != 0.0 or cfg.policy != "lstm":
-        raise ValueError(f"baselines implement the LSTM demo without entropy bonus, got {cfg}.")
+    if args.entropy_coeff != 0.0 or args.policy != "lstm":
+        raise ValueError(f"baselines implement the LSTM demo without entropy bonus, got {args}.")
     return Args(
-        seed=cfg.seed, total_frames=cfg.frames, num_envs=cfg.num_envs, num_steps=cfg.steps,
-        learning_rate=cfg.lr, gamma=cfg.gamma, gae_lambda=cfg.lmbda, update_epochs=cfg.epochs,
-        envs_per_minibatch=cfg.envs_per_minibatch, clip_coef=cfg.clip,
-        vf_coef=cfg.critic_coeff, max_grad_norm=cfg.max_grad_norm, hidden=cfg.hidden,
-        head=cfg.head, obs_scale=tuple(cfg.obs_scale), reward_scale=cfg.reward_scale,
-        eval_episodes=cfg.eval_episodes,
+        seed=args.seed, total_frames=args.frames, num_envs=args.num_envs, num_steps=args.steps,
+        learning_rate=args.lr, gamma=args.gamma, gae_lambda=args.lmbda, update_epochs=args.epochs,
+        envs_per_minibatch=args.envs_per_minibatch, clip_coef=args.clip,
+        vf_coef=args.critic_coeff, max_grad_norm=args.max_grad_norm, hidden=args.hidden,
+        head=args.head, obs_scale=tuple(args.obs_scale), reward_scale=args.reward_scale,
+        eval_episodes=args.eval_episodes,
     )  # fmt: skip
 
 
+def stock_torchrl_names(ppo_cartpole) -> dict:
+    """The names of ``ppo_cartpole`` to patch so that the demo builds as stock TorchRL does.
+
+    TorchRL's ``LSTMModule`` for the memories (the name the demo builds them from and checks
+    them against), ``ClipPPOLoss`` with its default ``functional=True``, the demo's Adam with
+    torch's default ``foreach`` (the per-parameter loop on the CPU), and minibatches cut from the
+    whole batch.
+    """
+    from torchrl.modules import LSTMModule
+
+    loss_class, make_optimizer = ppo_cartpole.ClipPPOLoss, ppo_cartpole.make_optimizer
+
+    def functional_loss(*args, **kwargs):
+        return loss_class(*args, **{**kwargs, "functional": True})
+
+    def default_adam(args, loss):
+        optim = make_optimizer(args, loss)
+        groups = [{"params": group["params"]} for group in optim.param_groups]
+        return type(optim)(groups, **{**optim.defaults, "foreach": None})
+
+    return {
+        "LSTMModule": LSTMModule,
+        "ClipPPOLoss": functional_loss,
+        "make_optimizer": default_adam,
+        "loss_inputs": lambda batch, loss: batch,
+    }
+
+
 class _GradientTimer:
-    """Times every backward pass and every gradient clip plus Adam step in this process."""
+    """While active, times every backward pass and every gradient clip plus Adam step."""
 
     def __init__(self) -> None:
+        self.totals = {"backward": 0.0, "optimizer": 0.0}
+        self._step_start = 0.0
+
+    def __enter__(self) -> _GradientTimer:
         import torch
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
         )
 
-        self.totals = {"backward": 0.0, "optimizer": 0.0}
         self._backward, self._clip = torch.autograd.backward, torch.nn.utils.clip_grad_norm_
         torch.autograd.backward = self._timed("backward", self._backward)
         torch.nn.utils.clip_grad_norm_ = self._timed("optimizer", self._clip)
-        self._step_start = 0.0
-        register_optimizer_step_pre_hook(self._pre_step)
-        register_optimizer_step_post_hook(self._post_step)
+        self._hooks = [
+            register_optimizer_step_pre_hook(self._pre_step),
+            register_optimizer_step_post_hook(self._post_step),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        torch.autograd.backward, torch.nn.utils.clip_grad_norm_ = self._backward, self._clip
+        for hook in self._hooks:
+            hook.remove()
 
     def _timed(self, name, fn):
         def timed(*args, **kwargs):
@@ -120,52 +167,63 @@ class _GradientTimer:
         self.totals["optimizer"] += time.perf_counter() - self._step_start
 
 
-def run_ours(cfg, stock_torchrl: bool = False) -> dict:
-    """Trains the demo through its public ``train``; returns what the table needs.
+def run_ours(args, stock_torchrl: bool = False) -> dict:
+    """Trains the demo through its public ``train``, as ``runs.main`` runs it; returns its row.
 
-    With ``stock_torchrl``, the demo builds its memories from TorchRL's ``LSTMModule``, its
-    loss with TorchRL's default ``functional=True`` and Adam with torch's default ``foreach``,
-    and cuts its minibatches from the whole batch.
+    With ``stock_torchrl``, the demo builds as stock TorchRL does (:func:`stock_torchrl_names`); the
+    patched names are restored on return. The demo's own section times (its ``runs.Stopwatch``)
+    are kept as ``train`` measured them.
     """
-    from torchrl_ext.examples import _ppo, _run_folder, ppo_cartpole
+    import ppo_cartpole
+    import runs
 
-    if stock_torchrl:
-        from torchrl.modules import LSTMModule
+    watches = []
 
-        ppo_cartpole.LSTMModule = LSTMModule  # the one name the demo builds its memories from
-        _ppo.ppo_loss = functools.partial(_ppo.ppo_loss, functional=True)
-        _ppo.ppo_optimizer = functools.partial(_ppo.ppo_optimizer, foreach=False)
-        _ppo.loss_inputs = lambda batch, *losses: batch
-    train = ppo_cartpole.train
-    timer = _GradientTimer()
-    with tempfile.TemporaryDirectory() as out:
-        result = train(cfg, _run_folder.RunOptions(Path(out), progress=False))
-    timings = {"collect": result.timings["collect"], "gae": result.timings["gae"]}
-    timings["loss forward"] = result.timings["update"] - sum(timer.totals.values())
+    class KeptStopwatch(runs.Stopwatch):
+        def __init__(self) -> None:
+            super().__init__()
+            watches.append(self)
+
+    with contextlib.ExitStack() as stack:
+        out = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        stack.enter_context(mock.patch.object(runs, "Stopwatch", KeptStopwatch))
+        if stock_torchrl:
+            names = stock_torchrl_names(ppo_cartpole)
+            stack.enter_context(mock.patch.multiple(ppo_cartpole, **names))
+        timer = stack.enter_context(_GradientTimer())
+        run = runs.Run(out / f"seed{args.seed}", "ppo_cartpole")
+        stack.enter_context(runs.folder_lock(run.out))
+        runs.start_run(run, args)
+        result = runs.seeded(args.seed, ppo_cartpole.train, args, run)
+    sections = watches[-1].totals
+    timings = {"collect": sections["collect"], "gae": sections["gae"]}
+    timings["loss forward"] = sections["update"] - sum(timer.totals.values())
     timings.update(timer.totals)
+    frames_to_target, seconds_to_target = result.hit or (None, None)
     mean_return = result.curve[-1][1] if result.curve else float("nan")
-    return {"frames_to_target": result.frames_to_target,
-            "seconds_to_target": result.seconds_to_target, "frames": result.frames,
-            "seconds": result.seconds, "final_mean_return": mean_return,
-            "final_eval": result.final_eval, "timings": timings}  # fmt: skip
+    return {"frames_to_target": frames_to_target, "seconds_to_target": seconds_to_target,
+            "frames": result.frames, "seconds": result.seconds,
+            "final_mean_return": mean_return, "final_eval": result.final_eval,
+            "timings": timings}  # fmt: skip
 
 
-def run_baseline(name: str, cfg) -> dict:
+def run_baseline(name: str, args) -> dict:
     """Trains a baseline with the demo's settings; judges it with the demo's return window."""
-    from torchrl_ext.examples._common import ReturnWindow
+    import runs
 
     if name == "cleanrl":
         from _ppo_baselines import cleanrl_lstm_ppo as module
     else:
         from _ppo_baselines import sb3_recurrent_ppo as module
-    run = module.train(baseline_args(cfg))
-    window = ReturnWindow(cfg.return_window, cfg.target)
+    run = module.train(baseline_args(args))
+    window = runs.ReturnWindow(args.return_window, args.target, counters={})
     for frames, seconds, returns in run.history:
         window.update(returns, frames, seconds)
+    frames_to_target, seconds_to_target = window.hit or (None, None)
     frames, seconds, _ = run.history[-1]
-    return {**window.reached(), "frames": frames, "seconds": seconds,
-            "final_mean_return": window.mean, "final_eval": run.final_eval,
-            "timings": run.timings}  # fmt: skip
+    return {"frames_to_target": frames_to_target, "seconds_to_target": seconds_to_target,
+            "frames": frames, "seconds": seconds, "final_mean_return": window.mean,
+            "final_eval": run.final_eval, "timings": run.timings}  # fmt: skip
 
 
 def worker(name: str, seed: int, frames: int | None, quick: bool) -> None:
@@ -176,12 +234,12 @@ def worker(name: str, seed: int, frames: int | None, quick: bool) -> None:
 
     torch.set_num_threads(1)
     logging.getLogger("torchrl").setLevel(logging.WARNING)
-    cfg = demo_config(seed, frames, quick)
+    args = demo_args(seed, frames, quick)
     if name in ("ours", "torchrl"):
-        result = run_ours(cfg, stock_torchrl=name == "torchrl")
+        result = run_ours(args, stock_torchrl=name == "torchrl")
     else:
-        result = run_baseline(name, cfg)
-    result.update(pipeline=name, seed=seed, target=cfg.target)
+        result = run_baseline(name, args)
+    result.update(pipeline=name, seed=seed, target=args.target)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
@@ -277,17 +335,19 @@ def breakdown_rows(results: list[dict], pipelines: list[str]) -> list[str]:
 
 
 def source_state() -> str:
-    """The commit the runs imported torchrl_ext from, and whether its package had local edits."""
+    """The commit the runs imported torchrl_ext and the demo from, and whether they had edits."""
     git = ["git", "-C", str(HERE.parent)]
     try:
         commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()  # fmt: skip
-        edits = subprocess.run([*git, "status", "--porcelain", "torchrl_ext"],
+        edits = subprocess.run([*git, "status", "--porcelain", "torchrl_ext", "examples"],
                                capture_output=True, text=True, check=True).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "torchrl_ext outside a git checkout"
     changed = len(edits.splitlines())
-    return f"torchrl_ext at {commit}" + (f" with {changed} files edited" if changed else "")
+    return f"torchrl_ext and examples/ at {commit}" + (
+        f" with {changed} files edited" if changed else ""
+    )
 
 
 def report(

@@ -26,10 +26,7 @@ import sys
 import time
 
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_recurrent_module_benchmark import cases
+from _recurrent_setup import cases
 
 SIZES = ((8, 32), (64, 128))
 HIDDENS = (64, 256)

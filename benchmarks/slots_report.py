@@ -5,8 +5,8 @@ Usage::
     PYTHONPATH=$PWD python benchmarks/slots_report.py [--seeds 0 1 2] [--rounds 2]
         [--frames 300000] [--out DIR]
 
-Each run is ``python -m torchrl_ext.examples r2d2 --distributed --seeds N --frames F`` in a
-fresh process, in one of two modes:
+Each run is ``python examples/r2d2_distributed.py --seeds N --frames F`` in a fresh process,
+in one of two modes:
 
 * ``on``: as shipped. On the replay service's node it writes every packed sample into a file in
   ``/dev/shm`` that the learner lends it (:mod:`torchrl_ext.distributed.slots`).
@@ -32,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _examples_path  # noqa: F401  (puts examples/ on sys.path)
+
 MODES = ("on", "off")
 TARGET = 400.0
 
@@ -42,17 +44,19 @@ def run_worker(mode: str, seed: int, frames: int, out: Path) -> None:
         from torchrl_ext.distributed import slots
 
         slots.SlotPool.acquire = lambda self: None  # every sample through Ray's object store
-    from torchrl_ext.examples.__main__ import main
+    import r2d2_distributed
+    import runs
 
-    argv = ["r2d2", "--distributed", "--seeds", str(seed), "--frames", str(frames)]
-    main([*argv, "--no-progress", "--out", str(out), "--overwrite"])
+    argv = ["--seeds", str(seed), "--frames", str(frames)]
+    argv += ["--no-progress", "--out", str(out), "--overwrite"]
+    runs.main(r2d2_distributed.Args, r2d2_distributed.train, argv, r2d2_distributed.QUICK)
 
 
 def summary(folder: Path) -> dict[str, float | None]:
     """Rates and the first crossing of :data:`TARGET` in the logs of the run in ``folder``."""
-    from torchrl_ext.examples._run_logs import read_scalars
+    import runs
 
-    scalars = read_scalars(folder)
+    scalars = runs.read_scalars(folder)
     frames, seconds = scalars["seconds"][-1]
     updates = scalars["updates"][-1][1]
     clock = dict(scalars["seconds"])

@@ -19,8 +19,8 @@ from torch.distributions import Categorical
 
 
 def test_baseline_args_are_the_demo_settings():
-    cfg = ppo_side_by_side.demo_config(seed=0, frames=None, quick=False)
-    assert ppo_side_by_side.baseline_args(cfg) == Args()
+    args = ppo_side_by_side.demo_args(seed=0, frames=None, quick=False)
+    assert ppo_side_by_side.baseline_args(args) == Args()
 
 
 def test_stored_rows_replay_the_rollout():
@@ -83,35 +83,36 @@ def test_quick_sb3():
 
 def test_torchrl_runs_the_demo_as_stock_torchrl_builds_it(monkeypatch):
     """The variant swaps the memories' class, the loss's and Adam's settings, nothing else."""
+    import ppo_cartpole
     from torchrl import modules as torchrl_modules
-
-    from torchrl_ext.examples import _ppo, ppo_cartpole
 
     class Built(Exception):
         pass
 
-    selection = _ppo.loss_inputs
+    patched = ppo_side_by_side.stock_torchrl_names(ppo_cartpole)
+    demo_names = {name: getattr(ppo_cartpole, name) for name in patched}
 
-    def train(cfg, run):
-        actor, critic = ppo_cartpole.make_agent(cfg, 2)
-        loss = ppo_cartpole.make_loss(cfg, actor, critic)
-        optim = _ppo.ppo_optimizer(cfg, loss)
+    def train(args, run):
+        actor, critic = ppo_cartpole.make_agent(args)
+        loss = ppo_cartpole.make_loss(args, actor, critic)
+        optim = ppo_cartpole.make_optimizer(args, loss)
         memory = type(ppo_cartpole.memories(actor, critic)[0])
+        trained = {id(p) for group in optim.param_groups for p in group["params"]}
+        assert trained == {id(p) for p in [*actor.parameters(), *critic.parameters()]}
         batch = TensorDict({"unread": torch.zeros(1)}, [1])
-        whole = _ppo.loss_inputs is not selection and _ppo.loss_inputs(batch, loss) is batch
+        selects = ppo_cartpole.loss_inputs is demo_names["loss_inputs"]  # (reads the loss's keys)
+        whole = not selects and ppo_cartpole.loss_inputs(batch, loss) is batch
         raise Built(memory, loss.functional, optim.defaults["foreach"], whole)
 
     monkeypatch.setattr(ppo_cartpole, "train", train)
-    monkeypatch.setattr(ppo_cartpole, "LSTMModule", ppo_cartpole.LSTMModule)  # undone after
-    for name in ("ppo_loss", "ppo_optimizer", "loss_inputs"):
-        monkeypatch.setattr(_ppo, name, getattr(_ppo, name))
-    cfg = ppo_side_by_side.demo_config(seed=0, frames=None, quick=True)
+    args = ppo_side_by_side.demo_args(seed=0, frames=None, quick=True)
     with pytest.raises(Built) as built:
-        ppo_side_by_side.run_ours(cfg)
+        ppo_side_by_side.run_ours(args)
     assert built.value.args[1:] == (False, True, False)
     with pytest.raises(Built) as built:
-        ppo_side_by_side.run_ours(cfg, stock_torchrl=True)
+        ppo_side_by_side.run_ours(args, stock_torchrl=True)
     assert built.value.args == (torchrl_modules.LSTMModule, True, None, True)
+    assert {n: getattr(ppo_cartpole, n) for n in demo_names} == demo_names, "names restored"
 
 
 def test_quick_ours_and_torchrl():

@@ -6,5 +6,5 @@
 * :mod:`.sb3_recurrent_ppo`: sb3-contrib's ``RecurrentPPO`` on a VecEnv adapter of the same env
   (optional: needs the ``compare`` extra).
 
-``benchmarks/ppo_side_by_side.py`` runs them next to ``python -m torchrl_ext.examples ppo``.
+``benchmarks/ppo_side_by_side.py`` runs them next to ``python examples/ppo_cartpole.py``.
 """

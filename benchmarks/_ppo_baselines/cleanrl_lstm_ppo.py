@@ -2,7 +2,7 @@
 
 Written for this benchmark in the spirit of CleanRL's ``ppo_atari_lstm.py`` (not copied from it):
 plain torch, the whole pipeline read top to bottom. It is the PPO demo
-(``python -m torchrl_ext.examples ppo``) without torchrl or torchrl_ext's training parts:
+(``python examples/ppo_cartpole.py``) without torchrl or torchrl_ext's training parts:
 
 * the same env object (:class:`~torchrl_ext.envs.CartPoleEnv`, stepped through
   :class:`.cartpole_adapter.BatchedCartPole`), the same observation and reward factors;
