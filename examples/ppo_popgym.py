@@ -212,6 +212,11 @@ class Args:
     eval_episodes: int = 64
     """episodes of the final deterministic evaluation"""
 
+    @property
+    def run_name(self) -> str:
+        """The runs' folder under ``runs/<pipeline>``: one per env and difficulty."""
+        return f"{self.env}-{self.difficulty}"
+
     def __post_init__(self) -> None:
         if self.env not in ENVS:
             raise ValueError(f"env must be one of {', '.join(ENVS)}, got env={self.env!r}.")

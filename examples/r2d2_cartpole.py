@@ -30,7 +30,6 @@ same agent in the Ape-X layout on Ray.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 
 import runs
@@ -402,5 +401,4 @@ def acting_env(args: Args, num_envs: int, seed: int, device) -> TransformedEnv:
 
 
 if __name__ == "__main__":
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # not the storage's shape line
     runs.main(Args, train, quick=QUICK)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import logging
 import math
 import os
 import sys
@@ -790,5 +789,4 @@ def acting_env(args: Args, num_envs: int, seed: int, device) -> TransformedEnv:
 
 
 if __name__ == "__main__":
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # not the Ray actors' lines
     runs.main(Args, train, quick=QUICK)

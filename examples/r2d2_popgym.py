@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 import math
 from typing import Literal
 
@@ -155,6 +154,11 @@ class Args:
     """batches between two log rows"""
     eval_episodes: int = 64
     """episodes of the final greedy evaluation"""
+
+    @property
+    def run_name(self) -> str:
+        """The runs' folder under ``runs/<pipeline>``: one per env and difficulty."""
+        return f"{self.env}-{self.difficulty}"
 
     def __post_init__(self) -> None:
         if self.env in NOT_SINGLE_DISCRETE:
@@ -543,5 +547,4 @@ def acting_env(args: Args, num_envs: int, seed: int, device) -> TransformedEnv:
 
 
 if __name__ == "__main__":
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # not the storage's shape line
     runs.main(Args, train, quick=QUICK)

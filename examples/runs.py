@@ -143,8 +143,8 @@ def make_parser(args_class: type, description: str) -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="output folder (default: runs/<pipeline>, runs/quick/<pipeline> "
-        "with --quick); a seed's run goes to DIR/seed<N>",
+        help="output folder (default: runs/<pipeline>[/<run name>], under runs/quick with "
+        "--quick); a seed's run goes to DIR/seed<N>",
     )
     runs.add_argument(
         "--resume",
@@ -257,7 +257,7 @@ def parse(
     if len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) >= 2**31:
         parser.error(f"--seeds must be distinct integers in [0, 2**31), got {seeds}")
     values = {**(quick or {}), **given} if options["quick"] else given
-    out = ns["out"] or Path("runs") / ("quick" if options["quick"] else "") / pipeline
+    default = Path("runs") / ("quick" if options["quick"] else "") / pipeline
     overwrite = ns["overwrite"] or (options["quick"] and ns["out"] is None)
     runs = []
     for seed in seeds:
@@ -265,6 +265,8 @@ def parse(
             args = args_class(**{**values, "seed": seed})
         except (TypeError, ValueError) as error:
             parser.error(str(error))
+        # an Args with a ``run_name`` (POPGym's "<env>-<difficulty>") gets a folder of its own
+        out = ns["out"] or default / getattr(args, "run_name", "")
         run = Run(out / f"seed{seed}", pipeline, overwrite=overwrite, **options)
         try:
             check_new_run(run.out, run.overwrite)
@@ -1008,8 +1010,13 @@ def plot_curves(
 
 
 def setup() -> None:
-    """One torch thread (the measured setting); torchrl's log lines to stderr, without colours."""
+    """One torch thread (the measured setting); torchrl's warnings to stderr, without colours.
+
+    TorchRL's INFO lines (storage shapes, Ray actors) are left out: the progress bar and the
+    summary line say what a run does.
+    """
     torch.set_num_threads(1)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
     for handler in logging.getLogger("torchrl").handlers:
         stream = getattr(handler, "stream", None)
         if stream in (sys.stdout, sys.__stdout__):

@@ -36,13 +36,15 @@ def trace(call: Callable[[], object]) -> list[str]:
     """Runs ``call`` and returns the package module of each stop, in order."""
     stops: list[str] = []
 
-    def profile(frame, event, arg):  # noqa: ARG001 (sys.setprofile's signature)
+    def profile(frame, event, arg):
         if event != "call":
             return
         module = _module(frame.f_code.co_filename)
         if module is None:
             return
         caller = frame.f_back
+        while caller is not None and caller.f_code.co_filename.startswith("<"):
+            caller = caller.f_back  # code made at run time (a dataclass's __init__) is no stop
         if caller is None or _module(caller.f_code.co_filename) != module:
             stops.append(module)
 
@@ -118,6 +120,7 @@ CALLS = {"RecurrentGAE.forward": gae_forward, "Sequence.expand": sequence_expand
 
 
 def main() -> None:
+    """Traces each call of :data:`CALLS` and prints its stops per module."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="print the stops in order")
     args = parser.parse_args()

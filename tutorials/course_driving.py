@@ -30,8 +30,9 @@ import torch
 import warp as wp
 from torchrl.collectors import Collector
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import ppo_course  # examples/ppo_course.py, found through the line above
+# examples/ppo_course.py, from the repository root or from tutorials/ (where the docs run it)
+sys.path.insert(0, str(next(p for p in (Path("examples"), Path("../examples")) if p.is_dir())))
+import ppo_course
 
 wp.config.log_level = wp.LOG_WARNING
 logging.getLogger("torchrl").setLevel(logging.WARNING)

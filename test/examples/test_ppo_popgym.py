@@ -16,7 +16,6 @@ from torchrl.data import Bounded, Categorical, MultiCategorical, Unbounded
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from torchrl_ext.envs import popgym
-from torchrl_ext.examples import __main__ as entry
 
 #: One env per observation and action kind: a card and a choice, a board of cells (observed as
 #: many categoricals), a board cell to shoot (two components), a torque.
@@ -171,10 +170,10 @@ class TestArgs:
         env = ppo_popgym.make_env(args, 2, 0, [], "cpu")
         assert env.base_env.difficulty == "medium"
 
-    def test_run_folder_is_named_after_the_file(self, tmp_path, monkeypatch):
+    def test_run_folder_names_the_file_env_and_difficulty(self, tmp_path, monkeypatch):
         monkeypatch.chdir(tmp_path)
         ((_, run),) = runs.parse(ppo_popgym.Args, ["--env", "HigherLower", "--seeds", "2"])
-        assert run.out.as_posix() == "runs/ppo_popgym/seed2"
+        assert run.out.as_posix() == "runs/ppo_popgym/HigherLower-easy/seed2"
 
 
 class TestQuick:
@@ -253,13 +252,3 @@ def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1, err
     assert not any(tmp_path.iterdir()), "nothing is written before the arguments are checked"
-
-
-def _quick(tmp_path, env: str, *more: str):
-    threads = torch.get_num_threads()
-    try:
-        argv = ["popgym", "--env", env, "--quick", "--out", str(tmp_path), "--no-progress"]
-        (result,) = entry.main([*argv, *more])
-    finally:
-        torch.set_num_threads(threads)
-    return result

@@ -90,8 +90,9 @@ def test_observation_features_by_hand():
 
 def test_default_run_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    ((args, run),) = runs.parse(r2d2_popgym.Args, ["--env", "CountRecall", "--seeds", "3"])
-    assert run.out == Path("runs/r2d2_popgym/seed3") and args.env == "CountRecall"
+    argv = ["--env", "CountRecall", "--difficulty", "hard", "--seeds", "3"]
+    ((args, run),) = runs.parse(r2d2_popgym.Args, argv)
+    assert run.out == Path("runs/r2d2_popgym/CountRecall-hard/seed3") and args.env == "CountRecall"
 
 
 @pytest.mark.parametrize(
