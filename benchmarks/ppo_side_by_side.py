@@ -12,8 +12,8 @@ machine falls on all of them alike; one untimed quick run of the demo first comp
 the numba and Warp kernels, so that no timed run pays for that. The pipelines:
 
 * ``ours``: ``python examples/ppo_cartpole.py`` as it is, through its public ``train``, seeded
-  and in a fresh run folder as ``runs.main`` calls it (the call ``python examples/results.py``
-  makes), with the demo's ``Args``.
+  and in a fresh run folder as ``runs.main`` calls it (the call
+  ``python examples/cartpole_results.py`` makes), with the demo's ``Args``.
 * ``torchrl``: the same demo as stock TorchRL builds it: TorchRL's own ``LSTMModule`` in place
   of :class:`torchrl_ext.modules.LSTMModule` (the one-line switch a TorchRL user makes),
   ``ClipPPOLoss`` with its default functional parameters, Adam with its default per-parameter

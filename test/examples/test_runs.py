@@ -34,7 +34,7 @@ EXAMPLES = Path(runs.__file__).parent
 PIPELINES = sorted(
     p.stem
     for p in EXAMPLES.glob("*.py")
-    if p.stem not in ("runs", "results", "popgym_results", "animate")
+    if p.stem not in ("runs", "cartpole_results", "popgym_results", "animate")
 )
 
 

@@ -1,12 +1,12 @@
 """The main demo's results: recurrent PPO on CartPole without velocities, seeds and a baseline.
 
-    python examples/results.py [--seeds 0 1 2] [--mlp-seeds 0] [--frames N] [--out DIR] [--quick]
+    python examples/cartpole_results.py [--seeds 0 1 2] [--mlp-seeds 0] [--frames N] [--quick]
 
 Trains ``ppo_cartpole.py`` with LSTMs once per ``--seeds`` entry and its feed-forward baseline
 (``--policy mlp``) once per ``--mlp-seeds`` entry, in run folders under ``DIR/lstm`` and
-``DIR/mlp`` (``DIR`` is ``runs/results`` by default), then writes the markdown table (frames and
-seconds to a mean return of 475, final deterministic evaluation, per seed) to ``--table``
-(``DIR/results.md`` by default) and every curve to ``DIR/learning_curves.png``.
+``DIR/mlp`` (``--out DIR``, ``runs/cartpole_results`` by default), then writes the markdown
+table (frames and seconds to a mean return of 475, final deterministic evaluation, per seed) to
+``--table`` (``DIR/results.md`` by default) and every curve to ``DIR/learning_curves.png``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def make_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="output folder (default: runs/results, runs/quick/results)",
+        help="output folder (default: runs/cartpole_results, runs/quick/cartpole_results)",
     )
     parser.add_argument(
         "--table",
@@ -170,14 +170,15 @@ def markdown(results: dict[str, list[runs.Result]], plot: Path, command: str) ->
 def main(argv: list[str] | None = None) -> str:
     """Trains the runs, writes the table and the curves; returns the table."""
     args = make_parser().parse_args(argv)
-    out = args.out or Path("runs") / ("quick" if args.quick else "") / "results"
+    out = args.out or Path("runs") / ("quick" if args.quick else "") / "cartpole_results"
     table = args.table or out / "results.md"
     results = train_all(args, out)
     curves = {f"{p} {r.name}": r.curve for p, rs in results.items() for r in rs}
     target = ppo_cartpole.Args().target
     title = "PPO on CartPole without velocities"
     plot = runs.plot_curves(out / "learning_curves.png", curves, target, title)
-    command = "python examples/results.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = argv if argv is not None else sys.argv[1:]
+    command = "python examples/cartpole_results.py " + " ".join(given)
     # the table links the plot relative to where it is written (docs pages render it)
     link = Path(os.path.relpath(plot, table.parent)) if plot else Path("learning_curves.png")
     text = markdown(results, link, command.strip())
