@@ -216,11 +216,13 @@ class PopGymEnvConfig(WarpEnvConfig):
     """Hydra config of any POPGym port of :mod:`torchrl_ext.envs.popgym`.
 
     The ports share their arguments; ``env_name`` is the class name, e.g.
-    ``"RepeatPreviousEnv"``.
+    ``"RepeatPreviousEnv"``. ``categorical_action_encoding`` ``False`` or ``True`` gives the
+    specs TorchRL's ``GymEnv`` gives (see :func:`torchrl_ext.envs.popgym.make`).
     """
 
     difficulty: str = "easy"
     dtype: str = "float32"
+    categorical_action_encoding: Any = None
 
 
 def make_env(env_name: str, num_envs: int, **kwargs: Any) -> Any:
@@ -228,8 +230,8 @@ def make_env(env_name: str, num_envs: int, **kwargs: Any) -> Any:
 
     Args:
         env_name (str): ``"CartPoleEnv"``, ``"PendulumEnv"``, ``"CourseEnv"``,
-            ``"SignallingEnv"`` or the class name of a POPGym port
-            (``torchrl_ext.envs.popgym.__all__``).
+            ``"SignallingEnv"`` or the class name of a POPGym port (the ``...Env`` names of
+            ``torchrl_ext.envs.popgym.__all__``).
         num_envs (int): envs stepped together.
         **kwargs: the env's other constructor arguments; ``dtype`` may be a name
             (``"float64"``), ``params`` and ``car`` (``CourseEnv``) mappings of their fields.
@@ -253,7 +255,8 @@ def _env_class(env_name: str) -> type:
     from torchrl_ext.envs import popgym
 
     modules = {name: "torchrl_ext.envs" for name in _ENVS}
-    modules.update({name: "torchrl_ext.envs.popgym" for name in popgym.__all__})
+    ports = [name for name in popgym.__all__ if name.endswith("Env")]  # the classes
+    modules.update({name: "torchrl_ext.envs.popgym" for name in ports})
     if env_name not in modules:
         raise ValueError(
             f"env_name must name a torchrl_ext env, got env_name={env_name!r}; choose one of "

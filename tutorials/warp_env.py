@@ -106,6 +106,7 @@ class PointEnv(WarpEnv):
 
 env = PointEnv(8, seed=0)
 check_env_specs(env)
+print(env)
 
 # %%
 # What the base generates
@@ -123,7 +124,10 @@ check_env_specs(env)
 # 6. ``observe`` writes the next root: the reset observation where an episode ended.
 #
 # ``step`` runs steps 1 to 4 with ``T = 1``, ``step_and_maybe_reset`` all six; a policy-free
-# ``rollout(T, break_when_any_done=False)`` runs the kernel once for all ``T`` steps. The
+# ``rollout(T, break_when_any_done=False)`` runs the kernel once for all ``T`` steps. These
+# TorchRL methods are ``WarpEnv``'s own, right after its authoring contract in
+# ``torchrl_ext/envs/warp_env.py``: each loads the actions, launches the kernels and hands out
+# fresh TensorDicts, so the class an env subclasses holds its whole step. The
 # declared state is what :meth:`~torchrl_ext.envs.WarpEnv.state_dict` saves, with the seed, the
 # per-env counters, the flags and the last outputs (printed below); ``pickle`` and
 # ``copy.deepcopy`` copy the same state, and a restored env continues bitwise.

@@ -35,6 +35,7 @@ ENVS = {
     **{
         name: (lambda cls: lambda **kw: cls(3, seed=1, **kw))(getattr(popgym, name))
         for name in popgym.__all__
+        if name.endswith("Env")  # the port classes
     },
 }
 

@@ -24,17 +24,17 @@ from torchrl.envs import (
 from torchrl.envs.utils import check_env_specs
 from torchrl.modules import LSTMModule
 
-from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv
+from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, PendulumEnv, WarpEnv, warp_env
 from torchrl_ext.envs._base import fused
-from torchrl_ext.envs._kernels.common import make_struct
-from torchrl_ext.envs.warp_env import (
+from torchrl_ext.envs._kernels.common import (
     begin_episode,
     count_step,
+    make_struct,
     pack_params,
     param_structs,
-    stream_key,
-    uniform_range,
 )
+from torchrl_ext.envs.popgym import MineSweeperEnv, RepeatPreviousEnv
+from torchrl_ext.envs.warp_env import stream_key, uniform_range
 
 N = 12
 
@@ -1010,6 +1010,78 @@ class TestBadArgumentsFuzz:
         with pytest.raises((TypeError, ValueError)):
             env.load_state_dict(state)
         assert_state_unchanged(before, env)
+
+
+class TestFace:
+    """What an author reads in ``WarpEnv`` itself: the step path, ``repr`` and the public names.
+
+    ``WarpEnv`` subclasses TorchRL's ``EnvBase`` directly and defines every ``EnvBase`` method of
+    the step path in its own class body; ``repr`` names the class, ``num_envs``, the device, the
+    env's own options (a difficulty, a mode), ``max_steps`` and the seed; ``warp_env`` exports
+    the authoring names only, the hand-written-kernel bookkeeping staying private.
+    """
+
+    def test_step_path_is_defined_in_warp_env_itself(self):
+        assert WarpEnv.__bases__ == (EnvBase,)
+        for name in (
+            "_step",
+            "_reset",
+            "_step_and_maybe_reset",
+            "_reset_check_done",
+            "rollout",
+            "rand_action",
+            "to",
+            "_set_seed",
+        ):
+            assert name in vars(WarpEnv), name
+
+    @pytest.mark.parametrize(
+        ("make", "expected"),
+        [
+            (
+                lambda d: CartPoleEnv(4, d, seed=0, max_steps=200),
+                "CartPoleEnv(num_envs=4, device={d}, max_steps=200, seed=0)",
+            ),
+            (
+                lambda d: PendulumEnv(2, d, seed=2**64 - 1, max_steps=None),
+                f"PendulumEnv(num_envs=2, device={{d}}, max_steps=None, seed={2**64 - 1})",
+            ),
+            (
+                lambda d: CourseEnv(2, d, seed=3, mode="gates", max_steps=50),
+                "CourseEnv(num_envs=2, device={d}, mode='gates', max_steps=50, seed=3)",
+            ),
+            (
+                lambda d: RepeatPreviousEnv(4, d, seed=0),
+                "RepeatPreviousEnv(num_envs=4, device={d}, difficulty='easy', max_steps=None, "
+                "seed=0)",
+            ),
+            (
+                lambda d: MineSweeperEnv(3, d, seed=5, difficulty="hard"),
+                "MineSweeperEnv(num_envs=3, device={d}, difficulty='hard', max_steps=54, seed=5)",
+            ),
+        ],
+    )
+    def test_repr_names_class_size_device_options_horizon_and_seed(self, make, expected, device):
+        env = make(device)
+        assert repr(env) == expected.format(d=env.device)
+
+    def test_repr_shows_the_drawn_seed_and_a_new_one(self):
+        env = CartPoleEnv(2, seed=None)
+        assert repr(env).endswith(f"seed={env.seed})")
+        env.set_seed(7)
+        assert repr(env).endswith("seed=7)")
+
+    def test_hand_written_kernel_helpers_are_not_exported(self):
+        assert sorted(warp_env.__all__) == [
+            "WarpEnv",
+            "WarpFunctions",
+            "state_view",
+            "stream_key",
+            "uniform64",
+            "uniform_range",
+        ]
+        for name in ("Episodes", "Flags", "count_step", "pack_params", "param_structs"):
+            assert not hasattr(warp_env, name), name
 
 
 @wp.struct

@@ -2,11 +2,16 @@
 
 An env is its specs, its per-env state and three Warp functions; the base generates the kernels
 around them and owns everything that is not physics: the done flags and time limit, the reset
-mask, per-env seeding, the fused auto-reset, graph capture and the ``[N, T]`` rollout. The parts
-it hands work to live in :mod:`torchrl_ext.envs._base`: the buffers (``layout``), the kernel
-factory (``kernels``, ``generated``), launching and graphs (``launcher``), saved state
-(``state_dicts``), action loading (``actions``), the fused step's next root (``fused``), the
-rollout's outputs (``rollout``) and TorchRL's ``EnvBase`` protocol (``torchrl_face``).
+mask, per-env seeding, the fused auto-reset, graph capture and the ``[N, T]`` rollout.
+
+The class reads in the order an author meets it: the constructor, the authoring contract (what a
+subclass writes), then TorchRL's ``EnvBase`` face (``_step``, ``_reset``, the fused
+``_step_and_maybe_reset``, ``rollout``, ``rand_action``, ``to``, ``_set_seed``), then saving.
+Each step method is a few lines that hand the mechanics to collaborators in
+:mod:`torchrl_ext.envs._base`, each owning its state: the buffers and the fresh outputs made of
+them (``layout.Layout``), the kernels generated from the functions (``generated``, ``kernels``),
+launching and graphs (``launcher.Launcher``), action loading (``actions``), the fused step's next
+root (``fused``), the rollout's outputs (``rollout``) and saved state (``state_dicts``).
 """
 
 from __future__ import annotations
@@ -17,9 +22,18 @@ from typing import Any, ClassVar
 
 import torch
 import warp as wp
+from tensordict import TensorDictBase
+from torchrl.envs import EnvBase
 
 from torchrl_ext._checks import check_bool, check_int, check_optional_int
-from torchrl_ext.envs._base import actions, generated, state_dicts
+from torchrl_ext._compat import (
+    env_reset_check_done,
+    env_step_and_maybe_reset,
+    has_post_step_hooks,
+    new_tensordict_unchecked,
+    set_unchecked,
+)
+from torchrl_ext.envs._base import actions, fused, generated, state_dicts
 from torchrl_ext.envs._base.actions import key_name as _key_name
 from torchrl_ext.envs._base.arguments import check_device, check_float_dtype, check_seed
 from torchrl_ext.envs._base.generated import (
@@ -30,34 +44,13 @@ from torchrl_ext.envs._base.generated import (
 )
 from torchrl_ext.envs._base.launcher import Launch, Launcher
 from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
-from torchrl_ext.envs._base.torchrl_face import TorchRLShim
-from torchrl_ext.envs._kernels.common import (
-    Episodes,
-    Flags,
-    begin_episode,
-    count_step,
-    next_episode_key,
-    pack_params,
-    param_structs,
-    set_flags,
-    stream_key,
-    uniform64,
-    uniform_range,
-)
+from torchrl_ext.envs._base.rollout import rollout_outputs, rollout_td
+from torchrl_ext.envs._kernels.common import stream_key, uniform64, uniform_range
 
-# Warp helpers: random streams for env functions; for hand-written kernels also the episode
-# bookkeeping, the flags as one argument and named constants (see the concept page on envs).
+# Warp helpers for an env's functions: random streams drawn from the key ``start`` receives.
 __all__ = [
-    "Episodes",
-    "Flags",
     "WarpEnv",
     "WarpFunctions",
-    "begin_episode",
-    "count_step",
-    "next_episode_key",
-    "pack_params",
-    "param_structs",
-    "set_flags",
     "state_view",
     "stream_key",
     "uniform64",
@@ -67,7 +60,7 @@ __all__ = [
 _NO_LIMIT = 2**31 - 1
 
 
-class WarpEnv(TorchRLShim):
+class WarpEnv(EnvBase):
     """Base class of batched TorchRL envs simulated by Warp kernels, with fused masked auto-reset.
 
     **Writing an env.** A subclass declares
@@ -274,11 +267,48 @@ class WarpEnv(TorchRLShim):
         """Kernels of one step; with ``autoreset`` they also reset done envs and write root obs.
 
         Hand-written kernels read the action from ``buffers["action"]``, write
-        ``buffers["next"][key]``, ``buffers["reward"]`` and the three flags, count steps with
-        :func:`count_step` and begin episodes with :func:`next_episode_key`. Generated envs get
-        this, and the ``T``-step rollout, from their functions.
+        ``buffers["next"][key]``, ``buffers["reward"]`` and the three flags, count steps against
+        :attr:`step_limit` and begin the done envs' next episode on ``buffers["episodes"]``.
+        Generated envs get this, and the ``T``-step rollout, from their functions.
         """
         return self._physics.step_recipes(autoreset)
+
+    def _random_actions(self, steps: int) -> dict[Any, torch.Tensor]:
+        """``[N, T, ...]`` random actions per action entry, for the policy-free :meth:`rollout`.
+
+        The base draws ``spec.rand((T,))`` from torch's global generator (``MultiCategorical``
+        entries in one uniform draw: TorchRL's draws each column apart) and returns its
+        env-major view; an env may override it to draw the same distribution faster.
+        """
+        return {
+            key: actions.draw_steps(self.full_action_spec[key], steps).movedim(0, 1)
+            for key in self._layout.action_keys
+        }
+
+    def _present(self, outputs: TensorDictBase) -> TensorDictBase:
+        """The env's fresh outputs as its specs present them (here: as the kernels wrote them).
+
+        Every output goes through it once: a step's, a reset's, the fused step's ``"next"`` and
+        next root, the policy-free rollout's. An env whose public specs differ from what its
+        kernels write (one-hot observations over category indices) converts here, in place or
+        into a new TensorDict; :meth:`_kernel_actions` is its inverse for actions.
+        """
+        return outputs
+
+    def _kernel_actions(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The step's actions as the kernels read them (here: as given).
+
+        Runs before the actions are checked and loaded; an env that presents its actions in
+        another layout (one-hot) returns their kernel layout, refusing malformed ones first.
+        """
+        return tensordict
+
+    def _repr_options(self) -> dict[str, Any]:
+        """The env's own constructor choices :func:`repr` shows after the device (none here).
+
+        An env sized by an option (a difficulty, a mode) returns it here, ``name -> value``.
+        """
+        return {}
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -307,56 +337,244 @@ class WarpEnv(TorchRLShim):
 
         Keys: ``"actions"`` and ``"rewards"`` (by entry key; ``"action"`` and ``"reward"`` when
         there is one), ``"mask"`` (int32 reset mask), ``"seed"`` (two uint32 words), ``"steps"``
-        and ``"episode"`` (int32 counters), ``"episodes"`` (the last three as one ``Episodes``
-        struct), ``"done"``, ``"terminated"``, ``"truncated"`` (``[N]``) and ``"flags"`` (the
-        three as one ``Flags`` struct of ``[N, 1]`` views), and ``"next"``/``"root"``: dicts of
-        observation buffers.
+        and ``"episode"`` (int32 counters), ``"episodes"`` (the last three as one Warp struct),
+        ``"done"``, ``"terminated"``, ``"truncated"`` (``[N]``) and ``"flags"`` (the three as one
+        Warp struct of ``[N, 1]`` views), and ``"next"``/``"root"``: dicts of observation
+        buffers.
         """
         return self._layout.views
 
-    # ------------------------------------------------------------------ allocation
-    def _done_groups(self) -> list[str]:
-        """The groups whose done entries :meth:`_make_specs` declared (none if it set none)."""
-        if "full_done_spec" not in self.output_spec.keys():
-            return []
-        return done_groups(self.full_done_spec)
-
-    def _generated_physics(self) -> GeneratedPhysics | None:
-        functions = type(self).functions
-        if functions is None:
-            return None
-        if not isinstance(functions, WarpFunctions):
-            raise TypeError(
-                f"{type(self).__name__}.functions must be WarpFunctions(start, advance, observe), "
-                f"got {type(functions).__name__}."
-            )
-        arrays = declared_arrays(type(self).__name__, self._state_arrays(), self._dtype)
-        env_type, dtype, truncates = type(self), self._dtype, type(self).truncates_terminal_steps
-        constants, limit = self._constants(), self._limit
-        return GeneratedPhysics(env_type, self._layout, arrays, constants, dtype, limit, truncates)
+    @property
+    def seed(self) -> int:
+        """The current 64-bit seed."""
+        return self._seed
 
     @property
-    def _arrays(self) -> dict[str, torch.Tensor]:
-        """The live declared state arrays, by name."""
-        return self._physics.arrays
+    def sync_free(self) -> bool:
+        """Whether the step path reads nothing back from the device (default: True on CUDA).
 
-    def _recipes(self, mode: str) -> list[Launch]:
-        if mode == "reset":
-            return self._reset_launches()
-        return self._step_launches(autoreset=mode == "step_autoreset")
+        A host read waits for every queued kernel and cannot be recorded in a CUDA graph. When
+        ``True``, :meth:`step`, :meth:`step_and_maybe_reset` and :meth:`rollout` keep every flag
+        on the device: action values are checked on the device (a bad action sets
+        :attr:`action_fault`; :meth:`check_actions` raises), the auto-reset merge decides on the
+        device, and a course regeneration outside a graph runs unconditionally (its kernels
+        return early for unmasked envs). Outputs are bitwise the same either way. Set it to
+        ``True`` on the CPU to run the CUDA step path there.
+        """
+        return self._sync_free
 
-    def _forget_launches(self) -> None:
-        """Drop recorded launches and graphs; call after replacing an array a recipe names."""
-        self._launcher.forget()
+    @sync_free.setter
+    def sync_free(self, value: bool) -> None:
+        self._sync_free = check_bool("sync_free", value)
 
-    def _on_torch_stream(self) -> Any:
-        return self._launcher.on_torch_stream()
+    @property
+    def action_fault(self) -> torch.Tensor:
+        """0-dim bool on the env's device: an action the env cannot step was loaded (live view).
 
-    def _launch_now(self, recipes: list[Launch]) -> None:
-        self._launcher.launch_now(recipes)
+        Set by steps with :attr:`sync_free` on, cleared by :meth:`check_actions`.
+        """
+        return self._action_faults
 
-    # ------------------------------------------------------------------ seeding
+    def check_actions(self) -> None:
+        """Raise ``ValueError`` if a step since the last call loaded an action it cannot step.
+
+        With :attr:`sync_free` on, steps check action values on the device only; this reads the
+        result back (one host synchronisation, at a time you choose) and clears it.
+
+        Raises:
+            ValueError: if :attr:`action_fault` is set (it is cleared first).
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext.envs import PendulumEnv
+            >>> env = PendulumEnv(2, seed=0)
+            >>> env.sync_free = True  # the CUDA step path: no host read in the step
+            >>> td = env.reset()
+            >>> td["action"] = torch.full((2, 1), float("nan"))
+            >>> _ = env.step(td)
+            >>> try:
+            ...     env.check_actions()
+            ... except ValueError as err:
+            ...     print("check_actions" in str(err))
+            True
+        """
+        if not bool(self._action_faults):
+            return
+        self._action_faults.zero_()
+        raise ValueError(
+            f"an action loaded by a step since the last check_actions() held values "
+            f"{type(self).__name__} cannot step (see its action spec, e.g. NaN); the envs that "
+            "got it may hold invalid state: reset them."
+        )
+
+    def __repr__(self) -> str:
+        """The class, ``num_envs``, device, the env's own options, ``max_steps`` and the seed.
+
+        Examples:
+            >>> from torchrl_ext.envs import CartPoleEnv
+            >>> CartPoleEnv(4, seed=0, max_steps=200)
+            CartPoleEnv(num_envs=4, device=cpu, max_steps=200, seed=0)
+        """
+        fields = [f"num_envs={self.num_envs}", f"device={self.device}"]
+        fields += [f"{name}={value!r}" for name, value in self._repr_options().items()]
+        fields += [f"max_steps={self.max_steps!r}", f"seed={self._seed}"]
+        return f"{type(self).__name__}({', '.join(fields)})"
+
+    # ------------------------------------------------------------------ TorchRL's EnvBase face
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """One step of every env: load the actions, launch the step, hand out fresh outputs."""
+        self._load_actions(tensordict)
+        self._launcher.run("step")
+        return self._present(self._layout.next_td())
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        """Reset the envs of the ``"_reset"`` entry (every env without one); fresh root outputs."""
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        self._layout.load_reset_mask(mask)
+        self._launcher.run("reset")
+        return self._present(self._layout.root_td())
+
+    def _reset_check_done(self, tensordict: Any, tensordict_reset: Any) -> None:
+        """TorchRL's check that no env is done after its reset; skipped with :attr:`sync_free`.
+
+        :meth:`_reset` returns fresh all-False done flags by construction.
+        """
+        if not self._sync_free:
+            env_reset_check_done(self, tensordict, tensordict_reset)
+
+    def _step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step every env and reset the done ones in one fused launch.
+
+        Returns the input with its ``"next"`` entry (true final observations) and the next root
+        (reset observations where done, done flags all False), as TorchRL's generic
+        step-then-``maybe_reset`` would, without its per-step ``where`` merge.
+        """
+        if not fused.takes_fast_path(self, tensordict):
+            actions.check_movable(tensordict, self._layout.action_keys, self.device)
+            return env_step_and_maybe_reset(self, tensordict)
+        self._load_actions(tensordict)
+        self._launcher.run("step_autoreset")
+        set_unchecked(tensordict, "next", self._present(self._layout.next_td()))
+        root = fused.next_root(self, tensordict, self._layout, self._sync_free)
+        return tensordict, self._present(root)
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Any = None,
+        callback: Any = None,
+        *,
+        auto_reset: bool = True,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool | None = None,
+        tensordict: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> TensorDictBase:
+        """Roll out ``max_steps`` steps, as TorchRL's :meth:`~torchrl.envs.EnvBase.rollout`.
+
+        With no policy, ``break_when_any_done=False`` and ``auto_reset=True`` (and no callback,
+        ``actions`` or ``out``), the random actions of all steps are drawn up front from torch's
+        global generator, and one kernel writes the ``[num_envs, max_steps]`` result into fresh
+        tensors; the env auto-resets in between and is left un-reset after the last step, as in
+        TorchRL. Every other case (and every env with hand-written kernels) runs TorchRL's loop
+        over this env's fused :meth:`step_and_maybe_reset`.
+
+        Args:
+            max_steps (int): number of steps.
+            policy (callable, optional): TorchRL policy. Defaults to ``None`` (random actions).
+            callback (callable, optional): TorchRL rollout callback. Defaults to ``None``.
+            auto_reset (bool, optional): reset before rolling out. Defaults to ``True``.
+            break_when_any_done (bool, optional): as in TorchRL. Defaults to ``None`` (True).
+            break_when_all_done (bool, optional): as in TorchRL. Defaults to ``None``.
+            tensordict (TensorDictBase, optional): input of the first reset. Defaults to ``None``.
+            **kwargs: other TorchRL rollout options (they disable the fast path).
+
+        Returns:
+            A ``[num_envs, max_steps]`` TensorDict whose last dim is named ``"time"``.
+
+        Raises:
+            TypeError: if ``max_steps`` is not an int.
+            ValueError: if ``max_steps < 1``; both before anything is reset or stepped.
+        """
+        max_steps = check_int("max_steps", max_steps, minimum=1)
+        fast = (
+            policy is None
+            and callback is None
+            and auto_reset
+            and break_when_any_done is False
+            and not break_when_all_done
+            and set(kwargs) <= {"return_contiguous", "trust_policy", "auto_cast_to_device"}
+            and not has_post_step_hooks(self)
+            and self._physics is not None
+        )
+        if not fast:
+            return super().rollout(
+                max_steps,
+                policy,
+                callback,
+                auto_reset=auto_reset,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+                tensordict=tensordict,
+                **kwargs,
+            )
+        self.reset(tensordict)
+        random_actions = self._random_actions(max_steps)
+        out, root_flags = rollout_outputs(self._layout, max_steps)
+        self._launch_now([self._physics.rollout_recipe(random_actions, out)])
+        return self._present(rollout_td(self._layout, random_actions, out, root_flags))
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write a random action, drawn from the action spec, into ``tensordict``.
+
+        The same draw as :meth:`~torchrl.envs.EnvBase.rand_action` (from torch's global
+        generator); with one action entry it is set directly instead of through a TensorDict of
+        the full action spec (what a ``Collector`` calls for its ``init_random_frames``).
+
+        Args:
+            tensordict (TensorDictBase, optional): where the action is written. Defaults to
+                ``None`` (a new TensorDict holding only the action).
+
+        Returns:
+            ``tensordict`` (or the new TensorDict) with a fresh random action.
+        """
+        one_leaf = len(self._layout.action_keys) == 1
+        if not one_leaf or (tensordict is not None and tensordict.batch_size != self.batch_size):
+            return super().rand_action(tensordict)
+        if tensordict is None:
+            tensordict = new_tensordict_unchecked({}, self.batch_size, self.device)
+        key = self._layout.action_keys[0]
+        set_unchecked(
+            tensordict, key, actions.draw(self.full_action_spec[key], self._sync_free, self.device)
+        )
+        return tensordict
+
+    def to(self, device: torch.device | str) -> WarpEnv:
+        """Return ``self`` for the env's own device; Warp state cannot move, so others raise.
+
+        Args:
+            device (torch.device or str): target device.
+
+        Returns:
+            This env, when ``device`` is the device it was built on.
+
+        Raises:
+            ValueError: for any other device (build a new env there instead).
+        """
+        target = torch.device(device)
+        if target.type == "cuda" and target.index is None and torch.cuda.is_available():
+            target = torch.device("cuda", torch.cuda.current_device())
+        if target == self.device:
+            return self
+        raise ValueError(
+            f"{type(self).__name__} keeps its Warp state on {self.device} and cannot move; got "
+            f"device={str(target)!r}. Build a new env with device={str(target)!r} instead."
+        )
+
     def _set_seed(self, seed: int | None) -> None:
+        """Store ``seed`` (drawn from torch's generator if ``None``) and restart episode counts."""
         seed = check_seed(seed)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
@@ -366,10 +584,22 @@ class WarpEnv(TorchRLShim):
         self._layout.episode.zero_()
         self._seed = seed
 
-    @property
-    def seed(self) -> int:
-        """The current 64-bit seed."""
-        return self._seed
+    def _load_actions(self, tensordict: TensorDictBase) -> None:
+        """Check every action entry of ``tensordict``, then copy them into the action buffers.
+
+        Values are checked by :meth:`_check_action_values` on the host, or with
+        :attr:`sync_free` by :meth:`_action_fault` on the device, into :attr:`action_fault`.
+        """
+        tensordict = self._kernel_actions(tensordict)
+        sync_free = self._sync_free
+        actions.load_actions(
+            tensordict,
+            self._layout.actions,
+            self.device,
+            None if sync_free else self._check_action_values,
+            self._action_fault if sync_free else None,
+            self._action_faults,
+        )
 
     # ------------------------------------------------------------------ saving and restoring
     def _state_tensors(self) -> dict[str, torch.Tensor]:
@@ -496,3 +726,44 @@ class WarpEnv(TorchRLShim):
         if saved_state is not None:
             self._allocate_state()
             self.load_state_dict(saved_state)
+
+    # ------------------------------------------------------------------ allocation and launching
+    def _done_groups(self) -> list[str]:
+        """The groups whose done entries :meth:`_make_specs` declared (none if it set none)."""
+        if "full_done_spec" not in self.output_spec.keys():
+            return []
+        return done_groups(self.full_done_spec)
+
+    def _generated_physics(self) -> GeneratedPhysics | None:
+        functions = type(self).functions
+        if functions is None:
+            return None
+        if not isinstance(functions, WarpFunctions):
+            raise TypeError(
+                f"{type(self).__name__}.functions must be WarpFunctions(start, advance, observe), "
+                f"got {type(functions).__name__}."
+            )
+        arrays = declared_arrays(type(self).__name__, self._state_arrays(), self._dtype)
+        env_type, dtype, truncates = type(self), self._dtype, type(self).truncates_terminal_steps
+        constants, limit = self._constants(), self._limit
+        return GeneratedPhysics(env_type, self._layout, arrays, constants, dtype, limit, truncates)
+
+    @property
+    def _arrays(self) -> dict[str, torch.Tensor]:
+        """The live declared state arrays, by name."""
+        return self._physics.arrays
+
+    def _recipes(self, mode: str) -> list[Launch]:
+        if mode == "reset":
+            return self._reset_launches()
+        return self._step_launches(autoreset=mode == "step_autoreset")
+
+    def _forget_launches(self) -> None:
+        """Drop recorded launches and graphs; call after replacing an array a recipe names."""
+        self._launcher.forget()
+
+    def _on_torch_stream(self) -> Any:
+        return self._launcher.on_torch_stream()
+
+    def _launch_now(self, recipes: list[Launch]) -> None:
+        self._launcher.launch_now(recipes)

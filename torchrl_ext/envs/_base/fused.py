@@ -22,6 +22,7 @@ from torchrl_ext._compat import (
     new_tensordict_unchecked,
     set_unchecked,
 )
+from torchrl_ext.envs._base.layout import Layout
 
 
 def takes_fast_path(env: EnvBase, tensordict: TensorDictBase) -> bool:
@@ -128,7 +129,7 @@ def carried_root(
     return new_tensordict_unchecked(source, tensordict.batch_size, tensordict.device)
 
 
-def next_root(
+def carried_entries(
     env: object, tensordict: TensorDictBase, keep: torch.Tensor | None, produced: frozenset
 ) -> TensorDictBase:
     """The next root's carried entries, by the fast path where it equals TorchRL's."""
@@ -137,4 +138,27 @@ def next_root(
     root = env_step_mdp(env)(tensordict)
     if keep is not None:
         zero_carried(root, keep, produced)
+    return root
+
+
+def next_root(
+    env: object, tensordict: TensorDictBase, layout: Layout, sync_free: bool
+) -> TensorDictBase:
+    """The next root after a fused step that wrote ``layout``'s buffers.
+
+    The input's carried entries (zeroed for the envs that reset, see :func:`keep_mask`), then
+    fresh copies of the root observations and all-False done flags.
+
+    Args:
+        env (EnvBase): the env, whose step-MDP helper says what is carried.
+        tensordict (TensorDictBase): the step's input.
+        layout (Layout): the env's buffers, after the fused step.
+        sync_free (bool): decide which envs reset on the device (see :func:`keep_mask`).
+    """
+    keep = keep_mask(layout.flag_buffer[0], sync_free)
+    root = carried_entries(env, tensordict, keep, layout.produced_keys)
+    for key, val in layout.fresh_obs("root").items():
+        set_unchecked(root, key, val)
+    for key, val in layout.fresh_flags(False).items():
+        set_unchecked(root, key, val)
     return root

@@ -17,6 +17,7 @@ import warp as wp
 from tensordict import TensorDict
 from torchrl.data import Categorical, Composite
 
+from torchrl_ext._checks import check_tensor
 from torchrl_ext._compat import new_tensordict_unchecked
 from torchrl_ext.envs._kernels.common import Episodes, Flags, make_struct
 
@@ -221,6 +222,20 @@ class Layout:
 
     def set_seed_words(self, words: list[int]) -> None:
         self.seed.assign(np.array(words, dtype=np.uint32))
+
+    def load_reset_mask(self, mask: torch.Tensor | None) -> None:
+        """Write TorchRL's ``"_reset"`` entry into the reset mask; ``None`` sets every env.
+
+        Raises:
+            TypeError: if ``mask`` is not a bool tensor.
+            ValueError: if it is not ``[N, 1]`` or ``[N]``, or lies on another device.
+        """
+        if mask is None:
+            self.mask.fill_(1)
+            return
+        n = self.num_envs
+        check_tensor("_reset", mask, torch.bool, [(n, 1), (n,)], self.device)
+        self.mask.copy_(mask.reshape(n))
 
     # ------------------------------------------------------------------ outputs
     def fresh_flags(self, copy: bool) -> dict[Any, torch.Tensor]:

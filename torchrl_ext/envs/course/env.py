@@ -208,6 +208,9 @@ class CourseEnv(WarpEnv):
         self.action_spec = Bounded(-1.0, 1.0, shape=(n, 2), dtype=torch.float32, device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
 
+    def _repr_options(self) -> dict[str, str]:
+        return {"mode": self.mode}
+
     def _obs_size(self) -> int:
         return GATES_OBSERVATION_SIZE if self.mode == "gates" else self.num_rays + 3
 
@@ -377,7 +380,7 @@ class CourseEnv(WarpEnv):
         or a torch capture registered with ``conditional=True``), and otherwise runs with its
         kernel returning early for unmasked envs: the same arrays either way.
         """
-        if not self._sync_free:
+        if not self.sync_free:
             return True
         registration = interop.active(self.warp_device)
         if registration is not None:

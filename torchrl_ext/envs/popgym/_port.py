@@ -1,4 +1,10 @@
-"""What every POPGym port shares: difficulty presets, constructor, specs and state checks."""
+"""What every POPGym port shares: difficulty presets, constructor, specs and state checks.
+
+A port built with ``categorical_action_encoding`` set presents TorchRL's ``GymEnv`` layout of the
+same popgym env (see :mod:`~torchrl_ext.envs.popgym._gymenv_layout`): :class:`PopGymEnv` hands its
+outputs and its actions to a :class:`~torchrl_ext.envs.popgym._gymenv_layout.GymEnvLayout` at the
+TensorDict boundary; the kernels keep category indices.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
+from tensordict import TensorDictBase
 from torchrl.data import Categorical, Composite, MultiCategorical, TensorSpec, Unbounded
 
-from torchrl_ext._checks import check_choice
+from torchrl_ext._checks import check_bool, check_choice
+from torchrl_ext.envs._base import actions
 from torchrl_ext.envs._base.state_dicts import require
+from torchrl_ext.envs.popgym._gymenv_layout import GymEnvLayout
 from torchrl_ext.envs.warp_env import WarpEnv
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -51,10 +60,23 @@ class PopGymEnv(WarpEnv):
         dtype (torch.dtype, optional): float dtype of state, observations and rewards
             (``torch.float32`` or ``torch.float64``). Defaults to ``torch.float32``.
         capture (bool, optional): replay recorded Warp graphs. Defaults to ``False``.
+        categorical_action_encoding (bool, optional): ``None`` keeps the port's own specs
+            (category indices, ``MultiCategorical`` boards). ``False`` or ``True`` presents the
+            specs, keys and dtypes TorchRL's ``GymEnv`` gives for the same popgym env with that
+            ``categorical_action_encoding``: one-hot int64 observations and actions where popgym
+            has ``Discrete``/``MultiDiscrete`` spaces (``False``, GymEnv's default), or int64
+            category indices (``True``); ``Bounded`` observations where popgym's ``Box`` is
+            bounded. See :func:`~torchrl_ext.envs.popgym.make`. Defaults to ``None``.
     """
 
     #: The preset of each difficulty, handed to :meth:`_configure`.
     presets: ClassVar[Mapping[str, Any]]
+    #: The bound of popgym's observation ``Box(-high, high)`` (``None``: discrete, or unbounded);
+    #: GymEnv's layout makes the observation spec ``Bounded`` by it.
+    observation_high: ClassVar[tuple[float, ...] | None] = None
+    #: The layout's choice (see the constructor) and, when set, its converter.
+    categorical_action_encoding: bool | None = None
+    _gymenv: GymEnvLayout | None = None
 
     def __init__(
         self,
@@ -65,14 +87,26 @@ class PopGymEnv(WarpEnv):
         difficulty: Difficulty = "easy",
         dtype: torch.dtype = torch.float32,
         capture: bool = False,
+        categorical_action_encoding: bool | None = None,
     ) -> None:
         max_steps = self._configure(preset(difficulty, type(self).presets))
+        if categorical_action_encoding is not None:
+            check_bool("categorical_action_encoding", categorical_action_encoding)
         self.difficulty = difficulty
         super().__init__(num_envs, device, seed, max_steps=max_steps, dtype=dtype, capture=capture)
+        self.categorical_action_encoding = categorical_action_encoding
+        if categorical_action_encoding is not None:
+            self._present_as_gymenv(bool(categorical_action_encoding))
 
     def _configure(self, preset: Any) -> int | None:
         """Set the env's sizes from ``preset``; return the time limit (``None``: none)."""
         raise NotImplementedError(f"{type(self).__name__} must implement _configure(preset).")
+
+    def _repr_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"difficulty": self.difficulty}
+        if self.categorical_action_encoding is not None:
+            options["categorical_action_encoding"] = self.categorical_action_encoding
+        return options
 
     # ------------------------------------------------------------------ specs
     def _discrete(self, n: int) -> Categorical:
@@ -90,6 +124,41 @@ class PopGymEnv(WarpEnv):
         self.observation_spec = Composite(observation=observation, shape=(n,), device=dev)
         self.action_spec = action
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
+
+    @property
+    def _kernel_action_spec(self) -> TensorSpec:
+        """The ``"action"`` spec the kernels read (category indices), in either layout."""
+        if self._gymenv is None:
+            return self.full_action_spec["action"]
+        return self._gymenv.action.native
+
+    # ------------------------------------------------------------------ GymEnv's layout
+    def _present_as_gymenv(self, categorical: bool) -> None:
+        """Replace the specs by GymEnv's; steps then convert at the TensorDict boundary."""
+        native = self.observation_spec["observation"]
+        high = type(self).observation_high
+        self._gymenv = GymEnvLayout(native, self.action_spec, categorical, high)
+        n, dev = self.num_envs, self.device
+        public = self._gymenv.observation.public
+        self.observation_spec = Composite(observation=public, shape=(n,), device=dev)
+        self.action_spec = self._gymenv.action.public
+
+    def _present(self, outputs: TensorDictBase) -> TensorDictBase:
+        """The outputs in GymEnv's layout if the env presents it (idempotent)."""
+        if self._gymenv is None:
+            return outputs
+        return self._gymenv.present(outputs)
+
+    def _kernel_actions(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """In GymEnv's one-hot layout, the actions' category indices (malformed ones refused)."""
+        if self._gymenv is None:
+            return tensordict
+        fault = self.action_fault if self.sync_free else None
+        return self._gymenv.accept(tensordict, self.device, fault)
+
+    def _random_actions(self, steps: int) -> dict[Any, torch.Tensor]:
+        """``[N, T, ...]`` uniform category indices, drawn from the kernels' action spec."""
+        return {"action": actions.draw_steps(self._kernel_action_spec, steps).movedim(0, 1)}
 
 
 # ---------------------------------------------------------------------- state-value checks

@@ -96,6 +96,7 @@ class _CartPoleTask(_ControlTask):
     """A POPGym cart-pole: gymnasium's ``CartPole-v1`` physics, reward ``1 / L`` per step."""
 
     _state_size = 4
+    observation_high: ClassVar = (_X_BOUND, _THETA_BOUND)
 
     def _action(self) -> Any:
         return self._discrete(2)
@@ -117,6 +118,7 @@ class _PendulumTask(_ControlTask):
     """A POPGym pendulum: gymnasium's ``Pendulum-v1`` physics, reward in ``[-1/L, 1/L]``."""
 
     _state_size = 2
+    observation_high: ClassVar = (1.0, 1.0)
 
     def _action(self) -> Any:
         n, dev = self.num_envs, self.device
@@ -183,6 +185,7 @@ class VelocityOnlyCartPoleEnv(_CartPoleTask):
     """
 
     functions = WarpFunctions(_cartpole.start, _k.cartpole_advance, _k.observe_velocities)
+    observation_high: ClassVar = None  # POPGym's Box spans float32's range
     presets: ClassVar = {"easy": (200, None), "medium": (400, None), "hard": (600, None)}
 
 

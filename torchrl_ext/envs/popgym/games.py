@@ -25,7 +25,7 @@ class _GridEnv(PopGymEnv):
     """An env whose action is a ``(row, col)`` cell, a ``MultiCategorical`` checked per column."""
 
     def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
-        nvec = self.full_action_spec[key].nvec.to(action.device)
+        nvec = self._kernel_action_spec.nvec.to(action.device)
         bad = (action < 0) | (action >= nvec)
         if bool(bad.any()):
             env, col = (int(x) for x in bad.nonzero()[0])
@@ -35,7 +35,7 @@ class _GridEnv(PopGymEnv):
             )
 
     def _action_fault(self, key: Any, action: torch.Tensor) -> torch.Tensor:
-        nvec = self.full_action_spec[key].nvec.to(action.device)
+        nvec = self._kernel_action_spec.nvec.to(action.device)
         return ((action < 0) | (action >= nvec)).any()
 
     def _grid_specs(self, rows: int, cols: int, observations: int) -> None:
