@@ -53,6 +53,7 @@ import textwrap
 import threading
 import time
 import typing
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -1009,6 +1010,19 @@ def plot_curves(
     return path
 
 
+def _compiled_kernels_cached() -> bool:
+    """Whether numba has cached torchrl_ext's compiled kernels (beside them, or in its cache dir).
+
+    They are compiled on first use and cached on disk for every later process and pipeline.
+    """
+    import torchrl_ext
+
+    roots = [Path(torchrl_ext.__file__).parent]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        roots.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return any(next(root.rglob("*.nbi"), None) for root in roots)
+
+
 def setup() -> None:
     """One torch thread (the measured setting); torchrl's warnings to stderr, without colours.
 
@@ -1017,6 +1031,14 @@ def setup() -> None:
     """
     torch.set_num_threads(1)
     logging.getLogger("torchrl").setLevel(logging.WARNING)
+    # numpy 2's notes on TorchRL's own calls (its prioritized sampler): not the user's to act on
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchrl\.")
+    if not _compiled_kernels_cached():
+        print(
+            "compiling torchrl_ext's kernels: first run only, about half a minute",
+            file=sys.stderr,
+            flush=True,
+        )
     for handler in logging.getLogger("torchrl").handlers:
         stream = getattr(handler, "stream", None)
         if stream in (sys.stdout, sys.__stdout__):
@@ -1038,8 +1060,8 @@ def main(
     ``str``). Ctrl-C or SIGTERM stops after a checkpoint, printing how to resume (exit 130 or
     143); another process holding a run folder stops the command (exit 1).
     """
-    setup()
     runs = parse(args_class, argv, quick)
+    setup()
     results = []
     with catch_signals():
         for args, run in runs:

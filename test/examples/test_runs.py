@@ -507,3 +507,38 @@ class TestCraftedCheckpoints:
         runs.write_json(crafted / runs.CONFIG, {"pipeline": "../os", "config": {}})
         with pytest.raises(ValueError, match="names no pipeline"):
             runs.load_policy(crafted)
+
+
+class TestSetup:
+    """A run's first compile of the library's kernels says so on one line; later runs are quiet."""
+
+    def _setup(self):
+        threads = torch.get_num_threads()
+        try:
+            runs.setup()
+        finally:
+            torch.set_num_threads(threads)
+
+    def test_first_compile_says_so(self, capsys, monkeypatch):
+        monkeypatch.setattr(runs, "_compiled_kernels_cached", lambda: False)
+        self._setup()
+        captured = capsys.readouterr()
+        assert captured.err == (
+            "compiling torchrl_ext's kernels: first run only, about half a minute\n"
+        )
+        assert captured.out == ""
+
+    def test_cached_kernels_say_nothing(self, capsys, monkeypatch):
+        monkeypatch.setattr(runs, "_compiled_kernels_cached", lambda: True)
+        self._setup()
+        assert capsys.readouterr().err == ""
+
+    def test_numba_cache_dir_counts(self, tmp_path, monkeypatch):
+        import torchrl_ext
+
+        monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+        monkeypatch.setattr(torchrl_ext, "__file__", str(tmp_path / "pkg" / "__init__.py"))
+        assert not runs._compiled_kernels_cached()
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "kernels.f-1.py311.nbi").write_bytes(b"")
+        assert runs._compiled_kernels_cached()
