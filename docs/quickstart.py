@@ -1,4 +1,4 @@
-"""The 10-line quickstart shown on the landing page (run as a test: test/test_quickstart.py)."""
+"""The quickstart the README shows, whole (run as a test: test/test_quickstart.py)."""
 
 import torch
 from tensordict.nn import TensorDictModule
@@ -18,5 +18,5 @@ replay = TensorDictReplayBuffer(
     batch_size=4,
 )
 replay.extend(rollout)
-batch = replay.sample()  # [4, 24] with is_init, validity_mask, learning_mask
-print(batch.shape, rollout["advantage"].shape)
+batch = replay.sample()  # 4 windows: 8 burn-in steps, then 16 to learn from
+print(batch.shape, batch["is_init"][:, 0].all())  # torch.Size([4, 24]) tensor(True)
