@@ -107,3 +107,35 @@ def test_reset_without_a_previous_entry_is_zeros():
     env = TransformedEnv(CartPoleEnv(2, seed=0), PreviousAction())
     td = env.reset(TensorDict({"_reset": torch.tensor([[True], [False]])}, [2]))
     assert torch.equal(td["prev_action"], torch.zeros(2, 2))
+
+
+class TestRefusals:
+    """An ``out_key`` that is, holds or lies inside an entry the env has is refused by name."""
+
+    @pytest.mark.parametrize(
+        "out_key",
+        ["observation", "reward", "done", "action", "is_init", ("observation", "x"), ("next", "x")],
+    )
+    def test_a_key_the_env_has(self, out_key):
+        env = TransformedEnv(
+            CartPoleEnv(2, seed=0), Compose(InitTracker(), PreviousAction(out_key))
+        )
+        with pytest.raises(ValueError, match=r"out_key=.*collides"):
+            env.rollout(2)
+
+    def test_the_observation_is_kept_by_a_fresh_key(self):
+        env = TransformedEnv(CartPoleEnv(2, seed=0), PreviousAction(out_key=("memory", "last")))
+        assert env.observation_spec["observation"].shape == (2, 4)
+
+    @pytest.mark.parametrize(
+        ("kwargs", "error"),
+        [
+            ({"out_key": 3}, TypeError),
+            ({"out_key": ""}, ValueError),
+            ({"action_key": ()}, ValueError),
+        ],
+    )
+    def test_bad_keys(self, kwargs, error):
+        name = next(iter(kwargs))
+        with pytest.raises(error, match=name):
+            PreviousAction(**kwargs)

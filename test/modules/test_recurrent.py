@@ -365,6 +365,53 @@ class TestStepMode:
         assert errors[0] == errors[1]
 
 
+class TestEmptyBatch:
+    """A batch without rows gives TorchRL's empty result: same keys, shapes and dtypes.
+
+    In recurrent mode ``[0, T]`` is compared with TorchRL's module on the same input, gradients
+    included (zeros for the weights). Step mode, where TorchRL's module fails on an empty batch,
+    gives the entries TorchRL's gives for one row, with the leading dimension 0.
+    """
+
+    @staticmethod
+    def entries(out, kind):
+        keys = ["y", *(("next", k) for k in KINDS[kind][2])]
+        return {k: (tuple(out[k].shape), out[k].dtype) for k in keys}, set(out.keys(True, True))
+
+    @pytest.mark.parametrize("stored", [True, False])
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_recurrent_mode_is_torchrl_s(self, kind, path, stored, dtype):
+        ours, theirs = make_pair(kind, dtype=dtype, num_layers=2)
+        data = make_data(kind, (0, 4), pattern("first", (0, 4)), 2, stored, dtype)
+        with set_recurrent_mode(True):
+            out, ref = ours(data.clone()), theirs(data.clone())
+        assert self.entries(out, kind) == self.entries(ref, kind)
+        assert self.entries(out, kind)[0]["y"] == ((0, 4, 5), dtype)
+        assert_same(run(ours, data, kind), run(theirs, data, kind))
+
+    def test_rows_without_steps(self, kind, path):
+        """``[2, 0]``, where TorchRL's recurrent mode fails: the same entries, without steps."""
+        ours, _ = make_pair(kind, num_layers=2)
+        with set_recurrent_mode(True):
+            out = ours(make_data(kind, (2, 0), pattern("none", (2, 0)), 2))
+        expected = {"y": ((2, 0, 5), torch.float64)}
+        expected.update({("next", k): ((2, 0, 2, 5), torch.float64) for k in KINDS[kind][2]})
+        assert self.entries(out, kind)[0] == expected
+
+    @pytest.mark.parametrize("shape", [(0,), (0, 4)])
+    @pytest.mark.parametrize("stored", [True, False])
+    def test_step_mode_is_torchrl_s_for_no_rows(self, kind, shape, stored):
+        ours, theirs = make_pair(kind, num_layers=2)
+        one = (1, *shape[1:])
+        ref = theirs(make_data(kind, one, pattern("random", one), 2, stored))
+        out = ours(make_data(kind, shape, pattern("random", shape), 2, stored))
+        expected, keys = self.entries(ref, kind)
+        assert self.entries(out, kind) == (
+            {k: ((0, *s[1:]), d) for k, (s, d) in expected.items()},
+            keys,
+        )
+
+
 def ours_layers(module):
     return layer_of(module).num_layers
 

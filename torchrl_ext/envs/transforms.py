@@ -17,6 +17,7 @@ from tensordict.utils import NestedKey
 from torchrl.data import Categorical, MultiCategorical, TensorSpec, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
+from torchrl_ext._checks import check_key
 from torchrl_ext.envs.warp_env import WarpEnv
 
 __all__ = ["BaseEnvState", "PreviousAction"]
@@ -112,9 +113,15 @@ class PreviousAction(Transform):
     all zeros.
 
     Args:
-        out_key (NestedKey, optional): the observation entry written. Defaults to
+        out_key (NestedKey, optional): the observation entry written; a new key, neither an
+            entry of the env it wraps nor one nested inside or above such an entry. Defaults to
             ``"prev_action"``.
         action_key (NestedKey, optional): the action entry read. Defaults to ``"action"``.
+
+    Raises:
+        ValueError: when the transform first meets its env (the transformed env's first
+            ``observation_spec``, reset or step), if ``out_key`` collides with an entry the env
+            already has.
 
     Examples:
         >>> import torch
@@ -135,6 +142,7 @@ class PreviousAction(Transform):
     """
 
     def __init__(self, out_key: NestedKey = "prev_action", action_key: NestedKey = "action"):
+        out_key, action_key = check_key("out_key", out_key), check_key("action_key", action_key)
         super().__init__(in_keys=[action_key], out_keys=[out_key])
         self.out_key, self.action_key = out_key, action_key
 
@@ -168,18 +176,29 @@ class PreviousAction(Transform):
         out = torch.zeros(*batch, sum(sizes), dtype=dtype, device=action.device)
         return out.scatter_(-1, index + offsets, 1.0)
 
+    def _check_out_key(self) -> None:
+        """Refuse an ``out_key`` the parent env has, once per parent (TorchRL caches it)."""
+        parent = self.parent
+        if parent is None or self.__dict__.get("_out_key_checked_for") is parent:
+            return
+        _check_new_key("out_key", self.out_key, parent)
+        # In __dict__, not as an attribute: nn.Module would register the env as a submodule.
+        self.__dict__["_out_key_checked_for"] = parent
+
     def _zeros(self, device: torch.device | None) -> torch.Tensor:
         shape = (*self.parent.batch_size, self._features())
         return torch.zeros(shape, dtype=torch.get_default_dtype(), device=device)
 
     # ------------------------------------------------------------------ TorchRL's protocol
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        self._check_out_key()
         next_tensordict.set(self.out_key, self._encode(tensordict.get(self.action_key)))
         return next_tensordict
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
+        self._check_out_key()
         zeros = self._zeros(tensordict_reset.device)
         reset = None if tensordict is None else tensordict.get("_reset", None)
         previous = None if tensordict is None else tensordict.get(self.out_key, None)
@@ -194,9 +213,37 @@ class PreviousAction(Transform):
         return next_tensordict
 
     def transform_observation_spec(self, observation_spec: TensorSpec) -> TensorSpec:
-        """Adds the float entry ``[*batch, features]`` at ``out_key``."""
+        """Adds the float entry ``[*batch, features]`` at ``out_key``, a key the env lacks."""
+        self._check_out_key()
         shape = (*self.parent.batch_size, self._features())
         observation_spec[self.out_key] = Unbounded(
             shape, dtype=torch.get_default_dtype(), device=self.parent.device
         )
         return observation_spec
+
+
+def _as_tuple(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _check_new_key(name: str, key: NestedKey, env: EnvBase) -> None:
+    """Raise ``ValueError`` if ``key`` is, holds or lies inside an entry ``env`` already has.
+
+    The entries are those of the env's output (observations, rewards, done flags) and input
+    (actions, state), with their nested parents, and ``"next"``, where a step writes its
+    results: writing at any of them would replace data.
+    """
+    new = _as_tuple(key)
+    existing_keys = ["next"]
+    for spec in (env.output_spec, env.input_spec):
+        for group in spec.keys():  # "full_observation_spec", "full_action_spec", ...
+            existing_keys.extend(spec[group].keys(include_nested=True))
+    for existing in existing_keys:
+        old = _as_tuple(existing)
+        short = min(len(old), len(new))
+        if old[:short] == new[:short]:
+            raise ValueError(
+                f"{name} must be a new entry, got {name}={key!r}, which collides with the "
+                f"env's entry {existing!r}; writing there would replace the env's data. Pass "
+                f"another {name}."
+            )

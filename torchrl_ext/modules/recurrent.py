@@ -15,11 +15,12 @@ instead, replacing the state by the stored one at every episode start:
 The semantics are TorchRL's recurrent mode, exactly: a segment starts at ``t = 0`` and at every
 later step where ``is_init`` is set, from the stored state at that step (``in_keys[1:]``; zeros
 when the tensordict holds none); the ``("next", state)`` outputs hold the state after each
-segment's last step and zeros at the other steps. Configurations without a whole-row path here
-run TorchRL's own recurrent path unchanged: dropout between layers while training, projections
-(``proj_size > 0``), bidirectional or python-based layers, and an explicit
-``recurrent_backend`` other than ``"pad"`` or ``"auto"``. The measurements are on the
-recurrent-module benchmark page.
+segment's last step and zeros at the other steps. A batch without elements (``[0, T]``) gives
+entries without elements, of TorchRL's shapes and dtypes, in both modes. Configurations
+without a whole-row path here run TorchRL's own recurrent path unchanged: dropout between
+layers while training, projections (``proj_size > 0``), bidirectional or python-based layers,
+and an explicit ``recurrent_backend`` other than ``"pad"`` or ``"auto"``. The measurements are
+on the recurrent-module benchmark page.
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ def _forward_step(
     if initial is None:
         return None
     n = is_init.numel()
-    y, final = layer(x.reshape(n, 1, -1), tuple(initial) if len(initial) > 1 else initial[0])
+    y, final = layer(
+        x.reshape(n, 1, layer.input_size), tuple(initial) if len(initial) > 1 else initial[0]
+    )
     tensordict.set(module.out_keys[0], y.reshape(*shape, y.shape[-1]))
     finals = final if isinstance(final, tuple) else (final,)
     for key, state in zip(module.out_keys[1:], finals, strict=True):
@@ -189,7 +192,8 @@ def _step_states(
         return None
     reset = is_init.reshape(n, 1, 1)
     return [
-        torch.where(reset, 0, s.reshape(n, depth, -1)).transpose(0, 1).contiguous() for s in states
+        torch.where(reset, 0, s.reshape(n, depth, s.shape[-1])).transpose(0, 1).contiguous()
+        for s in states
     ]
 
 
@@ -207,11 +211,13 @@ def _forward_rows(
             f"{name} in recurrent mode needs a tensordict whose last batch dimension is time; "
             f"got batch_size={tuple(shape)}."
         )
-    n_steps = shape[-1]
+    n_rows, n_steps = shape[:-1].numel(), shape[-1]
     x = _input(name, module.in_keys[0], tensordict, layer)
-    starts = _starts(name, tensordict, n_steps)
+    starts = _starts(name, tensordict, n_rows, n_steps)
     states = _stored_states(name, module, layer, tensordict)
-    x = x.reshape(-1, n_steps, x.shape[-1])
+    if starts.numel() == 0:
+        return _empty_result(module, layer, tensordict, x, states)
+    x = x.reshape(n_rows, n_steps, x.shape[-1])
     if x.device.type == "cpu" and x.dtype in _compiled.DTYPES:
         output, next_states = run_layers(layer, x, states, starts)
     else:
@@ -237,7 +243,33 @@ def _input(name: str, key, tensordict: TensorDictBase, layer: nn.Module) -> torc
     return x
 
 
-def _starts(name: str, tensordict: TensorDictBase, n_steps: int) -> torch.Tensor:
+def _empty_result(
+    module: nn.Module,
+    layer: nn.Module,
+    tensordict: TensorDictBase,
+    x: torch.Tensor,
+    states: tuple[torch.Tensor, ...] | None,
+) -> TensorDictBase:
+    """The outputs of a batch without elements, as TorchRL's recurrent mode gives them.
+
+    Entries of shape ``[*batch, ...]`` holding no values, computed by the layer from no rows, so
+    that they stay in the graph of its weights, of ``x`` and of the stored ``states`` (a loss
+    over them has zero gradients).
+    """
+    shape = tensordict.shape
+    hx = None
+    if states is not None:
+        hx = tuple(s.reshape(0, *s.shape[-2:]).transpose(0, 1) for s in states)
+        hx = hx if len(hx) > 1 else hx[0]
+    y, finals = layer(x.reshape(0, 1, layer.input_size), hx)
+    tensordict.set(module.out_keys[0], y.reshape(*shape, y.shape[-1]))
+    finals = finals if isinstance(finals, tuple) else (finals,)
+    for key, state in zip(module.out_keys[1:], finals, strict=True):
+        tensordict.set(key, state.reshape(*shape, *state.shape[::2]))
+    return tensordict
+
+
+def _starts(name: str, tensordict: TensorDictBase, n_rows: int, n_steps: int) -> torch.Tensor:
     """Bool ``[B, T]``: where a segment starts (``is_init``, and every row's first step)."""
     is_init = tensordict.get("is_init", None)
     if is_init is None:
@@ -253,8 +285,8 @@ def _starts(name: str, tensordict: TensorDictBase, n_steps: int) -> torch.Tensor
             f"{name} expects 'is_init' of shape {(*tensordict.shape, 1)} (or "
             f"{tuple(tensordict.shape)}); got shape={tuple(is_init.shape)}."
         )
-    starts = is_init.reshape(-1, n_steps).clone()
-    starts[:, 0] = True
+    starts = is_init.reshape(n_rows, n_steps).clone()
+    starts[:, :1] = True
     return starts
 
 
@@ -278,8 +310,8 @@ def _stored_states(
             raise ValueError(
                 f"{name} expects {key!r} of shape {expected}; got shape={tuple(state.shape)}."
             )
-    n_steps = tensordict.shape[-1]
-    return tuple(state.reshape(-1, n_steps, *expected[-2:]) for state in states)
+    n_rows = tensordict.shape[:-1].numel()
+    return tuple(state.reshape(n_rows, *expected[-3:]) for state in states)
 
 
 def _layer_weights(layer: nn.Module, index: int) -> tuple[torch.Tensor | None, ...]:
