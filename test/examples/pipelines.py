@@ -80,3 +80,13 @@ def assert_resumes_bitwise(
     assert got.keys() == expected.keys()
     for name in expected:
         assert got[name] == expected[name], name
+
+
+def assert_refused(pipeline: str, argv: list[str], match: str, out: Path, capsys) -> None:
+    """``pipeline ARGV --out OUT`` exits 2 with one line holding ``match``; nothing is written."""
+    with pytest.raises(SystemExit) as stop:
+        run(pipeline, *argv, "--out", str(out))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() or not any(out.iterdir()), "nothing is written before the checks"

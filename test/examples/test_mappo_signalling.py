@@ -141,12 +141,7 @@ def test_help_lists_the_listener_option(capsys):
     ],
 )
 def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
-    with pytest.raises(SystemExit) as stop:
-        pipelines.run("mappo_signalling", *argv, "--out", str(tmp_path))
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert match in err and len(err.strip().splitlines()) == 1, err
-    assert not any(tmp_path.iterdir()), "nothing is written before the arguments are checked"
+    pipelines.assert_refused("mappo_signalling", argv, match, tmp_path, capsys)
 
 
 @pytest.mark.parametrize(

@@ -55,12 +55,7 @@ def test_loaded_policy_acts_as_trained(tmp_path):
     ],
 )
 def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
-    with pytest.raises(SystemExit) as stop:
-        pipelines.run("ppo_cartpole", *argv, "--out", str(tmp_path))
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert match in err and len(err.strip().splitlines()) == 1, err
-    assert not any(tmp_path.iterdir()), "nothing is written before the arguments are checked"
+    pipelines.assert_refused("ppo_cartpole", argv, match, tmp_path, capsys)
 
 
 # ---------------------------------------------------------------------------- the update

@@ -89,12 +89,7 @@ def test_loaded_policy_is_the_trained_one_and_acts(quick):
     ],
 )
 def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
-    with pytest.raises(SystemExit) as stop:
-        pipelines.run("ppo_course", *argv, "--out", str(tmp_path))
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert match in err and len(err.strip().splitlines()) == 1, err
-    assert not any(tmp_path.iterdir()), "nothing is written before the arguments are checked"
+    pipelines.assert_refused("ppo_course", argv, match, tmp_path, capsys)
 
 
 def test_resume_refuses_a_crafted_checkpoint(tmp_path, capsys, marker):

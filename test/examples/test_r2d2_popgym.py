@@ -108,9 +108,4 @@ def test_default_run_folder(tmp_path, monkeypatch):
     ],
 )
 def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
-    with pytest.raises(SystemExit) as stop:
-        pipelines.run("r2d2_popgym", *argv, "--out", str(tmp_path))
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert match in err and len(err.strip().splitlines()) == 1, err
-    assert not any(tmp_path.iterdir()), "nothing is written before the arguments are checked"
+    pipelines.assert_refused("r2d2_popgym", argv, match, tmp_path, capsys)
