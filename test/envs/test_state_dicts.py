@@ -64,6 +64,19 @@ def _refused(env, state: dict, match: str) -> None:
 class TestLoadedValues:
     """Every float entry must be finite; the base's counters lie where no step overflows."""
 
+    def test_an_entry_viewing_the_envs_own_outputs_loads_its_value_from_before_the_call(self):
+        env = CartPoleEnv(2, seed=0)
+        env.rollout(3)
+        saved = env.state_dict()
+        live = env._state_tensors()
+        state = dict(saved)
+        state["next.observation"] = saved["next.observation"] + 0.01  # written first
+        state["root.observation"] = live["next.observation"]  # a live view, read after
+        expected = live["next.observation"].clone()
+        env.load_state_dict(state)
+        assert torch.equal(env.state_dict()["root.observation"], expected)
+        assert torch.equal(env.state_dict()["next.observation"], state["next.observation"])
+
     @pytest.mark.parametrize("name", sorted(ENVS))
     @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
     def test_non_finite_floats_are_refused(self, name, bad):
@@ -100,6 +113,32 @@ class TestLoadedValues:
         env.load_state_dict(_with(good, "steps", (1,), steps))  # 4: where a rollout ends
         td = env.rand_step(root)
         assert td["next", "terminated"].view(-1).tolist() == [False, True]
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda: CartPoleEnv(3, seed=1, max_steps=5),
+            lambda: SignallingEnv(3, seed=1, delay=1),
+            lambda: popgym.RepeatPreviousEnv(3, seed=1),
+            lambda: CourseEnv(3, seed=1, max_steps=5, num_points=32),
+        ],
+        ids=["cartpole", "signalling", "repeat_previous", "course"],
+    )
+    def test_plain_steps_past_the_limit_save_a_state_that_loads(self, make):
+        env = make()
+        root = env.reset()
+        torch.manual_seed(0)
+        for _ in range(3 * env._last_step() + 2):  # TorchRL's plain step: no reset
+            root = env.rand_action(root)
+            env.step(root.clone())
+        saved = env.state_dict()
+        assert int(saved["steps"].max()) == env._last_step()  # the counter stops there
+        fresh = make()
+        fresh.load_state_dict(saved)
+        for _ in range(2):
+            root = env.rand_action(root)
+            a, b = env.step(root.clone()), fresh.step(root.clone())
+            assert (a["next"] == b["next"]).all()
 
     def test_signalling_declared_ranges(self):
         env = SignallingEnv(2, seed=0, vocab=5)

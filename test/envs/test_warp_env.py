@@ -1,6 +1,8 @@
 import copy
 import functools
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -33,7 +35,12 @@ from torchrl_ext.envs._kernels.common import (
     pack_params,
     param_structs,
 )
-from torchrl_ext.envs.popgym import MineSweeperEnv, RepeatPreviousEnv
+from torchrl_ext.envs.popgym import (
+    BattleshipEnv,
+    ConcentrationEnv,
+    MineSweeperEnv,
+    RepeatPreviousEnv,
+)
 from torchrl_ext.envs.warp_env import stream_key, uniform_range
 
 N = 12
@@ -249,6 +256,13 @@ class TestWarpEnv:
         assert env.to("cpu") is env
         with pytest.raises(ValueError, match="device='meta'"):
             env.to("meta")
+
+    @pytest.mark.parametrize("name", ["cpu:0", torch.device("cpu", 0)])
+    def test_an_indexed_cpu_device_is_the_cpu(self, name):
+        env = CartPoleEnv(2, seed=0, device=name)
+        assert env.device == torch.device("cpu") and env.to("cpu") is env
+        td = env.rand_step(env.reset())
+        assert td["next", "observation"].device == torch.device("cpu")
 
     def test_construction_inside_a_capture_is_refused(self):
         with wp.ScopedCapture(device="cpu"):
@@ -1163,3 +1177,84 @@ class TestNamedParams:
         p = env._physics.params
         assert (p.gravity, p.masspole, p.total_mass, p.length) == (9.8, 0.1, 1.1, 0.5)
         assert (p.polemass_length, p.force_mag, p.tau, p.x_limit) == (0.05, 10.0, 0.02, 2.4)
+
+
+_GRID_ENVS = {
+    "battleship": BattleshipEnv,
+    "minesweeper": MineSweeperEnv,
+    "concentration": ConcentrationEnv,
+}
+
+# Steps env 1 of a sync-free grid env with action values ``BAD`` and the other envs as a copy
+# stepped with a valid action; prints whether every other env's state stayed bitwise the same.
+_FAR_ACTIONS_SCRIPT = """
+import copy, sys, torch
+from torchrl_ext.envs import popgym
+env = getattr(popgym, sys.argv[1])(4, seed=0)
+env.sync_free = True
+root = env.reset()
+root = env.rand_action(root)
+ref = copy.deepcopy(env)
+bad = root.clone()
+bad["action"][1] = int(sys.argv[2])
+for _ in range(3):
+    env.step(bad.clone())
+    ref.step(root.clone())
+a, b = env.state_dict(), ref.state_dict()
+others = [0, 2, 3]
+same = all(torch.equal(a[k][others], b[k][others]) for k in a if a[k].dim() and a[k].shape[0] == 4)
+print("faulted", bool(env.action_fault), "others_unchanged", same)
+"""
+
+
+class TestSyncFreeFaults:
+    """A faulted env's advance never leaves its own arrays.
+
+    Under ``sync_free`` an out-of-range categorical action only sets :attr:`action_fault`; the
+    base clamps it into the spec before the env's functions read it, so every other env steps
+    bitwise as it would have, far values included, and ``check_actions`` still raises.
+    """
+
+    @staticmethod
+    def _pair(cls):
+        env = cls(4, seed=0)
+        env.sync_free = True
+        root = env.rand_action(env.reset())
+        return env, copy.deepcopy(env), root
+
+    @pytest.mark.parametrize("name", sorted(_GRID_ENVS))
+    @pytest.mark.parametrize("value", [-1, -7, 64, 1000])
+    def test_other_envs_are_bitwise_unchanged(self, name, value):
+        env, ref, root = self._pair(_GRID_ENVS[name])
+        bad = root.clone()
+        bad["action"][1] = value
+        for _ in range(3):
+            env.step(bad.clone())
+            ref.step(root.clone())
+        a, b = env.state_dict(), ref.state_dict()
+        for key, tensor in a.items():
+            if tensor.dim() and tensor.shape[0] == 4:
+                assert torch.equal(tensor[[0, 2, 3]], b[key][[0, 2, 3]]), key
+        with pytest.raises(ValueError, match="check_actions"):
+            env.check_actions()
+
+    def test_in_range_actions_load_unchanged(self):
+        env, ref, root = self._pair(MineSweeperEnv)
+        ref.sync_free = False
+        for _ in range(4):
+            root = env.rand_action(root)
+            td, ref_td = env.step(root.clone()), ref.step(root.clone())
+            assert (td["next"] == ref_td["next"]).all()
+        env.check_actions()  # nothing faulted
+
+    @pytest.mark.parametrize("name", ["BattleshipEnv", "MineSweeperEnv", "ConcentrationEnv"])
+    @pytest.mark.parametrize("value", [-(2**24), 2**20])  # far outside, not wrapping in int32
+    def test_far_values_neither_crash_nor_reach_others(self, name, value):
+        done = subprocess.run(
+            [sys.executable, "-c", _FAR_ACTIONS_SCRIPT, name, str(value)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "faulted True others_unchanged True" in done.stdout

@@ -77,7 +77,9 @@ class WarpEnv(EnvBase):
       (nested keys joined with ``_``; a trailing singleton dim dropped):
 
       - ``start(state, params, i, key)``: begin an episode of env ``i``; ``key`` is the random
-        stream of ``(seed, i, episode)`` (draw with :func:`uniform64`, :func:`uniform_range`);
+        stream of ``(seed, i, episode)`` (draw with :func:`uniform64`, :func:`uniform_range`,
+        which return ``float64``: convert a draw with the array's own type,
+        ``s.x.dtype(...)``, which holds at both float dtypes);
       - ``advance(state, params, actions, i, t, step) -> (reward, terminated)``: one step of env
         ``i`` under ``actions.<leaf>[i, t]``; ``step`` counts its episode's steps so far. The
         reward is written into every reward entry, or, for an env with ``rewards_per_entry``,
@@ -89,7 +91,10 @@ class WarpEnv(EnvBase):
     (:mod:`torchrl_ext.envs._base.kernels`): step counting and truncation, the three flags, the
     fused auto-reset, the rollout, seeding and masked reset. An env that needs a hand-written
     kernel instead implements :meth:`_allocate_state`, :meth:`_reset_launches` and
-    :meth:`_step_launches` (one step on the step buffers of :attr:`buffers`).
+    :meth:`_step_launches` (one step on the step buffers of :attr:`buffers`). Mistakes in the
+    functions (a misspelled field, a wrong argument count, an ``advance`` that does not return
+    ``(reward, terminated)``) are refused at construction, naming the function and the field
+    (:mod:`torchrl_ext.envs._base.authoring`).
 
     **What every env gets**: ``done``/``terminated``/``truncated`` at the root and a time limit
     (``max_steps``, gymnasium's ``TimeLimit`` semantics); masked ``reset(td)`` with a
@@ -120,7 +125,7 @@ class WarpEnv(EnvBase):
         >>> from torchrl_ext.envs.warp_env import WarpEnv, WarpFunctions, uniform_range
         >>> @wp.func
         ... def start(s: Any, p: Any, i: int, key: wp.uint32):
-        ...     s.x[i] = float(uniform_range(key, 0, wp.float64(-1.0), wp.float64(1.0)))
+        ...     s.x[i] = s.x.dtype(uniform_range(key, 0, wp.float64(-1.0), wp.float64(1.0)))
         >>> @wp.func
         ... def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
         ...     s.x[i] = s.x[i] + p.dt * a.action[i, t]
@@ -132,9 +137,10 @@ class WarpEnv(EnvBase):
         ...     functions = WarpFunctions(start, advance, observe)
         ...     def _make_specs(self):
         ...         n = self.num_envs
-        ...         self.observation_spec = Composite(observation=Unbounded((n, 1)), shape=(n,))
-        ...         self.action_spec = Bounded(-1.0, 1.0, shape=(n, 1))
-        ...         self.reward_spec = Unbounded((n, 1))
+        ...         obs = Unbounded((n, 1), dtype=self.dtype)  # float entries in the env's dtype
+        ...         self.observation_spec = Composite(observation=obs, shape=(n,))
+        ...         self.action_spec = Bounded(-1.0, 1.0, shape=(n, 1), dtype=self.dtype)
+        ...         self.reward_spec = Unbounded((n, 1), dtype=self.dtype)
         ...     def _state_arrays(self):
         ...         return {"x": float}
         ...     def _constants(self):
@@ -218,6 +224,16 @@ class WarpEnv(EnvBase):
         """Most steps an episode lasts by the env's rules (None: no bound); loading checks it."""
         return None
 
+    def _last_step(self) -> int:
+        """The most steps an episode counts: the time limit or the env's own bound, the smaller.
+
+        The kernels stop counting there (:mod:`~torchrl_ext.envs._base.kernels`) and loading
+        accepts up to it, so that every state a run makes loads back.
+        """
+        own = self._max_episode_steps()
+        horizon = self._limit if own is None else min(own, self._limit)
+        return min(horizon, state_dicts.LAST_COUNT)
+
     def _constants(self) -> dict[str, float | int | bool]:
         """Named constants the Warp functions read from ``params`` (floats in the env dtype)."""
         return {}
@@ -229,8 +245,7 @@ class WarpEnv(EnvBase):
         counters, the seed, finite floats and the ranges of :meth:`_state_arrays`; envs extend
         this for more (a permutation), so that no loaded state makes a kernel read out of bounds.
         """
-        own = self._max_episode_steps()
-        state_dicts.check_base_values(state, self._limit if own is None else min(own, self._limit))
+        state_dicts.check_base_values(state, self._last_step())
         state_dicts.check_ranges(state, generated.declared_ranges(self._state_arrays()))
 
     def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
@@ -588,7 +603,9 @@ class WarpEnv(EnvBase):
         """Check every action entry of ``tensordict``, then copy them into the action buffers.
 
         Values are checked by :meth:`_check_action_values` on the host, or with
-        :attr:`sync_free` by :meth:`_action_fault` on the device, into :attr:`action_fault`.
+        :attr:`sync_free` by :meth:`_action_fault` on the device, into :attr:`action_fault`;
+        then a categorical action is clamped into its range, so that the env's functions never
+        see an index outside the spec (only the faulted envs' episodes are affected).
         """
         tensordict = self._kernel_actions(tensordict)
         sync_free = self._sync_free
@@ -599,6 +616,7 @@ class WarpEnv(EnvBase):
             None if sync_free else self._check_action_values,
             self._action_fault if sync_free else None,
             self._action_faults,
+            self._layout.action_specs if sync_free else None,
         )
 
     # ------------------------------------------------------------------ saving and restoring
@@ -746,7 +764,9 @@ class WarpEnv(EnvBase):
         arrays = declared_arrays(type(self).__name__, self._state_arrays(), self._dtype)
         env_type, dtype, truncates = type(self), self._dtype, type(self).truncates_terminal_steps
         constants, limit = self._constants(), self._limit
-        return GeneratedPhysics(env_type, self._layout, arrays, constants, dtype, limit, truncates)
+        return GeneratedPhysics(
+            env_type, self._layout, arrays, constants, dtype, limit, truncates, self._last_step()
+        )
 
     @property
     def _arrays(self) -> dict[str, torch.Tensor]:

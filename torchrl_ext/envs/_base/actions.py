@@ -78,6 +78,20 @@ def fault(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+def clamp_into_spec(spec: TensorSpec, buffer: torch.Tensor) -> None:
+    """Clamp a loaded categorical action into its range, in place, on the device.
+
+    The sync-free path only flags a bad action (:func:`fault`); clamping it keeps what the env's
+    functions see inside the spec, so an out-of-range index never reaches another env's arrays.
+    In-range values are unchanged.
+    """
+    upper = _upper(spec)
+    if isinstance(upper, int):
+        buffer.clamp_(0, upper - 1)
+    elif upper is not None:
+        torch.minimum(buffer.clamp_(min=0), (upper - 1).to(buffer), out=buffer)
+
+
 def load_actions(
     tensordict: Any,
     buffers: dict[Any, torch.Tensor],
@@ -85,6 +99,7 @@ def load_actions(
     check: Callable[[Any, torch.Tensor], None] | None,
     faults: Callable[[Any, torch.Tensor], torch.Tensor | None] | None,
     flag: torch.Tensor,
+    specs: dict[Any, TensorSpec] | None = None,
 ) -> None:
     """Check every action entry of ``tensordict``, then copy them into ``buffers``.
 
@@ -96,6 +111,9 @@ def load_actions(
         faults (callable, optional): ``faults(key, action)``, a 0-dim device bool (sync-free
             path), or'ed into ``flag``. Exactly one of ``check`` and ``faults`` is given.
         flag (torch.Tensor): the env's fault flag.
+        specs (dict, optional): the specs the buffers follow, by key; a categorical action is
+            clamped into its range after it is copied (:func:`clamp_into_spec`), as the
+            sync-free path needs. Defaults to ``None`` (no clamping).
     """
     loaded = []
     for key, buffer in buffers.items():
@@ -108,8 +126,10 @@ def load_actions(
             if found is not None:
                 flag.logical_or_(found)
         loaded.append((buffer, action))
-    for buffer, action in loaded:
+    for key, (buffer, action) in zip(buffers, loaded, strict=True):
         buffer.copy_(action)
+        if specs is not None:
+            clamp_into_spec(specs[key], buffer)
 
 
 def draw(spec: TensorSpec, sync_free: bool, device: torch.device) -> torch.Tensor:

@@ -19,6 +19,7 @@ def check_seed(seed: Any) -> int | None:
 
 
 def check_device(device: Any) -> torch.device:
+    """``device`` as a torch device: ``"cpu"`` (any index: there is one CPU) or ``"cuda:i"``."""
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as err:
@@ -29,7 +30,9 @@ def check_device(device: Any) -> torch.device:
             raise ValueError(f"device={str(device)!r} needs CUDA, which torch or warp cannot see.")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-    elif device.type != "cpu":
+    elif device.type == "cpu":
+        device = torch.device("cpu")  # "cpu:0" is the CPU too; tensors there report "cpu"
+    else:
         raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got device={str(device)!r}.")
     return device
 

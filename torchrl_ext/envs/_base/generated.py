@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import torch
 import warp as wp
 
+from torchrl_ext.envs._base import authoring
 from torchrl_ext.envs._base.kernels import field_name, make_copy, make_kernels, struct_type
 from torchrl_ext.envs._base.launcher import Launch
 from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, env_time, step_view
@@ -52,12 +53,11 @@ def _struct_of(module: str, stem: str, views: Mapping[Any, wp.array]) -> Any:
     return make_struct(struct_type(module, stem, fields), **values)
 
 
-def _constant_type(name: str, value: Any, dtype: torch.dtype) -> Any:
+def _constant_type(value: Any, dtype: torch.dtype) -> Any:
+    """The Warp type of a checked constant (:func:`~.authoring.check_constants`)."""
     if isinstance(value, bool | int):
         return wp.int32
-    if isinstance(value, float):
-        return wp.float64 if dtype == torch.float64 else wp.float32
-    raise TypeError(f"constant {name!r} must be a float, int or bool, got {type(value).__name__}.")
+    return wp.float64 if dtype == torch.float64 else wp.float32
 
 
 #: State names the base saves itself; declared state arrays may not take them.
@@ -137,6 +137,16 @@ class GeneratedPhysics:
         dtype (torch.dtype): the env's float dtype (of float constants).
         limit (int): the time limit (``2**31 - 1``: none).
         truncates_terminal (bool): whether a step that terminates at the limit is truncated too.
+        last_step (int): the most steps an episode counts (the time limit, or fewer by the
+            env's rules); stepping a finished episode on without a reset keeps it there, so that
+            every state a run makes loads back.
+
+    Raises:
+        TypeError: for a function with a wrong argument count, an ``advance`` that does not
+            return ``(reward, terminated)``, a constant of another type, or functions Warp
+            cannot compile (the message names the function).
+        ValueError: for a field the functions read that does not exist, an int constant outside
+            int32, two keys that become one struct field, or a reward vector of the wrong length.
     """
 
     def __init__(
@@ -148,9 +158,11 @@ class GeneratedPhysics:
         dtype: torch.dtype,
         limit: int,
         truncates_terminal: bool,
+        last_step: int,
     ) -> None:
         n, dev = layout.num_envs, layout.device
-        self.limits = [limit, int(truncates_terminal)]
+        self._check_contract(env_type, layout, arrays, constants)
+        self.limits = [limit, int(truncates_terminal), last_step]
         self.env_type = env_type
         self.module = env_type.__module__
         self.stem = env_type.__name__
@@ -163,12 +175,45 @@ class GeneratedPhysics:
         self.dtype = dtype
         self.kernels = self._kernels()
         self.bind()
+        self._compile()
+
+    @staticmethod
+    def _check_contract(
+        env_type: type, layout: Layout, arrays: Mapping[str, Any], constants: Mapping[str, Any]
+    ) -> None:
+        """The authoring checks of :mod:`~torchrl_ext.envs._base.authoring`, before any compile."""
+        name = env_type.__name__
+        authoring.check_constants(name, constants)
+        authoring.check_fields(name, "action", layout.actions, field_name)
+        authoring.check_fields(name, "observation", layout.next, field_name)
+        names = {
+            "state": set(arrays),
+            "params": set(constants),
+            "actions": {field_name(k) for k in layout.actions},
+            "obs": {field_name(k) for k in layout.next},
+        }
+        rewards, per_entry = layout.reward_rows.shape[0], env_type.rewards_per_entry
+        authoring.check_functions(name, env_type.functions, names, rewards, per_entry)
+
+    def _compile(self) -> None:
+        """Compile the kernels now, so that a mistake Warp finds is raised at construction.
+
+        The compiled module is what the first launch would load; recording a launch loads it
+        without running anything.
+        """
+        device = wp.device_from_torch(self.layout.device)
+        try:
+            for kernel, inputs in [*self.reset_recipes(), *self.step_recipes(True)]:
+                wp.launch(kernel, dim=1, inputs=inputs, device=device, record_cmd=True)
+        except Exception as err:
+            if "Error while parsing function" not in str(err):
+                raise
+            raise authoring.compile_error(self.stem, self.env_type.functions, err) from None
 
     def bind(self) -> None:
         """Build the structs of Warp views the kernels take (again after unpickling)."""
         kinds = tuple(
-            (name, _constant_type(name, value, self.dtype), 0)
-            for name, value in self.constants.items()
+            (name, _constant_type(value, self.dtype), 0) for name, value in self.constants.items()
         )
         params = struct_type(self.module, f"{self.stem}Params", kinds)
         self.params = make_struct(params, **self.constants)

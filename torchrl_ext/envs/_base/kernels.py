@@ -119,11 +119,13 @@ def make_kernels(
     Returns:
         ``reset(state, params, episodes, mask, root)`` begins a new episode in the envs whose
         ``mask`` entry is nonzero and observes every env into slot 0 of ``root``;
-        ``steps(state, params, actions, episodes, max_steps, truncate_terminal, reset_last,
-        root_from, root_slots, root, nxt, reward, flags)`` runs ``T = flags.done.shape[1]``
-        steps: step ``t`` applies the actions of slot ``t`` and writes slot ``t`` of ``nxt``,
-        ``reward`` (``[L, N, T]``, one row per reward entry) and the flags (a step that
-        terminates at the time limit is truncated too only if ``truncate_terminal``); a done
+        ``steps(state, params, actions, episodes, max_steps, truncate_terminal, last_step,
+        reset_last, root_from, root_slots, root, nxt, reward, flags)`` runs
+        ``T = flags.done.shape[1]`` steps: step ``t`` applies the actions of slot ``t`` and
+        writes slot ``t`` of ``nxt``, ``reward`` (``[L, N, T]``, one row per reward entry) and
+        the flags (a step that terminates at the time limit is truncated too only if
+        ``truncate_terminal``); the step count stops at ``last_step`` (an episode stepped on
+        past its end without a reset, as TorchRL's plain ``step`` does, counts no further); a done
         env begins a new episode before the next step, and after the last one only if
         ``reset_last``; state ``t`` (state ``T`` is the final one) goes to ``root`` slot
         ``t - root_from`` when ``0 <= t - root_from < root_slots``.
@@ -152,6 +154,7 @@ def make_kernels(
         episodes: Episodes,
         max_steps: int,
         truncate_terminal: int,
+        last_step: int,
         reset_last: int,
         root_from: int,
         root_slots: int,
@@ -168,7 +171,7 @@ def make_kernels(
         t = wp.int32(0)
         while t < horizon:  # not range(): Warp's CPU code for a dynamic range() is slower
             r, term = advance(state, params, actions, i, t, step)
-            step += 1
+            step = wp.min(step + 1, last_step)  # a finished episode stepped on stays there
             episodes.steps[i] = step
             trunc = step >= max_steps
             if term and truncate_terminal == 0:

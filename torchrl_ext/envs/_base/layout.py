@@ -158,6 +158,8 @@ class Layout:
         self.next = {k: observation_spec[k].zero() for k in self.obs_keys}
         self.root = {k: observation_spec[k].zero() for k in self.obs_keys}
         self.actions = {k: action_spec[k].zero() for k in self.action_keys}
+        #: The specs the action buffers follow (what the kernels read), by key.
+        self.action_specs = {k: action_spec[k].clone() for k in self.action_keys}
         rewards = [reward_spec[k] for k in self.reward_keys]
         _check_rewards(self.reward_keys, rewards, n)
         self.reward_rows = torch.zeros(len(rewards), n, 1, dtype=rewards[0].dtype, device=device)

@@ -35,10 +35,11 @@ LAST_COUNT = 2**31 - 2
 def check_base_values(state: Mapping[str, torch.Tensor], horizon: int) -> None:
     """The base's value checks: counters, seed words and finite floats.
 
-    Counters are never negative and can count once more without overflowing int32; an
-    episode lasts at most ``horizon`` steps (the time limit, or fewer by the env's own rules),
-    so the next step of an episode that ran that long ends it. The seed words are uint32;
-    every float entry is finite (no step makes NaN or infinity from finite state).
+    Counters are never negative; an episode counts at most ``horizon`` steps (the time limit,
+    or fewer by the env's own rules: the kernels stop counting there, also when a finished
+    episode is stepped on without a reset), and both can count once more without overflowing
+    int32. The seed words are uint32; every float entry is finite (no step makes
+    NaN or infinity from finite state).
     """
     last = min(horizon, LAST_COUNT)
     steps, episode = state["steps"], state["episode"]
@@ -132,7 +133,7 @@ def checked_state(
     for name, ref in reference.items():
         value = state_dict[name]
         _check_entry(name, value, ref, num_envs)
-        state[name] = value.detach().to(device)
+        state[name] = value.detach().to(device, copy=True)  # never a view of a live array
     return state
 
 

@@ -90,8 +90,11 @@ def set_flags(flags: Flags, i: int, t: int, terminated: bool, truncated: bool):
 
 @wp.func
 def count_step(steps: wp.array(dtype=wp.int32), i: int, max_steps: int) -> bool:
-    """Advance env ``i``'s step counter; return whether the time limit truncates it."""
-    n = steps[i] + 1
+    """Advance env ``i``'s step counter, up to ``max_steps``; return whether the limit truncates it.
+
+    A finished episode stepped on without a reset keeps counting ``max_steps``, a state that loads.
+    """
+    n = wp.min(steps[i] + 1, max_steps)
     steps[i] = n
     return n >= max_steps
 
