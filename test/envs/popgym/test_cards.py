@@ -372,3 +372,63 @@ class TestContract:
             with pytest.raises(ValueError, match="action"):
                 env.step(root)
         assert env.dealt.tolist() == [1, 1]
+
+
+def _mid_episode(cls, steps: int = 10, **kwargs):
+    """``cls`` (2 envs) after a reset and ``steps`` random steps: both envs mid-episode."""
+    env = cls(2, seed=0, **kwargs)
+    root = env.reset()
+    for _ in range(steps):
+        env.step(env.rand_action(root))
+    return env
+
+
+def _edit(name, index, value=None, *, like=None):
+    """A corruption writing ``value`` (or the element at ``like``) at ``state[name][index]``."""
+
+    def corrupt(state):
+        state[name][index] = state[name][like] if like is not None else value
+
+    return corrupt
+
+
+class TestLoadedStateInvariants:
+    """``load_state_dict`` refuses a state from a real run with one entry edited to break an
+    invariant every run keeps, naming the entry, and leaves the env unchanged."""
+
+    @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
+    def test_a_deck_repeating_a_card_is_refused(self, cls):
+        env = _mid_episode(cls)
+        decks = ["deck", "query_deck"] if cls is CountRecallEnv else ["deck"]
+        edits = [(rf"'{d}'\].*permutation", _edit(d, (1, 0), like=(1, 1))) for d in decks]
+        assert_bad_state_refused(env, edits)
+
+    @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
+    def test_dealt_disagreeing_with_the_steps_is_refused(self, cls):
+        env = _mid_episode(cls)
+        assert env.dealt.tolist() == [11, 11]
+        edits = [(r"'dealt'\].*min\(steps \+ 1", _edit("dealt", 0, d)) for d in (10, 12)]
+        assert_bad_state_refused(env, edits)
+
+    @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
+    def test_steps_past_the_episode_length_are_refused(self, cls):
+        env = _mid_episode(cls)
+        length = env.episode_length
+        edit = (rf"'steps'\].*at most {length} steps", _edit("steps", 0, length + 1))
+        assert_bad_state_refused(env, [edit])
+
+    def test_recited_during_the_watch_phase_is_refused(self):
+        env = _mid_episode(AutoencodeEnv)
+        assert_bad_state_refused(env, [(r"'recited'\].*steps - 51", _edit("recited", 1, 1))])
+
+    @pytest.mark.parametrize("difficulty", DIFFICULTIES)
+    def test_counts_disagreeing_with_the_cards_dealt_are_refused(self, difficulty):
+        env = _mid_episode(CountRecallEnv, difficulty=difficulty)
+        counts = env.counts[0]
+        give, take = int(counts.argmax()), int(counts.argmin())
+
+        def move_one(state):  # the total still counts the cards dealt
+            state["counts"][0, give] -= 1
+            state["counts"][0, take] += 1
+
+        assert_bad_state_refused(env, [(r"'counts'\].*cards of value v", move_one)])

@@ -385,6 +385,36 @@ def _continue(env, saved, actions):
     return outs
 
 
+@pytest.mark.parametrize("cls", [PositionOnlyCartPoleEnv, VelocityOnlyCartPoleEnv])
+def test_a_fallen_cart_pole_not_terminated_is_refused(cls):
+    """Unless the last step terminated, a cart-pole is within |x| <= 2.4, |theta| <= 12 deg."""
+    env = cls(2, seed=0)
+    env.reset()
+    before = env.state_dict()
+    for column, value in ((0, 2.5), (2, -0.21)):
+        saved = {k: v.clone() for k, v in before.items()}
+        saved["state"][1, column] = value
+        with pytest.raises(ValueError, match=r"'state'\].*unless the last step terminated"):
+            env.load_state_dict(saved)
+        assert all(torch.equal(before[k], env.state_dict()[k]) for k in before)
+        saved["terminated"][1] = True  # where the last step fell
+        env.load_state_dict(saved)
+        env.load_state_dict(before)
+
+
+@pytest.mark.parametrize("cls", [PositionOnlyPendulumEnv, NoisyPositionOnlyPendulumEnv])
+def test_a_pendulum_faster_than_its_clip_is_refused(cls):
+    env = cls(2, seed=0)
+    env.reset()
+    before, saved = env.state_dict(), env.state_dict()
+    saved["state"][0, 1] = -8.01
+    with pytest.raises(ValueError, match=r"'state'\].*angular velocities lie in \[-8.0, 8.0\]"):
+        env.load_state_dict(saved)
+    assert all(torch.equal(before[k], env.state_dict()[k]) for k in before)
+    saved["state"][0, 1] = -8.0  # where a step clips it
+    env.load_state_dict(saved)
+
+
 def test_loading_an_unreachable_noise_key_is_refused():
     env = NoisyPositionOnlyCartPoleEnv(2, seed=0)
     saved = env.state_dict()

@@ -296,3 +296,73 @@ def test_out_of_range_actions_are_refused(cls):
         side = env.action_spec.nvec[0, 0].item()
         bads = [torch.tensor([[0, 0], [0, -1]]), torch.tensor([[side, 0], [0, 0]])]
     helpers.assert_bad_actions_refused(env, root, bads)
+
+
+# ------------------------------------------------------------------------------ loaded states
+def _after(cls, actions, level="easy"):
+    """``cls`` (2 envs) after a reset and the steps ``actions`` (each the same for both envs)."""
+    env = cls(2, seed=0, difficulty=level)
+    root = env.reset()
+    for action in actions:
+        root["action"] = torch.tensor([action, action])
+        env.step(root)
+    return env
+
+
+def _set(name, index, value):
+    return lambda state: state[name].__setitem__(index, value)
+
+
+def _cell(board, value):
+    """The first ``(row, col)`` of env 0's ``board`` holding ``value``."""
+    return tuple(int(x) for x in (board[0] == value).nonzero()[0])
+
+
+class TestLoadedStateInvariants:
+    """``load_state_dict`` refuses a state from a real run with one entry edited to break an
+    invariant every run keeps, naming the entry, and leaves the env unchanged."""
+
+    def test_a_payout_before_any_pull_is_refused(self):
+        env = _after(MultiarmedBanditEnv, [])
+        helpers.assert_bad_state_refused(env, [(r"'payout'\].*0 at step 0", _set("payout", 0, 1))])
+
+    @pytest.mark.parametrize("level", DIFFICULTIES)
+    def test_a_grid_with_other_than_m_mines_is_refused(self, level):
+        env = _after(MineSweeperEnv, [], level)
+        mine, clear = _cell(env.grid, 1), _cell(env.grid, 0)
+        no_mines = lambda state: state["grid"][0].clamp_(max=0)  # noqa: E731
+        bads = [(rf"'grid'\].*holds {env.num_mines} mines", no_mines)]
+        bads += [("'grid'.*mines", _set("grid", (0, *clear), 1))]  # an extra mine
+        bads += [("'grid'.*mines", _set("grid", (0, *mine), 0))]  # one fewer
+        helpers.assert_bad_state_refused(env, bads)
+
+    def test_more_viewed_cells_than_steps_are_refused(self):
+        env = _after(MineSweeperEnv, [])
+        clear = _cell(env.grid, 0)
+        bads = [(r"'grid'\].*views at most one cell", _set("grid", (0, *clear), 2))]
+        helpers.assert_bad_state_refused(env, bads)
+
+    def test_a_last_observation_seen_nowhere_is_refused(self):
+        env = _after(MineSweeperEnv, [])
+        bads = [(r"'last'\].*0 at step 0", _set("last", 0, 1))]
+        helpers.assert_bad_state_refused(env, bads)
+        env = _after(MineSweeperEnv, [(0, 0)], "hard")
+        around = MineSweeperEnv._mines_around(env.grid)[0][env.grid[0] != 0]
+        unseen = next(v for v in range(env.num_observations) if v not in around.tolist())
+        bads = [(r"'last'\].*around a viewed cell", _set("last", 0, unseen))]
+        helpers.assert_bad_state_refused(env, bads)
+
+    def test_a_board_with_other_than_twelve_ship_cells_is_refused(self):
+        env = _after(BattleshipEnv, [])
+        water = _cell(env.board, 0)
+        no_ships = lambda state: state["board"][1].zero_()  # noqa: E731
+        bads = [(r"'board'\].*holds 12 ship cells", no_ships)]
+        bads += [("'board'.*12 ship cells", _set("board", (0, *water), 1))]
+        helpers.assert_bad_state_refused(env, bads)
+
+    def test_more_shots_than_steps_and_hits_shown_but_not_counted_are_refused(self):
+        env = _after(BattleshipEnv, [])
+        water = _cell(env.board, 0)
+        bads = [(r"'guesses'\].*shoots at one cell", _set("guesses", (0, *water), 1))]
+        bads += [(r"'last'\].*hit counted", _set("last", 1, 1))]
+        helpers.assert_bad_state_refused(env, bads)

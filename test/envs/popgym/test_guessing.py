@@ -108,7 +108,7 @@ def test_higher_lower_steps_past_the_end_stay_in_bounds():
     assert bool(nxt["terminated"].all())
     assert bool((nxt["observation"] == (env.deck[:, 0].long() // 4) % 13).all())
     env.load_state_dict(env.state_dict())
-    assert env.state_dict()["steps"].tolist() == [60, 60]
+    assert env.state_dict()["steps"].tolist() == [51, 51]  # the counter stops at the episode's end
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -218,3 +218,53 @@ def test_out_of_range_actions_are_refused(cls):
     root = env.reset()
     bads = [torch.tensor([0, bad]) for bad in (-1, env.action_spec.space.n)]
     helpers.assert_bad_actions_refused(env, root, bads)
+
+
+# ------------------------------------------------------------------------------ loaded states
+def _concentration(actions):
+    """Concentration (1 env, easy) after a reset and the flips ``actions(deck)``."""
+    env = ConcentrationEnv(1, seed=0)
+    root = env.reset()
+    for action in actions(env.deck[0].long() % 2):
+        root["action"] = torch.tensor([action])
+        env.step(root)
+    return env
+
+
+def _pair(colours, first=0, same=True):
+    """``[first, j]``: ``j`` the next position of the same (or another) colour."""
+    j = next(j for j in range(first + 1, 52) if (colours[j] == colours[first]) == same)
+    return [first, j]
+
+
+def _set(name, index, value):
+    return lambda state: state[name].__setitem__(index, value)
+
+
+class TestLoadedConcentrationStates:
+    """Concentration's ``load_state_dict`` refuses a state from a real run with one entry edited
+    to break an invariant of its flips, naming the entry, and leaves the env unchanged."""
+
+    def test_a_pair_in_play_elsewhere_than_the_first_flip_is_refused(self):
+        env = _concentration(lambda colours: [0])
+        assert env.in_play.tolist() == [0]
+        bads = [(r"'in_play'\].*flip of a face-down card", _set("in_play", 0, 5))]
+        bads.append((r"'in_play'\].*-1 after a first flip", _set("in_play", 0, -1)))
+        helpers.assert_bad_state_refused(env, bads)
+
+    def test_a_second_flip_at_step_zero_is_refused(self):
+        env = _concentration(lambda colours: [])
+        bads = [(r"'shown_second'\].*follows a first", _set("shown_second", 0, 3))]
+        bads.append((r"'shown_first'\].*-1 at step 0 only", _set("shown_first", 0, 3)))
+        helpers.assert_bad_state_refused(env, bads)
+
+    def test_matched_cards_that_do_not_pair_up_are_refused(self):
+        matched = _concentration(lambda colours: _pair(colours))
+        assert matched.face_up.sum().item() == 2
+        second = int(matched.state_dict()["shown_second"][0])
+        bads = [(r"'face_up'\].*pair up by value", _set("face_up", (0, second), 0))]
+        helpers.assert_bad_state_refused(matched, bads)
+        missed = _concentration(lambda colours: _pair(colours, same=False))
+        assert missed.face_up.sum().item() == 0
+        bads = [(r"'face_up'\].*pair up by value", _set("face_up", (0, 0), 1))]
+        helpers.assert_bad_state_refused(missed, bads)

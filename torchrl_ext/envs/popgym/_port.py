@@ -189,3 +189,22 @@ def require_permutations(name: str, decks: torch.Tensor) -> None:
     ids = torch.arange(n, dtype=decks.dtype, device=decks.device)
     ok = (decks.sort(dim=-1).values == ids).all(dim=-1, keepdim=True).expand_as(decks)
     require(name, decks, ok, f"each row is a permutation of 0..{n - 1}")
+
+
+def require_envs(name: str, ok: torch.Tensor, why: str) -> None:
+    """Every env passes ``ok`` (``[num_envs]`` bool), a test of its row of ``state_dict[name]``."""
+    if not bool(ok.all()):
+        env = int((~ok).nonzero()[0, 0])
+        raise ValueError(
+            f"state_dict[{name!r}] holds, in env {env}, a state no run of this env reaches "
+            f"({why}); load a state saved by state_dict()."
+        )
+
+
+def require_shuffled(name: str, decks: torch.Tensor, begun: torch.Tensor) -> None:
+    """Each row of ``decks`` whose env has ``begun`` an episode is a permutation of ``0 .. N-1``."""
+    n = decks.shape[-1]
+    ids = torch.arange(n, dtype=decks.dtype, device=decks.device)
+    shuffled = (decks.sort(dim=-1).values == ids).all(dim=-1)
+    why = f"once an episode has begun, each deck is a permutation of 0..{n - 1}"
+    require_envs(name, shuffled | ~begun, why)

@@ -6,6 +6,14 @@ an env steps exactly as its POPGym counterpart. The presets of ``difficulty`` ar
 ``Easy``, ``Medium`` and ``Hard`` classes. The deck order and the number of cards dealt are
 state arrays (:meth:`~torchrl_ext.envs.WarpEnv.state_dict` saves them; a loaded state may set
 them), and a new episode's decks are shuffled from that episode's random stream.
+
+:meth:`~torchrl_ext.envs.WarpEnv.load_state_dict` refuses a state no run reaches: card ids lie
+in ``[0, N)``, ``dealt`` in ``[0, N]`` and ``steps`` in ``[0, episode_length]`` (stepping a
+finished episode on without a reset counts no further); once an episode has begun (the
+``episode`` counter is positive), each deck is a permutation of the card ids and ``dealt`` is
+``min(steps + 1, N)`` (the reset deals one card, each step one more). An env that has begun no
+episode since it was built or seeded holds what steps without a reset left, and only its ranges
+are checked. Each env names what else it checks.
 """
 
 from __future__ import annotations
@@ -14,8 +22,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs.popgym._kernels import cards as _k
-from torchrl_ext.envs.popgym._port import PopGymEnv, require_range
+from torchrl_ext.envs.popgym._port import PopGymEnv, require_range, require_shuffled
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = ["AutoencodeEnv", "CountRecallEnv", "RepeatFirstEnv", "RepeatPreviousEnv"]
@@ -52,6 +61,9 @@ class _CardEnv(PopGymEnv):
         """Steps per episode: ``num_cards - 1``."""
         return self.num_cards - 1
 
+    def _max_episode_steps(self) -> int:
+        return self.episode_length
+
     def _observation(self) -> Any:
         """The ``"observation"`` spec."""
         return self._discrete(SUITS)
@@ -73,14 +85,27 @@ class _CardEnv(PopGymEnv):
         return {"scale": self._scale()}
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
-        """Card ids lie in ``[0, num_cards)`` and counters in ``[0, num_cards]``."""
+        """Ranges, then what a begun episode keeps: its decks and the cards dealt by its steps.
+
+        Card ids lie in ``[0, num_cards)`` and counters in ``[0, num_cards]``. Once an episode
+        has begun, each deck is a permutation of the card ids and ``dealt`` is
+        ``min(steps + 1, num_cards)``.
+        """
         super()._check_state_values(state)
         n = self.num_cards
+        decks = [name for name in self._state_arrays() if name.endswith("deck")]
         for name in self._state_arrays():
-            if name.endswith("deck"):
+            if name in decks:
                 require_range(name, state[name], 0, n, "card ids")
             elif name != "counts":
                 require_range(name, state[name], 0, n, "counters", closed=True)
+        begun = state["episode"] > 0
+        for name in decks:
+            require_shuffled(name, state[name], begun)
+        dealt = state["dealt"]
+        expected = (state["steps"].long() + 1).clamp(max=n)
+        why = f"once an episode has begun, dealt is min(steps + 1, {n})"
+        require("dealt", dealt, (dealt == expected) | ~begun, why)
 
 
 class RepeatFirstEnv(_CardEnv):
@@ -157,7 +182,7 @@ class AutoencodeEnv(_CardEnv):
     ``(0, 0)`` and pays ``+1 / N`` if the action is the suit of the next card to recite (last
     shown first), else ``-1 / N``. The episode terminates on reciting the first card, after
     ``2N - 1`` steps (``N = 52 * num_decks``); it is never truncated. :attr:`recited` counts the
-    cards recited.
+    cards recited; in a loaded state it must be ``steps - (N - 1)`` clipped to ``[0, N]``.
 
     Presets (POPGym's ``AutoencodeEasy``/``Medium``/``Hard``): 1, 2 or 3 decks.
 
@@ -193,6 +218,14 @@ class AutoencodeEnv(_CardEnv):
     def _state_arrays(self) -> dict[str, Any]:
         return {**super()._state_arrays(), "recited": torch.int32}
 
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Also: once an episode has begun, ``recited`` counts its steps past the watch phase."""
+        super()._check_state_values(state)
+        n, recited = self.num_cards, state["recited"]
+        expected = (state["steps"].long() - (n - 1)).clamp(0, n)
+        why = f"once an episode has begun, recited is steps - {n - 1}, clipped to [0, {n}]"
+        require("recited", recited, (recited == expected) | (state["episode"] == 0), why)
+
 
 class CountRecallEnv(_CardEnv):
     """POPGym's CountRecall: say how many dealt cards had the value of the last query card.
@@ -203,7 +236,8 @@ class CountRecallEnv(_CardEnv):
     (before this step's deal) whose value is the previous observation's query, else
     ``-1 / (N - 1)``. The episode terminates when the decks run out, after ``N - 1`` steps
     (``N = 52 * num_decks``); it is never truncated. :attr:`deck` is the value deck,
-    :attr:`query_deck` the query deck and :attr:`counts` the running count of each value.
+    :attr:`query_deck` the query deck and :attr:`counts` the running count of each value; in a
+    loaded state it must count the values of the cards dealt from :attr:`deck`.
 
     Presets (POPGym's ``CountRecallEasy``/``Medium``/``Hard``): 1 deck of colours, 2 decks of
     suits or 4 decks of ranks.
@@ -260,7 +294,21 @@ class CountRecallEnv(_CardEnv):
     def _constants(self) -> dict[str, float | int]:
         return {**super()._constants(), "kind": self._kind}
 
+    def _value(self, cards: torch.Tensor) -> torch.Tensor:
+        """The value of each card that this env counts: its colour, suit or rank."""
+        if self._kind == _k.COLOURS:
+            return cards % 2
+        if self._kind == _k.SUITS:
+            return cards % SUITS
+        return (cards // SUITS) % 13
+
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
-        """Also: each count lies in ``[0, num_cards / D]``."""
+        """Also: ``counts`` is the histogram of the values of the cards dealt from ``deck``."""
         super()._check_state_values(state)
-        require_range("counts", state["counts"], 0, self.max_count, "counts", closed=True)
+        deck, dealt, counts = state["deck"].long(), state["dealt"].long(), state["counts"]
+        n = self.num_cards
+        is_dealt = torch.arange(n, device=deck.device) >= (n - dealt).unsqueeze(-1)
+        seen = torch.zeros(counts.shape, dtype=torch.long, device=deck.device)
+        seen.scatter_add_(1, self._value(deck), is_dealt.long())
+        why = "counts[v] is the number of cards of value v among the last dealt cards of deck"
+        require("counts", counts, counts == seen, why)

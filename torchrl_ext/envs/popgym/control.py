@@ -12,6 +12,11 @@ Episodes are truncated after ``L`` steps (POPGym's ``max_episode_length``); cart
 terminate when the pole falls or the cart leaves the track, pendulums never terminate. The
 difficulty picks ``L`` and the noise's standard deviation as POPGym's ``Easy``, ``Medium`` and
 ``Hard`` classes do. With ``dtype=torch.float64`` the state follows gymnasium's float64 arithmetic.
+
+:meth:`~torchrl_ext.envs.WarpEnv.load_state_dict` refuses a state no run reaches: a cart-pole
+outside ``|x| <= 2.4``, ``|theta| <= 12`` degrees unless the last step terminated (the state's
+``"terminated"`` entry), a pendulum's ``theta_dot`` outside ``[-8, 8]`` (every step clips it), a
+noise key that is not uint32. Any other finite state loads, so an episode may start anywhere.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ import numpy as np
 import torch
 from torchrl.data import Bounded, Unbounded
 
+from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs._kernels import cartpole as _cartpole
 from torchrl_ext.envs._kernels import pendulum as _pendulum
 from torchrl_ext.envs.cartpole import _cartpole_params, _coin_flips
 from torchrl_ext.envs.pendulum import _MAX_TORQUE, _pendulum_params
 from torchrl_ext.envs.popgym._kernels import control as _k
-from torchrl_ext.envs.popgym._port import PopGymEnv, require_key
+from torchrl_ext.envs.popgym._port import PopGymEnv, require_key, require_range
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = [
@@ -111,6 +117,15 @@ class _CartPoleTask(_ControlTask):
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte."""
         return {"action": _coin_flips(self.num_envs, steps, self.device)}
 
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Also: a cart-pole the last step did not terminate is within the termination limits."""
+        super()._check_state_values(state)
+        params, positions = _cartpole_params(), state["state"][:, [0, 2]]
+        limits = positions.new_tensor([params["x_limit"], params["theta_limit"]])
+        upright = (positions.abs() <= limits) | state["terminated"]
+        why = "unless the last step terminated, |x| <= 2.4 and |theta| <= 12 degrees"
+        require("state", positions, upright, why)
+
     state = state_view("state", "The ``[num_envs, 4]`` state ``(x, x_dot, theta, theta_dot)``.")
 
 
@@ -133,6 +148,13 @@ class _PendulumTask(_ControlTask):
 
     def _noise_constants(self) -> dict[str, float | int]:
         return {**super()._noise_constants(), "obs_bound": 1.0}
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Also: the angular velocity lies in ``[-8, 8]`` (every step clips it there)."""
+        super()._check_state_values(state)
+        speed = state["state"][:, 1]
+        bound = float(speed.new_tensor(_pendulum_params()["max_speed"]))
+        require_range("state", speed, -bound, bound, "angular velocities", closed=True)
 
     state = state_view("state", "The ``[num_envs, 2]`` state ``(theta, theta_dot)``.")
 

@@ -2,7 +2,9 @@
 
 Each env draws its hidden state (arm probabilities, mines, ships) from the counter-based stream
 of ``(seed, env, episode)``; the hidden state is declared state, so :meth:`state_dict` exposes it
-and :meth:`load_state_dict` can set it.
+and :meth:`load_state_dict` can set it to any state a run reaches (each env names what it checks).
+An env that has begun no episode since it was built or seeded (``episode`` 0) may hold no mines
+or ships.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ import torch
 
 from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs.popgym._kernels import games as _k
-from torchrl_ext.envs.popgym._port import PopGymEnv, require_in, require_key, require_range
+from torchrl_ext.envs.popgym._port import (
+    PopGymEnv,
+    require_envs,
+    require_in,
+    require_key,
+    require_range,
+)
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = ["BattleshipEnv", "MineSweeperEnv", "MultiarmedBanditEnv"]
@@ -48,7 +56,8 @@ class MultiarmedBanditEnv(PopGymEnv):
     Each episode draws every arm's payout probability uniformly in ``[0, 1)`` (float32). The
     action pulls an arm; the observation is 1 if it paid out, else 0 (0 at the start). A payout
     earns ``1/L``, a miss costs ``1/L``. The episode is truncated after ``L`` steps and never
-    terminates.
+    terminates. A loaded state has probabilities in ``[0, 1]``, a uint32 stream key and a
+    ``payout`` of 0 or 1, 0 at step 0.
 
     Presets (POPGym's ``MultiarmedBanditEasy``/``Medium``/``Hard``): ``(K, L)`` ``(10, 200)``,
     ``(20, 400)``, ``(30, 600)``.
@@ -90,10 +99,13 @@ class MultiarmedBanditEnv(PopGymEnv):
     probs = state_view("probs", "The ``[num_envs, K]`` float32 payout probability of each arm.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Probabilities in ``[0, 1]``, a uint32 key, a 0/1 payout that is 0 before any pull."""
         super()._check_state_values(state)
         require_range("probs", state["probs"], 0, 1, "probabilities", closed=True)
         require_key("key", state["key"])
-        require_in("payout", state["payout"], (0, 1))
+        payout = state["payout"]
+        require_in("payout", payout, (0, 1))
+        require("payout", payout, (payout == 0) | (state["steps"] > 0), "it is 0 at step 0")
 
 
 class MineSweeperEnv(_GridEnv):
@@ -106,7 +118,9 @@ class MineSweeperEnv(_GridEnv):
     costs ``0.5 + 1/L`` and terminates; viewing the last clear cell terminates too. The episode
     is truncated after ``L`` steps unless it terminates on that step: as POPGym, a step that
     terminates at the limit is reported as terminated only (``truncates_terminal_steps`` is
-    ``False``).
+    ``False``). A loaded state has cells 0, 1 or 2 with exactly ``M`` mines, at most ``steps``
+    viewed cells, and a last observation that is 0 at step 0, then the mine count around a
+    viewed cell or a mine.
 
     Presets (POPGym's ``MineSweeperEasy``/``Medium``/``Hard``): ``(H, W, M)`` ``(4, 4, 2)``,
     ``(6, 6, 6)``, ``(8, 8, 10)``.
@@ -157,9 +171,32 @@ class MineSweeperEnv(_GridEnv):
     grid = state_view("grid", "The ``[num_envs, H, W]`` int32 cells: 0 clear, 1 mine, 2 viewed.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Cells 0, 1 or 2; ``M`` mines; no more viewed cells than steps; ``last`` seen somewhere.
+
+        An env that has begun no episode (``episode`` 0) may have no mines; ``last`` is 0 at
+        step 0 and after that the mine count around a viewed cell or a mine.
+        """
         super()._check_state_values(state)
-        require_in("grid", state["grid"], (0, 1, 2))
-        require_range("last", state["last"], 0, self.num_observations, "observations")
+        grid, last, steps = state["grid"], state["last"], state["steps"]
+        require_in("grid", grid, (0, 1, 2))
+        require_range("last", last, 0, self.num_observations, "observations")
+        mines, m = (grid == _k.MINE).sum(dim=(1, 2)), self.num_mines
+        ok = (mines == m) | ((mines == 0) & (state["episode"] == 0))
+        require_envs("grid", ok, f"a grid holds {m} mines, or none before the first episode")
+        viewed = (grid == _k.VIEWED).sum(dim=(1, 2))
+        require_envs("grid", viewed <= steps, "each step views at most one cell")
+        around = self._mines_around(grid)
+        clicked = (grid != 0) & (around == last.view(-1, 1, 1))
+        ok = torch.where(steps > 0, clicked.flatten(1).any(dim=1), last == 0)
+        why = "it is 0 at step 0, then the mine count around a viewed cell or a mine"
+        require("last", last, ok, why)
+
+    @staticmethod
+    def _mines_around(grid: torch.Tensor) -> torch.Tensor:
+        """``[N, H, W]`` mines in the 3x3 block around each cell, the cell itself included."""
+        mines = (grid == _k.MINE).to(torch.float32).unsqueeze(1)
+        box = torch.ones(1, 1, 3, 3, dtype=mines.dtype, device=mines.device)
+        return torch.nn.functional.conv2d(mines, box, padding=1).squeeze(1).round().to(grid.dtype)
 
 
 class BattleshipEnv(_GridEnv):
@@ -171,6 +208,8 @@ class BattleshipEnv(_GridEnv):
     before), else 0 (0 at the start). With ``L = B * B``, a hit earns ``1/12``, a miss costs
     ``1 / (L - 12)``. The episode terminates when all 12 ship cells are hit and is truncated
     after ``L`` steps, also when it terminates on that step (POPGym reports both flags then).
+    A loaded state has 0/1 cells with exactly 12 ship cells, at most ``steps`` cells shot at,
+    ``hits`` counting the ship cells shot at, and a last observation of 1 only after a hit.
 
     Presets (POPGym's ``BattleshipEasy``/``Medium``/``Hard``): ``B`` 8, 10, 12.
 
@@ -226,10 +265,21 @@ class BattleshipEnv(_GridEnv):
     guesses = state_view("guesses", "The ``[num_envs, B, B]`` int32 cells shot at (1).")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """0/1 cells; 12 ship cells; no more shots than steps; hits and ``last`` agree with them.
+
+        An env that has begun no episode (``episode`` 0) may have no ships.
+        """
         super()._check_state_values(state)
-        board, guesses, hits = state["board"], state["guesses"], state["hits"]
+        board, guesses, hits, last = state["board"], state["guesses"], state["hits"], state["last"]
         require_in("board", board, (0, 1))
         require_in("guesses", guesses, (0, 1))
-        require_in("last", state["last"], (0, 1))
+        require_in("last", last, (0, 1))
+        ships, need = board.sum(dim=(1, 2)), self.needed_hits
+        ok = (ships == need) | ((ships == 0) & (state["episode"] == 0))
+        why = f"a board holds {need} ship cells, or none before the first episode"
+        require_envs("board", ok, why)
+        shots = guesses.sum(dim=(1, 2))
+        require_envs("guesses", shots <= state["steps"], "each step shoots at one cell")
         counted = (board * guesses).sum(dim=(1, 2)).to(hits.dtype)
         require("hits", hits, hits == counted, "hits count the ship cells shot at")
+        require("last", last, last <= hits, "a hit shown is a hit counted")

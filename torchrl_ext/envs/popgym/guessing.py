@@ -2,7 +2,11 @@
 
 Each env shuffles its deck once per episode from the counter-based stream of
 ``(seed, env, episode)``; its deck and board are declared state, so :meth:`state_dict` exposes
-them and :meth:`load_state_dict` can set them.
+them and :meth:`load_state_dict` can set them to any state a run reaches: card ids lie in
+``[0, N)``, HigherLower's ``steps`` in ``[0, N - 1]`` (stepping a finished episode on without a
+reset counts no further) and, once an episode has begun (the ``episode`` counter is positive),
+the deck is a permutation of them. An env that has begun no episode since it was built or
+seeded holds what steps without a reset left, and only its ranges are checked.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs.popgym._kernels import guessing as _k
 from torchrl_ext.envs.popgym._port import (
     PopGymEnv,
+    require_envs,
     require_in,
-    require_permutations,
     require_range,
+    require_shuffled,
 )
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
@@ -67,6 +72,9 @@ class HigherLowerEnv(PopGymEnv):
         """``N``, the cards in play: ``52 * num_decks``."""
         return _CARDS_PER_DECK * self.num_decks
 
+    def _max_episode_steps(self) -> int:
+        return self.num_cards - 1
+
     def _make_specs(self) -> None:
         self._set_specs(self._discrete(_RANKS), self._discrete(2))
 
@@ -84,8 +92,10 @@ class HigherLowerEnv(PopGymEnv):
     )
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Card ids in ``[0, N)``; once an episode has begun, the deck is a permutation of them."""
         super()._check_state_values(state)
-        require_permutations("deck", state["deck"])
+        require_range("deck", state["deck"], 0, self.num_cards, "card ids")
+        require_shuffled("deck", state["deck"], state["episode"] > 0)
 
 
 class ConcentrationEnv(PopGymEnv):
@@ -99,6 +109,13 @@ class ConcentrationEnv(PopGymEnv):
     ``-2 / L`` otherwise; flipping a matched card costs ``-1 / L`` per card in play and ends the
     pair; a valid first flip scores 0. ``L = ceil(2N - N / (2N - 1))``. The episode terminates
     when every card is matched and is truncated after ``L`` steps.
+
+    A loaded state of a begun episode is one its flips reach: matched cards (:attr:`face_up`)
+    pair up by value, at most one pair per two steps; :attr:`board` shows the value of matched
+    and last-flipped cards and ``facedown`` elsewhere; the last pair's first flip is ``-1`` at
+    step 0 only; a pair in play (:attr:`in_play`) is the last step's first flip, of a face-down
+    card, and is ``-1`` after a first flip only if that flip was of a matched card; a second
+    flip ends the pair; and a matched first card of the last pair was matched with the second.
 
     Presets (POPGym's ``ConcentrationEasy``/``Medium``/``Hard``): ``(num_decks, match)``
     ``(1, "colors")``, ``(2, "colors")``, ``(1, "ranks")``.
@@ -170,16 +187,77 @@ class ConcentrationEnv(PopGymEnv):
     in_play = state_view("in_play", "The ``[num_envs]`` int32 first flip of the pair, or -1.")
     board = state_view("board", "The ``[num_envs, N]`` uint8 value each position shows.")
 
+    def _values(self, cards: torch.Tensor) -> torch.Tensor:
+        """The value matched of each card: its rank or its colour."""
+        return (cards // 4) % _RANKS if self.match == "ranks" else cards % _COLOURS
+
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Ranges, then what a begun episode keeps: its deck, board, matched pairs and flips."""
         super()._check_state_values(state)
-        require_permutations("deck", state["deck"])
-        require_in("face_up", state["face_up"], (0, 1))
+        n, deck, face_up, board = self.num_cards, state["deck"], state["face_up"], state["board"]
+        require_range("deck", deck, 0, n, "card ids")
+        require_in("face_up", face_up, (0, 1))
         for name in ("in_play", "shown_first", "shown_second"):
-            require_range(name, state[name], -1, self.num_cards, "positions")
-        deck, board = state["deck"].long(), state["board"]
-        value = (deck // 4) % _RANKS if self.match == "ranks" else deck % _COLOURS
-        at = torch.arange(self.num_cards, device=deck.device)
+            require_range(name, state[name], -1, n, "positions")
+        require_range("board", board, 0, self.facedown, "shown values", closed=True)
+        begun = state["episode"] > 0
+        require_shuffled("deck", deck, begun)
+        value = self._values(deck.long())
+        self._check_pairs(state, value, begun)
+        self._check_board(state, value, begun)
+
+    def _check_board(
+        self, state: dict[str, torch.Tensor], value: torch.Tensor, begun: torch.Tensor
+    ) -> None:
+        """Positions show their card's value iff matched or flipped in the last pair."""
+        board = state["board"]
+        at = torch.arange(self.num_cards, device=board.device)
         first, second = (state[k].long().unsqueeze(-1) for k in ("shown_first", "shown_second"))
         shown = (state["face_up"] != 0) | (at == first) | (at == second)
         expected = torch.where(shown, value, self.facedown).to(board.dtype)
-        require("board", board, board == expected, "positions show their card iff turned up")
+        ok = (board == expected) | ~begun.unsqueeze(-1)
+        require("board", board, ok, "positions show their card iff turned up")
+
+    def _check_pairs(
+        self, state: dict[str, torch.Tensor], value: torch.Tensor, begun: torch.Tensor
+    ) -> None:
+        """Matched cards pair up by value, one pair per two steps; the flips follow the rules."""
+        up, steps = state["face_up"].long(), state["steps"]
+        per_value = torch.zeros(up.shape[0], self.facedown, dtype=up.dtype, device=up.device)
+        per_value.scatter_add_(1, value, up)
+        paired = (per_value % 2 == 0).all(dim=-1) & (up.sum(dim=-1) <= steps)
+        why = "matched cards pair up by value, and matching a pair takes two steps"
+        require_envs("face_up", paired | ~begun, why)
+        play, first, second = (state[k].long() for k in ("in_play", "shown_first", "shown_second"))
+
+        def at(rows: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+            return rows.gather(1, position.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+
+        lone = (first >= 0) & (second < 0) & (play < 0)  # a first flip that left no pair
+        matched = (second >= 0) & (at(up, first) == 1)
+        equal = at(value, first) == at(value, second)
+        rules = (
+            ("shown_first", (first >= 0) == (steps > 0), "it is -1 at step 0 only"),
+            (
+                "in_play",
+                (play < 0) | ((first == play) & (second < 0) & (at(up, play) == 0)),
+                "a pair in play is the last step's flip of a face-down card",
+            ),
+            (
+                "shown_second",
+                (second < 0) | ((first >= 0) & (play < 0)),
+                "a second flip follows a first one and ends the pair",
+            ),
+            (
+                "in_play",
+                ~lone | (at(up, first) == 1),
+                "it is -1 after a first flip only if that flip was of a matched card",
+            ),
+            (
+                "face_up",
+                ~matched | ((second != first) & (at(up, second) == 1) & equal),
+                "a face-up first card of the last pair was matched with its second card",
+            ),
+        )
+        for name, ok, why in rules:
+            require(name, state[name], ok | ~begun, why)
