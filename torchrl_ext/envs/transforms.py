@@ -145,6 +145,7 @@ class PreviousAction(Transform):
         out_key, action_key = check_key("out_key", out_key), check_key("action_key", action_key)
         super().__init__(in_keys=[action_key], out_keys=[out_key])
         self.out_key, self.action_key = out_key, action_key
+        self._checked_parent_id: int | None = None  # the parent env whose keys were checked
 
     # ------------------------------------------------------------------ encoding
     def _action_spec(self) -> TensorSpec:
@@ -179,11 +180,11 @@ class PreviousAction(Transform):
     def _check_out_key(self) -> None:
         """Refuse an ``out_key`` the parent env has, once per parent (TorchRL caches it)."""
         parent = self.parent
-        if parent is None or self.__dict__.get("_out_key_checked_for") is parent:
+        if parent is None or self._checked_parent_id == id(parent):
             return
         _check_new_key("out_key", self.out_key, parent)
-        # In __dict__, not as an attribute: nn.Module would register the env as a submodule.
-        self.__dict__["_out_key_checked_for"] = parent
+        # its id, not the env: nn.Module would register an env attribute as a submodule
+        self._checked_parent_id = id(parent)
 
     def _zeros(self, device: torch.device | None) -> torch.Tensor:
         shape = (*self.parent.batch_size, self._features())
