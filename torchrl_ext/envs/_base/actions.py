@@ -125,8 +125,8 @@ def load_actions(
             found = faults(key, action)
             if found is not None:
                 flag.logical_or_(found)
-        loaded.append((buffer, action))
-    for key, (buffer, action) in zip(buffers, loaded, strict=True):
+        loaded.append((key, buffer, action))
+    for key, buffer, action in loaded:
         buffer.copy_(action)
         if specs is not None:
             clamp_into_spec(specs[key], buffer)

@@ -183,14 +183,6 @@ def require_in(name: str, values: torch.Tensor, allowed: tuple[int, ...]) -> Non
     require(name, values, ok, f"entries are one of {allowed}")
 
 
-def require_permutations(name: str, decks: torch.Tensor) -> None:
-    """Each row of ``decks`` is a permutation of ``0 .. N-1``."""
-    n = decks.shape[-1]
-    ids = torch.arange(n, dtype=decks.dtype, device=decks.device)
-    ok = (decks.sort(dim=-1).values == ids).all(dim=-1, keepdim=True).expand_as(decks)
-    require(name, decks, ok, f"each row is a permutation of 0..{n - 1}")
-
-
 def require_envs(name: str, ok: torch.Tensor, why: str) -> None:
     """Every env passes ``ok`` (``[num_envs]`` bool), a test of its row of ``state_dict[name]``."""
     if not bool(ok.all()):
