@@ -54,21 +54,24 @@ STEPS = 50 if FAST else 200
 # The three functions see one env, ``i``. ``s`` holds the state arrays the env declares in
 # ``_state_arrays`` (``s.x``, ``s.v``, each ``[num_envs]``), ``p`` its constants from
 # ``_constants`` (``p.dt``), ``a`` and ``o`` its action and observation entries, named after
-# their keys and indexed ``[i, t, ...]`` (``t`` is the time slot: 0 in a step, the step index in
-# a rollout). A trailing singleton dim is dropped, so the ``[num_envs, 1]`` action is
-# ``a.action[i, t]``. ``key`` is the random stream of ``(seed, env, episode)``: the start state
-# of an episode never depends on which other envs reset, nor on the batch size.
+# their keys and indexed ``[i, ...]``: the base copies the step's actions in and the
+# observation out to where each step belongs, in a step as in a 1,000-step rollout. A trailing
+# singleton dim is dropped, so the ``[num_envs, 1]`` action is ``a.action[i]``. ``step`` counts
+# the episode's steps. ``key`` names a random stream of the function's own: in ``start`` that of
+# ``(seed, env, episode)``, in ``advance`` and ``observe`` one of ``(seed, env, episode, step)``
+# (this env draws only its start state). An episode's numbers never depend on which other envs
+# reset, nor on the batch size, and the state holds no random key.
 
 
 @wp.func
 def point_start(s: Any, p: Any, i: int, key: wp.uint32):
-    s.x[i] = float(uniform_range(key, 0, wp.float64(-1.0), wp.float64(1.0)))
-    s.v[i] = 0.0
+    s.x[i] = s.x.dtype(uniform_range(key, 0, wp.float64(-1.0), wp.float64(1.0)))
+    s.v[i] = s.v.dtype(0.0)
 
 
 @wp.func
-def point_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    v = s.v[i] + p.dt * wp.clamp(a.action[i, t], -1.0, 1.0)
+def point_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    v = s.v[i] + p.dt * wp.clamp(a.action[i], -1.0, 1.0)
     x = s.x[i] + p.dt * v
     s.x[i] = x
     s.v[i] = v
@@ -76,9 +79,9 @@ def point_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 
 
 @wp.func
-def point_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
-    o.observation[i, t, 0] = s.x[i]
-    o.observation[i, t, 1] = s.v[i]
+def point_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
+    o.observation[i, 0] = s.x[i]
+    o.observation[i, 1] = s.v[i]
 
 
 class PointEnv(WarpEnv):
@@ -202,19 +205,19 @@ def copy_start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def copy_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+def copy_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
     right = 0.0
     if step == 1:
-        right += wp.where(a.alice_action[i, t] == wp.int64(s.bits[i, 0]), 0.5, 0.0)
-        right += wp.where(a.bob_action[i, t] == wp.int64(s.bits[i, 1]), 0.5, 0.0)
+        right += wp.where(a.alice_action[i] == wp.int64(s.bits[i, 0]), 0.5, 0.0)
+        right += wp.where(a.bob_action[i] == wp.int64(s.bits[i, 1]), 0.5, 0.0)
     return right, step == 1
 
 
 @wp.func
-def copy_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def copy_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     for v in range(2):
-        o.alice_observation[i, t, v] = wp.where(step == 0 and v == s.bits[i, 0], 1.0, 0.0)
-        o.bob_observation[i, t, v] = wp.where(step == 0 and v == s.bits[i, 1], 1.0, 0.0)
+        o.alice_observation[i, v] = wp.where(step == 0 and v == s.bits[i, 0], 1.0, 0.0)
+        o.bob_observation[i, v] = wp.where(step == 0 and v == s.bits[i, 1], 1.0, 0.0)
 
 
 class CopyBitEnv(WarpEnv):

@@ -25,14 +25,14 @@ def drift_start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def drift_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dt * a.action[i, t]
+def drift_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dt * a.action[i]
     return -s.x[i] * s.x[i], wp.abs(s.x[i]) > 2.0
 
 
 @wp.func
-def drift_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
-    o.observation[i, t] = s.x[i]
+def drift_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
+    o.observation[i] = s.x[i]
 
 
 class _Drift(WarpEnv):
@@ -69,20 +69,20 @@ def start_misspells_state(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def advance_misspells_constant(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dtt * a.action[i, t]
+def advance_misspells_constant(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dtt * a.action[i]
     return -s.x[i] * s.x[i], wp.abs(s.x[i]) > 2.0
 
 
 @wp.func
-def advance_misspells_action(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dt * a.actions[i, t]
+def advance_misspells_action(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dt * a.actions[i]
     return -s.x[i] * s.x[i], wp.abs(s.x[i]) > 2.0
 
 
 @wp.func
-def observe_misspells_entry(s: Any, p: Any, o: Any, i: int, t: int, step: int):
-    o.obs[i, t] = s.x[i]
+def observe_misspells_entry(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
+    o.obs[i] = s.x[i]
 
 
 @wp.func
@@ -91,31 +91,42 @@ def start_without_key(s: Any, p: Any, i: int):
 
 
 @wp.func
-def observe_without_step(s: Any, p: Any, o: Any, i: int, t: int):
-    o.observation[i, t] = s.x[i]
+def observe_without_key(s: Any, p: Any, o: Any, i: int, step: int):
+    o.observation[i] = s.x[i]
 
 
 @wp.func
-def advance_returns_one_value(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dt * a.action[i, t]
+def advance_with_a_time_slot(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+    s.x[i] = s.x[i] + p.dt * a.action[i]
+    return -s.x[i] * s.x[i], wp.abs(s.x[i]) > 2.0
+
+
+@wp.func
+def observe_with_a_float_key(s: Any, p: Any, o: Any, i: int, step: int, key: float):
+    o.observation[i] = s.x[i]
+
+
+@wp.func
+def advance_returns_one_value(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dt * a.action[i]
     return -s.x[i] * s.x[i]
 
 
 @wp.func
-def advance_returns_three_values(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dt * a.action[i, t]
+def advance_returns_three_values(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dt * a.action[i]
     return -s.x[i] * s.x[i], wp.abs(s.x[i]) > 2.0, step
 
 
 @wp.func
-def advance_returns_an_int_flag(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dt * a.action[i, t]
+def advance_returns_an_int_flag(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dt * a.action[i]
     return -s.x[i] * s.x[i], 3
 
 
 @wp.func
-def advance_returns_a_long_vector(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    s.x[i] = s.x[i] + p.dt * a.action[i, t]
+def advance_returns_a_long_vector(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    s.x[i] = s.x[i] + p.dt * a.action[i]
     r = -s.x[i] * s.x[i]
     return wp.vec3(r, r, r), wp.abs(s.x[i]) > 2.0
 
@@ -166,12 +177,33 @@ class TestAuthoringMistakes:
         ("functions", "match"),
         [
             ({"start": start_without_key}, r"start function 'start_without_key' takes 3"),
-            ({"observe": observe_without_step}, r"observe function 'observe_without_step' takes 5"),
+            ({"observe": observe_without_key}, r"observe function 'observe_without_key' takes 5"),
         ],
         ids=["start", "observe"],
     )
     def test_wrong_argument_count(self, functions, match):
         env_type = _env_with("WrongCount", **functions)
+        with pytest.raises(TypeError, match=match):
+            env_type(2, seed=0)
+
+    @pytest.mark.parametrize(
+        ("functions", "match"),
+        [
+            (
+                {"advance": advance_with_a_time_slot},
+                r"advance function 'advance_with_a_time_slot' annotates its argument 6 \(step\) "
+                r"as int; that argument is key: wp.uint32",
+            ),
+            (
+                {"observe": observe_with_a_float_key},
+                r"observe function 'observe_with_a_float_key' annotates its argument 6 \(key\) "
+                r"as float; that argument is key: wp.uint32",
+            ),
+        ],
+        ids=["time-slot", "float-key"],
+    )
+    def test_argument_of_the_wrong_type(self, functions, match):
+        env_type = _env_with("WrongTypes", **functions)
         with pytest.raises(TypeError, match=match):
             env_type(2, seed=0)
 

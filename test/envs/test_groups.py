@@ -28,24 +28,24 @@ def _start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def _advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    right = int(a.left_action[i, t] == wp.int64(s.bits[i, 0]))
-    right += int(a.right_action[i, t] == wp.int64(s.bits[i, 1]))
+def _advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    right = int(a.left_action[i] == wp.int64(s.bits[i, 0]))
+    right += int(a.right_action[i] == wp.int64(s.bits[i, 1]))
     return wp.where(step == 1, float(right), 0.0), step == 1
 
 
 @wp.func
-def _advance_each(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    left = wp.where(a.left_action[i, t] == wp.int64(s.bits[i, 0]), 1.0, 0.0)
-    right = wp.where(a.right_action[i, t] == wp.int64(s.bits[i, 1]), 1.0, 0.0)
+def _advance_each(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    left = wp.where(a.left_action[i] == wp.int64(s.bits[i, 0]), 1.0, 0.0)
+    right = wp.where(a.right_action[i] == wp.int64(s.bits[i, 1]), 1.0, 0.0)
     last = step == 1
     return wp.vec2(wp.where(last, left, 0.0), wp.where(last, right, 0.0)), last
 
 
 @wp.func
-def _observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
-    o.left_observation[i, t] = wp.where(step == 0, float(s.bits[i, 0]), -1.0)
-    o.right_observation[i, t] = wp.where(step == 0, float(s.bits[i, 1]), -1.0)
+def _observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
+    o.left_observation[i] = wp.where(step == 0, float(s.bits[i, 0]), -1.0)
+    o.right_observation[i] = wp.where(step == 0, float(s.bits[i, 1]), -1.0)
 
 
 class _PairEnv(WarpEnv):

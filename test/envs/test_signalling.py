@@ -78,11 +78,11 @@ class TestSignallingEnv:
         root = env.reset()
         assert torch.equal(root["speaker", "observation"], _one_hot(env.target, 5))
         seen = []
-        for step in range(env.episode_length):
+        for step in range(env.max_steps):
             td, root = env.step_and_maybe_reset(_actions(root, [2, 4], [0, 0]))
             seen.append(td["next", "listener", "observation"])
             # the speaker's later actions are ignored: the token stays the first one
-            assert env.token.tolist() == ([2, 4] if step < env.episode_length - 1 else [-1, -1])
+            assert env.token.tolist() == ([2, 4] if step < env.max_steps - 1 else [-1, -1])
             # the speaker saw the target at step 0 only
             assert not td["next", "speaker", "observation"].any()
         token_part = [obs[:, :5] for obs in seen]
@@ -103,7 +103,7 @@ class TestSignallingEnv:
         target = env.target.long()
         answer = torch.where(torch.arange(4) % 2 == 0, target, (target + 1) % 3)
         rewards_seen, dones = [], []
-        for _ in range(env.episode_length):
+        for _ in range(env.max_steps):
             td, root = env.step_and_maybe_reset(_actions(root, target, answer))
             keys = (
                 [("next", "reward")]
@@ -128,7 +128,7 @@ class TestSignallingEnv:
             ],
             1,
         )[..., 0]
-        expected = torch.arange(20) % env.episode_length == env.episode_length - 1
+        expected = torch.arange(20) % env.max_steps == env.max_steps - 1
         assert torch.equal(done, expected.expand(3, 20))
 
     @pytest.mark.parametrize(("vocab", "delay", "seed"), [(2, 0, 0), (5, 1, 2**33 + 7), (8, 3, 9)])

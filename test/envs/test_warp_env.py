@@ -134,7 +134,7 @@ class _CountdownEnv(WarpEnv):
         nxt = [b["next"]["observation"], b["next"]["valid"]]
         root = [b["root"]["observation"], b["root"]["valid"]]
         flags = [b["reward"], b["terminated"], b["truncated"], b["done"]]
-        head = [self.left, b["action"], *self._counters(), self.step_limit, int(autoreset)]
+        head = [self.left, b["action"], *self._counters(), self._limit, int(autoreset)]
         return [(_countdown_step, head + nxt + root + flags)]
 
 
@@ -1066,7 +1066,7 @@ class TestFace:
             ),
             (
                 lambda d: RepeatPreviousEnv(4, d, seed=0),
-                "RepeatPreviousEnv(num_envs=4, device={d}, difficulty='easy', max_steps=None, "
+                "RepeatPreviousEnv(num_envs=4, device={d}, difficulty='easy', max_steps=51, "
                 "seed=0)",
             ),
             (
@@ -1089,9 +1089,11 @@ class TestFace:
         assert sorted(warp_env.__all__) == [
             "WarpEnv",
             "WarpFunctions",
+            "gaussian_pair",
             "state_view",
             "stream_key",
             "uniform64",
+            "uniform_int",
             "uniform_range",
         ]
         for name in ("Episodes", "Flags", "count_step", "pack_params", "param_structs"):
@@ -1161,11 +1163,12 @@ class TestNamedParams:
             pack_params(structs, values, torch.float32)
 
     def test_every_env_constant_is_a_struct_field(self):
-        from torchrl_ext.envs import cartpole, pendulum
+        from torchrl_ext.envs._kernels import cartpole as cartpole_kernels
+        from torchrl_ext.envs._kernels import pendulum as pendulum_kernels
 
         for env, make in (
-            (CartPoleEnv(2, seed=0), cartpole._cartpole_params),
-            (PendulumEnv(2, seed=0, dtype=torch.float64), pendulum._pendulum_params),
+            (CartPoleEnv(2, seed=0), cartpole_kernels.params),
+            (PendulumEnv(2, seed=0, dtype=torch.float64), pendulum_kernels.params),
         ):
             fields = env._physics.params._cls.vars
             assert set(make()) <= set(fields)

@@ -2,50 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torchrl.data import Categorical, Composite, Unbounded
 
 from torchrl_ext._checks import check_bool
+from torchrl_ext.envs._base import actions
 from torchrl_ext.envs._kernels import cartpole as _k
-from torchrl_ext.envs._memory import empty_output
 from torchrl_ext.envs.warp_env import WarpEnv, WarpFunctions, state_view
 
 __all__ = ["CartPoleEnv"]
-
-
-def _cartpole_params() -> dict[str, float]:
-    """Constants of ``CartPole-v1``, derived in double precision exactly as gymnasium does."""
-    gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
-    return {
-        "gravity": gravity,
-        "masspole": masspole,
-        "total_mass": masspole + masscart,
-        "length": length,
-        "polemass_length": masspole * length,
-        "force_mag": force_mag,
-        "tau": tau,
-        "theta_limit": 12 * 2 * math.pi / 360,
-        "x_limit": 2.4,
-        "four_thirds": 4.0 / 3.0,
-        "reset_low": -0.05,
-        "reset_high": 0.05,
-    }
-
-
-def _coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor:
-    """``[num_envs, steps]`` int64 fair coin flips from torch's global generator.
-
-    Each uniform random byte gives eight independent flips, so a rollout draws an eighth of the
-    random numbers ``torch.randint(0, 2, ...)`` would, for the same distribution.
-    """
-    total = num_envs * steps
-    draws = torch.randint(0, 256, (-(-total // 8),), dtype=torch.uint8, device=device)
-    shifts = torch.arange(8, dtype=torch.uint8, device=device)
-    flips = empty_output((draws.numel(), 8), torch.int64, device)
-    torch.bitwise_and(draws.unsqueeze(-1) >> shifts, 1, out=flips)
-    return flips.view(-1)[:total].view(num_envs, steps)
 
 
 class CartPoleEnv(WarpEnv):
@@ -119,10 +84,10 @@ class CartPoleEnv(WarpEnv):
         return {"state": (float, (4,))}
 
     def _constants(self) -> dict[str, float | int]:
-        return {**_cartpole_params(), "observe_velocity": int(self.observe_velocity)}
+        return {**_k.params(), "observe_velocity": int(self.observe_velocity)}
 
     state = state_view("state", "The ``[num_envs, 4]`` state ``(x, x_dot, theta, theta_dot)``.")
 
     def _random_actions(self, steps: int) -> dict:
-        """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte (see ``_coin_flips``)."""
-        return {"action": _coin_flips(self.num_envs, steps, self.device)}
+        """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte."""
+        return {"action": actions.coin_flips(self.num_envs, steps, self.device)}

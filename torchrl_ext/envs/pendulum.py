@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torchrl.data import Bounded, Composite, Unbounded
 
@@ -11,27 +9,6 @@ from torchrl_ext.envs._kernels import pendulum as _k
 from torchrl_ext.envs.warp_env import WarpEnv, WarpFunctions, state_view
 
 __all__ = ["PendulumEnv"]
-
-_MAX_TORQUE = 2.0
-
-
-def _pendulum_params() -> dict[str, float]:
-    """Constants of ``Pendulum-v1`` (g = 10, m = l = 1), derived as gymnasium does."""
-    gravity, mass, length = 10.0, 1.0, 1.0
-    return {
-        "max_speed": 8.0,
-        "max_torque": _MAX_TORQUE,
-        "dt": 0.05,
-        "gravity_coef": 3 * gravity / (2 * length),
-        "torque_coef": 3.0 / (mass * length**2),
-        "reset_theta": math.pi,
-        "reset_theta_dot": 1.0,
-        "pi": math.pi,
-        "two_pi": 2 * math.pi,
-        "cost_speed": 0.1,
-        "cost_torque": 0.001,
-        "zero": 0.0,
-    }
 
 
 class PendulumEnv(WarpEnv):
@@ -89,7 +66,7 @@ class PendulumEnv(WarpEnv):
             device=dev,
         )
         self.action_spec = Bounded(
-            -_MAX_TORQUE, _MAX_TORQUE, shape=(n, 1), dtype=self.dtype, device=dev
+            -_k.MAX_TORQUE, _k.MAX_TORQUE, shape=(n, 1), dtype=self.dtype, device=dev
         )
         self.reward_spec = Unbounded(shape=(n, 1), dtype=self.dtype, device=dev)
 
@@ -97,6 +74,6 @@ class PendulumEnv(WarpEnv):
         return {"state": (float, (2,))}
 
     def _constants(self) -> dict[str, float]:
-        return _pendulum_params()
+        return _k.params()
 
     state = state_view("state", "The ``[num_envs, 2]`` state ``(theta, theta_dot)``.")

@@ -87,6 +87,7 @@ class SignallingEnv(WarpEnv):
     """
 
     functions = WarpFunctions(_k.start, _k.advance, _k.observe)
+    truncates_terminal_steps = False
 
     def __init__(
         self,
@@ -103,12 +104,9 @@ class SignallingEnv(WarpEnv):
         self.vocab = check_int("vocab", vocab, minimum=2, maximum=2**20)
         self.delay = check_int("delay", delay, minimum=0, maximum=2**20)
         self.rewards = check_choice("rewards", rewards, ("shared", "per_agent"))
-        super().__init__(num_envs, device, seed, max_steps=None, dtype=dtype, capture=capture)
-
-    @property
-    def episode_length(self) -> int:
-        """Steps per episode: ``delay + 2``."""
-        return self.delay + 2
+        # Every episode ends at its answer step, the (delay + 2)-th: terminated, not truncated.
+        max_steps = self.delay + 2
+        super().__init__(num_envs, device, seed, max_steps=max_steps, dtype=dtype, capture=capture)
 
     def _make_specs(self) -> None:
         """Per-group observations and actions; a team reward at the root or one per group."""
@@ -138,9 +136,6 @@ class SignallingEnv(WarpEnv):
     def _state_arrays(self) -> dict:
         v = self.vocab
         return {"target": (torch.int32, (), (0, v - 1)), "token": (torch.int32, (), (-1, v - 1))}
-
-    def _max_episode_steps(self) -> int:
-        return self.delay + 2  # the answer, at step delay + 1, terminates
 
     def _constants(self) -> dict[str, int]:
         return {"vocab": self.vocab, "delay": self.delay}

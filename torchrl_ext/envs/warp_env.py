@@ -34,7 +34,6 @@ from torchrl_ext._compat import (
     set_unchecked,
 )
 from torchrl_ext.envs._base import actions, fused, generated, state_dicts
-from torchrl_ext.envs._base.actions import key_name as _key_name
 from torchrl_ext.envs._base.arguments import check_device, check_float_dtype, check_seed
 from torchrl_ext.envs._base.generated import (
     GeneratedPhysics,
@@ -45,15 +44,24 @@ from torchrl_ext.envs._base.generated import (
 from torchrl_ext.envs._base.launcher import Launch, Launcher
 from torchrl_ext.envs._base.layout import Layout, done_groups, done_spec
 from torchrl_ext.envs._base.rollout import rollout_outputs, rollout_td
-from torchrl_ext.envs._kernels.common import stream_key, uniform64, uniform_range
+from torchrl_ext.envs._kernels.common import (
+    gaussian_pair,
+    stream_key,
+    uniform64,
+    uniform_int,
+    uniform_range,
+)
 
-# Warp helpers for an env's functions: random streams drawn from the key ``start`` receives.
+# Warp helpers for an env's functions: draws from the random stream of a key the functions get
+# (and, for hand-written kernels, the key of an episode's stream).
 __all__ = [
     "WarpEnv",
     "WarpFunctions",
+    "gaussian_pair",
     "state_view",
     "stream_key",
     "uniform64",
+    "uniform_int",
     "uniform_range",
 ]
 
@@ -72,20 +80,26 @@ class WarpEnv(EnvBase):
       (``float`` stands for the env's float dtype); the base allocates ``[num_envs, *shape]``
       arrays, saves and restores them, and pickles them;
     * its constants, in :meth:`_constants` (floats in the env's dtype, ints), passed by value;
-    * three ``wp.func`` functions, ``functions = WarpFunctions(start, advance, observe)``. They
-      receive the state, the constants, and Warp structs whose fields are named after the keys
-      (nested keys joined with ``_``; a trailing singleton dim dropped):
+    * three ``wp.func`` functions, ``functions = WarpFunctions(start, advance, observe)``, each
+      about one env ``i``. They receive the state, the constants, and Warp structs of per-env
+      arrays whose fields are named after the keys (nested keys joined with ``_``; a trailing
+      singleton dim dropped), and a ``key`` naming a random stream of their own:
 
-      - ``start(state, params, i, key)``: begin an episode of env ``i``; ``key`` is the random
-        stream of ``(seed, i, episode)`` (draw with :func:`uniform64`, :func:`uniform_range`,
-        which return ``float64``: convert a draw with the array's own type,
-        ``s.x.dtype(...)``, which holds at both float dtypes);
-      - ``advance(state, params, actions, i, t, step) -> (reward, terminated)``: one step of env
-        ``i`` under ``actions.<leaf>[i, t]``; ``step`` counts its episode's steps so far. The
-        reward is written into every reward entry, or, for an env with ``rewards_per_entry``,
-        it is a vector (``wp.vec2(...)`` for two entries) with entry ``k`` for reward entry
-        ``k``;
-      - ``observe(state, params, obs, i, t, step)``: write ``obs.<key>[i, t, ...]``.
+      - ``start(state, params, i, key)``: begin an episode of env ``i``; ``key`` is the stream
+        of ``(seed, i, episode)``;
+      - ``advance(state, params, actions, i, step, key) -> (reward, terminated)``: one step of
+        env ``i`` under ``actions.<leaf>[i]``; ``step`` counts its episode's steps so far and
+        ``key`` is the stream of ``(seed, i, episode, step)``. The reward is written into every
+        reward entry, or, for an env with ``rewards_per_entry``, it is a vector
+        (``wp.vec2(...)`` for two entries) with entry ``k`` for reward entry ``k``;
+      - ``observe(state, params, obs, i, step, key)``: write ``obs.<key>[i, ...]``, the
+        observation after ``step`` steps; ``key`` is that observation's own stream, so
+        observing a state twice gives the same noise.
+
+      An env numbers its draws from a key itself: :func:`uniform64`, :func:`uniform_range`,
+      :func:`uniform_int`, :func:`gaussian_pair` (Box-Muller) give the ``draw``-th value of a
+      stream. The float draws are ``float64``: convert one with the array's own type,
+      ``s.x.dtype(...)``, which holds at both float dtypes. No key belongs in the state.
 
     The base generates the reset and ``T``-step kernels around them
     (:mod:`torchrl_ext.envs._base.kernels`): step counting and truncation, the three flags, the
@@ -111,7 +125,11 @@ class WarpEnv(EnvBase):
             torch's global generator, which is read but never seeded).
 
     Keyword Args:
-        max_steps (int, optional): time limit in steps; ``None`` disables it. Defaults to ``None``.
+        max_steps (int, optional): the most steps an episode runs: the step that reaches it is
+            truncated (gymnasium's ``TimeLimit``). An env whose own rules end every episode
+            within some number of steps passes that number, and reports such an end as
+            terminated only (:attr:`truncates_terminal_steps`). ``None``: no bound. Defaults to
+            ``None``.
         dtype (torch.dtype, optional): float dtype of state, observations and rewards
             (``torch.float32`` or ``torch.float64``). Defaults to ``torch.float32``.
         capture (bool, optional): replay recorded Warp graphs instead of launching kernels one by
@@ -127,12 +145,12 @@ class WarpEnv(EnvBase):
         ... def start(s: Any, p: Any, i: int, key: wp.uint32):
         ...     s.x[i] = s.x.dtype(uniform_range(key, 0, wp.float64(-1.0), wp.float64(1.0)))
         >>> @wp.func
-        ... def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-        ...     s.x[i] = s.x[i] + p.dt * a.action[i, t]
+        ... def advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+        ...     s.x[i] = s.x[i] + p.dt * a.action[i]
         ...     return -s.x[i] * s.x[i], wp.abs(s.x[i]) > 2.0
         >>> @wp.func
-        ... def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
-        ...     o.observation[i, t] = s.x[i]
+        ... def observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
+        ...     o.observation[i] = s.x[i]
         >>> class Drift(WarpEnv):
         ...     functions = WarpFunctions(start, advance, observe)
         ...     def _make_specs(self):
@@ -220,19 +238,13 @@ class WarpEnv(EnvBase):
         """
         return {}
 
-    def _max_episode_steps(self) -> int | None:
-        """Most steps an episode lasts by the env's rules (None: no bound); loading checks it."""
-        return None
-
     def _last_step(self) -> int:
-        """The most steps an episode counts: the time limit or the env's own bound, the smaller.
+        """The most steps an episode counts: ``max_steps``, or the counters' bound.
 
         The kernels stop counting there (:mod:`~torchrl_ext.envs._base.kernels`) and loading
         accepts up to it, so that every state a run makes loads back.
         """
-        own = self._max_episode_steps()
-        horizon = self._limit if own is None else min(own, self._limit)
-        return min(horizon, state_dicts.LAST_COUNT)
+        return min(self._limit, state_dicts.LAST_COUNT)
 
     def _constants(self) -> dict[str, float | int | bool]:
         """Named constants the Warp functions read from ``params`` (floats in the env dtype)."""
@@ -247,17 +259,6 @@ class WarpEnv(EnvBase):
         """
         state_dicts.check_base_values(state, self._last_step())
         state_dicts.check_ranges(state, generated.declared_ranges(self._state_arrays()))
-
-    def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
-        """Raise ``ValueError`` if ``action`` (entry ``key``) holds values the env cannot step.
-
-        By default a categorical entry must lie in its range and a float entry must not be NaN.
-        """
-        actions.check_values(self.full_action_spec[key], _key_name(key), action)
-
-    def _action_fault(self, key: Any, action: torch.Tensor) -> torch.Tensor | None:
-        """The device-side form of :meth:`_check_action_values`: a 0-dim bool, no host read."""
-        return actions.fault(self.full_action_spec[key], action)
 
     def _allocate_state(self) -> None:
         """Hand-written kernels only: allocate the state (Warp arrays on :attr:`warp_device`).
@@ -283,7 +284,8 @@ class WarpEnv(EnvBase):
 
         Hand-written kernels read the action from ``buffers["action"]``, write
         ``buffers["next"][key]``, ``buffers["reward"]`` and the three flags, count steps against
-        :attr:`step_limit` and begin the done envs' next episode on ``buffers["episodes"]``.
+        ``max_steps`` (``2**31 - 1`` standing for none) and begin the done envs' next episode on
+        ``buffers["episodes"]``.
         Generated envs get this, and the ``T``-step rollout, from their functions.
         """
         return self._physics.step_recipes(autoreset)
@@ -335,11 +337,6 @@ class WarpEnv(EnvBase):
     def warp_device(self) -> wp.context.Device:
         """The Warp device the kernels run on."""
         return self._launcher.wp_device
-
-    @property
-    def step_limit(self) -> int:
-        """The time limit as the int kernels compare step counts with (``2**31 - 1``: none)."""
-        return self._limit
 
     @property
     def capture(self) -> bool:
@@ -602,21 +599,21 @@ class WarpEnv(EnvBase):
     def _load_actions(self, tensordict: TensorDictBase) -> None:
         """Check every action entry of ``tensordict``, then copy them into the action buffers.
 
-        Values are checked by :meth:`_check_action_values` on the host, or with
-        :attr:`sync_free` by :meth:`_action_fault` on the device, into :attr:`action_fault`;
-        then a categorical action is clamped into its range, so that the env's functions never
-        see an index outside the spec (only the faulted envs' episodes are affected).
+        The check is derived from the action spec (:func:`~.actions.out_of_spec`: a categorical
+        value outside its range, a NaN float) and runs where the action is: on the host, which
+        raises, or with :attr:`sync_free` on the device, into :attr:`action_fault`; then a
+        categorical action is clamped into its range, so that the env's functions never see an
+        index outside the spec (only the faulted envs' episodes are affected).
         """
         tensordict = self._kernel_actions(tensordict)
-        sync_free = self._sync_free
+        lay = self._layout
         actions.load_actions(
             tensordict,
-            self._layout.actions,
+            lay.actions,
+            lay.action_specs,
             self.device,
-            None if sync_free else self._check_action_values,
-            self._action_fault if sync_free else None,
+            self._sync_free,
             self._action_faults,
-            self._layout.action_specs if sync_free else None,
         )
 
     # ------------------------------------------------------------------ saving and restoring

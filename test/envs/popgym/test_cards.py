@@ -114,7 +114,7 @@ class TestPopgymParity:
     @pytest.mark.parametrize("difficulty", DIFFICULTIES)
     @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
     def test_float64_exact(self, cls, difficulty):
-        length = cls(1, seed=0, difficulty=difficulty).episode_length
+        length = cls(1, seed=0, difficulty=difficulty).max_steps
         steps = max(1000, 2 * length + 10)
         ends = _run_parity(cls, difficulty, torch.float64, 2, steps, seed=7)
         assert ends >= 4
@@ -282,7 +282,7 @@ class TestContract:
     def test_specs(self, cls, difficulty):
         env = cls(3, seed=0, difficulty=difficulty)
         check_env_specs(env)
-        assert env.max_steps is None
+        assert env.max_steps == env.num_cards * (2 if cls.__name__ == "AutoencodeEnv" else 1) - 1
 
     @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
     def test_capture_equals_eager(self, cls):
@@ -303,10 +303,10 @@ class TestContract:
     @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
     def test_rollout_fast_path(self, cls):
         env = cls(5, seed=6)
-        td = env.rollout(env.episode_length + 3, break_when_any_done=False)
-        assert td.batch_size == (5, env.episode_length + 3)
+        td = env.rollout(env.max_steps + 3, break_when_any_done=False)
+        assert td.batch_size == (5, env.max_steps + 3)
         done = td["next", "done"][..., 0]
-        assert done[:, env.episode_length - 1].all()
+        assert done[:, env.max_steps - 1].all()
         assert done.sum() == 5
 
     @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
@@ -413,7 +413,7 @@ class TestLoadedStateInvariants:
     @pytest.mark.parametrize("cls", ENVS, ids=lambda c: c.__name__)
     def test_steps_past_the_episode_length_are_refused(self, cls):
         env = _mid_episode(cls)
-        length = env.episode_length
+        length = env.max_steps
         edit = (rf"'steps'\].*at most {length} steps", _edit("steps", 0, length + 1))
         assert_bad_state_refused(env, [edit])
 

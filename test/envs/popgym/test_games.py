@@ -96,7 +96,7 @@ def test_battleship_matches_popgym(level):
     gyms = [popgym_env(BattleshipEnv, level) for _ in range(3)]
     for genv, skill in zip(gyms, (0.5, 0.2, 0.0), strict=True):
         genv.skill = skill  # some envs sink every ship, some run out of time
-    steps = max(3 * env.episode_length, 350)
+    steps = max(3 * env.max_steps, 350)
     terminated, truncated = lockstep(env, gyms, shoot, steps, np.random.default_rng(2))
     assert terminated >= 2 and truncated >= 2
 
@@ -117,7 +117,7 @@ def test_minesweeper_terminal_step_at_the_limit_is_not_truncated(level):
     assert not MineSweeperEnv.truncates_terminal_steps
     env, genv = _one_game(MineSweeperEnv, level)
     clear = [tuple(cell) for cell in np.argwhere(genv.hidden_grid == 0)]
-    assert len(clear) == env.episode_length
+    assert len(clear) == env.max_steps
     flags = helpers.play_one(env, genv, clear)  # the last clear cell is viewed at the limit
     assert flags == [(False, False)] * (len(clear) - 1) + [(True, False)]
     env, genv = _one_game(MineSweeperEnv, level)
@@ -137,7 +137,7 @@ def test_battleship_terminal_step_at_the_limit_is_truncated_too():
     misses = [tuple(cell) for cell in np.argwhere(genv.board == 0)]
     hits = [tuple(cell) for cell in np.argwhere(genv.board == 1)]
     flags = helpers.play_one(env, genv, misses + hits)
-    assert len(flags) == env.episode_length
+    assert len(flags) == env.max_steps
     assert flags == [(False, False)] * (len(flags) - 1) + [(True, True)]
 
 
@@ -264,7 +264,6 @@ def test_bad_arguments(cls, kwargs, error, text):
 CORRUPTIONS = {
     MultiarmedBanditEnv: [
         ("probs", lambda s: s["probs"].__setitem__((0, 1), 1.5)),
-        ("key", lambda s: s["key"].__setitem__(1, -3)),
         ("payout", lambda s: s["payout"].__setitem__(0, 2)),
     ],
     MineSweeperEnv: [

@@ -92,10 +92,10 @@ def test_concentration_terminal_step_at_the_limit_is_truncated_too():
         for v in np.unique(values)
         for j in range((values == v).sum() // 2)
     ]
-    wasted = env.episode_length - env.num_cards  # flips of a matched card, each ends its pair
+    wasted = env.max_steps - env.num_cards  # flips of a matched card, each ends its pair
     actions = pairs[0] + [pairs[0][0]] * wasted + [a for pair in pairs[1:] for a in pair]
     flags = helpers.play_one(env, genv, [int(a) for a in actions])
-    assert len(flags) == env.episode_length
+    assert len(flags) == env.max_steps
     assert flags == [(False, False)] * (len(flags) - 1) + [(True, True)]
 
 

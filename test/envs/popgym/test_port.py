@@ -20,7 +20,7 @@ PORTS = sorted(name for name in popgym.__all__ if name.endswith("Env"))
 
 
 def _steps_per_episode(env) -> int:
-    return getattr(env, "episode_length", None) or env.num_cards - 1
+    return env.max_steps
 
 
 class TestReachedStatesLoad:
@@ -63,7 +63,7 @@ class TestReachedStatesLoad:
             step()
             state = env.state_dict()
             done = state["done"].view(-1).cpu()
-            at_limit = state["steps"].cpu() >= env.step_limit  # a plain step would pass it
+            at_limit = state["steps"].cpu() >= env._limit  # a plain step would pass it
             chance = torch.rand(n, generator=gen)
             mask = at_limit | (done & (chance < 0.5)) | (chance > 0.98)
             if mask.any():
@@ -73,3 +73,12 @@ class TestReachedStatesLoad:
             if t % 4 == int(torch.randint(0, 4, (), generator=gen)):  # a quarter, at random
                 save_and_load()
         assert loads >= 5
+
+
+def test_configure_must_return_max_steps():
+    class Unbounded(popgym.RepeatPreviousEnv):
+        def _configure(self, preset):
+            super()._configure(preset)
+
+    with pytest.raises(TypeError, match=r"Unbounded._configure\(\) must return max_steps.*None"):
+        Unbounded(1, seed=0)

@@ -8,7 +8,6 @@ With ``sync_free`` the value checks run on the device and only set a fault flag 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ from torchrl.data import Bounded, Categorical, MultiCategorical, TensorSpec
 
 from torchrl_ext._checks import check_tensor
 from torchrl_ext.envs._base.arguments import FLOAT_DTYPES
+from torchrl_ext.envs._memory import empty_output
 
 
 def key_name(key: Any) -> str:
@@ -32,27 +32,48 @@ def _upper(spec: TensorSpec) -> int | torch.Tensor | None:
     return None
 
 
-def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
-    """Raise ``ValueError`` for a categorical value out of range or a NaN float."""
+def out_of_spec(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor | None:
+    """Where ``action`` holds a value the env cannot step: a bool mask of its shape, or ``None``.
+
+    The one definition of a bad action, derived from the action spec: a categorical value
+    outside ``[0, n)`` (per column for ``MultiCategorical``), a NaN float. ``None``: the spec
+    admits every value of the dtype. :func:`check_values` reads it on the host, :func:`fault`
+    reduces it on the device.
+    """
     upper = _upper(spec)
-    if isinstance(upper, int):  # one bound: one reduction, two host reads
+    if upper is not None:
+        if isinstance(upper, torch.Tensor):
+            upper = upper.to(action.device)
+        return (action < 0) | (action >= upper)
+    if action.dtype in FLOAT_DTYPES:
+        return torch.isnan(action)
+    return None
+
+
+def check_values(spec: TensorSpec, name: str, action: torch.Tensor) -> None:
+    """Raise ``ValueError`` naming the first value :func:`out_of_spec` finds, with its bound."""
+    upper = _upper(spec)
+    if isinstance(upper, int):  # one bound: one reduction and two host reads when all is well
         low, high = (int(x) for x in torch.aminmax(action))
-        if low < 0 or high >= upper:
-            bad = low if low < 0 else high
-            if upper == 2:
-                raise ValueError(f"{name} entries must be 0 or 1, got an {name} entry {bad}.")
-            raise ValueError(f"{name} entries must lie in [0, {upper}), got an entry {bad}.")
-    elif upper is not None:
-        bad = (action < 0) | (action >= upper)
-        if bool(bad.any()):
-            bound = int(torch.broadcast_to(upper, action.shape)[bad][0])
-            value = int(action[bad][0])
-            raise ValueError(f"{name} entries must lie in [0, {bound}), got an entry {value}.")
-    elif action.dtype in FLOAT_DTYPES:
-        nan = torch.isnan(action)
-        if bool(nan.any()):
-            index = tuple(int(i) for i in nan.nonzero()[0])
-            raise ValueError(f"{name} must not contain NaN, got {name}[{index}]=nan.")
+        if low >= 0 and high < upper:
+            return
+    bad = out_of_spec(spec, action)
+    if bad is None or not bool(bad.any()):
+        return
+    where = tuple(int(i) for i in bad.nonzero()[0])
+    value = action[where].item()
+    if upper is None:
+        raise ValueError(f"{name} must not contain NaN, got {name}[{where}]=nan.")
+    if isinstance(upper, int):
+        if upper == 2:
+            raise ValueError(f"{name} entries must be 0 or 1, got an {name} entry {value}.")
+        raise ValueError(f"{name} entries must lie in [0, {upper}), got an entry {value}.")
+    bound = int(torch.broadcast_to(upper.to(action.device), action.shape)[where])
+    column = f"{name}[:, {where[-1]}]" if action.dim() > 1 else name
+    raise ValueError(
+        f"{column} entries must lie in [0, {bound}), got {name}[{', '.join(map(str, where))}]"
+        f"={value}."
+    )
 
 
 def check_movable(tensordict: Any, keys: list, device: torch.device) -> None:
@@ -70,12 +91,8 @@ def check_movable(tensordict: Any, keys: list, device: torch.device) -> None:
 
 def fault(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor | None:
     """The device-side form of :func:`check_values`: a 0-dim bool, no host read."""
-    upper = _upper(spec)
-    if upper is not None:
-        return ((action < 0) | (action >= upper)).any()
-    if action.dtype in FLOAT_DTYPES:
-        return torch.isnan(action).any()
-    return None
+    bad = out_of_spec(spec, action)
+    return None if bad is None else bad.any()
 
 
 def clamp_into_spec(spec: TensorSpec, buffer: torch.Tensor) -> None:
@@ -95,40 +112,36 @@ def clamp_into_spec(spec: TensorSpec, buffer: torch.Tensor) -> None:
 def load_actions(
     tensordict: Any,
     buffers: dict[Any, torch.Tensor],
+    specs: dict[Any, TensorSpec],
     device: torch.device,
-    check: Callable[[Any, torch.Tensor], None] | None,
-    faults: Callable[[Any, torch.Tensor], torch.Tensor | None] | None,
+    sync_free: bool,
     flag: torch.Tensor,
-    specs: dict[Any, TensorSpec] | None = None,
 ) -> None:
-    """Check every action entry of ``tensordict``, then copy them into ``buffers``.
+    """Check every action entry of ``tensordict`` against its spec, then copy them into ``buffers``.
 
     Args:
         tensordict: the step's input (a TensorDict or mapping).
         buffers (dict): action key to the env's buffer (its dtype and shape are required).
+        specs (dict): the specs the buffers follow, by key.
         device (torch.device): the env's device.
-        check (callable, optional): ``check(key, action)`` raises for bad values (host path).
-        faults (callable, optional): ``faults(key, action)``, a 0-dim device bool (sync-free
-            path), or'ed into ``flag``. Exactly one of ``check`` and ``faults`` is given.
+        sync_free (bool): check on the host and raise (``False``), or or the device-side
+            :func:`fault` into ``flag`` and clamp a categorical action into its range once it
+            is copied (:func:`clamp_into_spec`), so that the env's functions never see an index
+            outside the spec (``True``).
         flag (torch.Tensor): the env's fault flag.
-        specs (dict, optional): the specs the buffers follow, by key; a categorical action is
-            clamped into its range after it is copied (:func:`clamp_into_spec`), as the
-            sync-free path needs. Defaults to ``None`` (no clamping).
     """
     loaded = []
     for key, buffer in buffers.items():
         name = key_name(key)
         action = check_tensor(name, tensordict.get(key, None), buffer.dtype, [buffer.shape], device)
-        if check is not None:
-            check(key, action)
-        else:
-            found = faults(key, action)
-            if found is not None:
-                flag.logical_or_(found)
+        if not sync_free:
+            check_values(specs[key], name, action)
+        elif (found := fault(specs[key], action)) is not None:
+            flag.logical_or_(found)
         loaded.append((key, buffer, action))
     for key, buffer, action in loaded:
         buffer.copy_(action)
-        if specs is not None:
+        if sync_free:
             clamp_into_spec(specs[key], buffer)
 
 
@@ -158,3 +171,17 @@ def draw_steps(spec: TensorSpec, steps: int) -> torch.Tensor:
     nvec = spec.nvec.to(spec.device)
     u = torch.rand((steps, *spec.shape), device=spec.device)
     return torch.minimum((u * nvec).to(spec.dtype), nvec - 1)
+
+
+def coin_flips(num_envs: int, steps: int, device: torch.device) -> torch.Tensor:
+    """``[num_envs, steps]`` int64 fair coin flips from torch's global generator.
+
+    Each uniform random byte gives eight independent flips, so a rollout draws an eighth of the
+    random numbers ``torch.randint(0, 2, ...)`` would, for the same distribution.
+    """
+    total = num_envs * steps
+    draws = torch.randint(0, 256, (-(-total // 8),), dtype=torch.uint8, device=device)
+    shifts = torch.arange(8, dtype=torch.uint8, device=device)
+    flips = empty_output((draws.numel(), 8), torch.int64, device)
+    torch.bitwise_and(draws.unsqueeze(-1) >> shifts, 1, out=flips)
+    return flips.view(-1)[:total].view(num_envs, steps)

@@ -5,7 +5,8 @@ through generated code, so Warp reports a mistake in them, if at all, as an erro
 These checks read the functions' Python source instead and name the author's function and field:
 
 * each function takes the arguments its role passes (``start``: 4, ``advance`` and
-  ``observe``: 6);
+  ``observe``: 6), and an argument annotated with a type has the type the kernels pass
+  (``i`` and ``step``: ``int``, ``key``: ``wp.uint32``);
 * every field read from the state, constants, actions or observations exists
   (``s.<field>``, ``p.<field>``, ``a.<field>``, ``o.<field>`` where ``s``, ``p``, ``a``,
   ``o`` are the function's own argument names);
@@ -28,14 +29,21 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import warp as wp
+
 _INT32 = (-(2**31), 2**31 - 1)
 
 #: The arguments the generated kernels pass to each function, and which ones are structs.
 SIGNATURES = {
     "start": ("state", "params", "i", "key"),
-    "advance": ("state", "params", "actions", "i", "t", "step"),
-    "observe": ("state", "params", "obs", "i", "t", "step"),
+    "advance": ("state", "params", "actions", "i", "step", "key"),
+    "observe": ("state", "params", "obs", "i", "step", "key"),
 }
+#: The types of the scalar arguments, as the kernels pass them.
+_SCALARS = {"i": (int, "int"), "step": (int, "int"), "key": (wp.uint32, "wp.uint32")}
+#: How those types may be spelled in a string annotation (``from __future__ import annotations``).
+_SPELLINGS = {int: {"int", "wp.int32", "warp.int32", "int32"},
+              wp.uint32: {"wp.uint32", "warp.uint32", "uint32"}}  # fmt: skip
 _STRUCTS = {"state": "state field", "params": "constant", "actions": "action entry",
             "obs": "observation entry"}  # fmt: skip
 
@@ -90,14 +98,34 @@ def _syntax_tree(function: Any) -> ast.FunctionDef | None:
 
 
 def _check_arguments(env_name: str, role: str, function: Any) -> list[str]:
-    """The argument names of ``function``; ``TypeError`` unless it takes its role's count."""
+    """The argument names of ``function``; ``TypeError`` unless they fit its role.
+
+    The count must be the role's; an annotated scalar argument must have the type the kernels
+    pass (an ``advance(s, p, a, i, t, step)`` written for positions that now hold
+    ``step, key`` is refused here, not miscompiled).
+    """
     expected = SIGNATURES[role]
-    params = list(inspect.signature(_python_function(function)).parameters)
+    parameters = inspect.signature(_python_function(function)).parameters
+    params = list(parameters)
     if len(params) != len(expected):
         raise TypeError(
             f"{env_name}'s {role} function {_label(function)} takes {len(params)} arguments "
             f"({', '.join(params)}); {role} must take {len(expected)}: "
             f"({', '.join(expected)})."
+        )
+    for position, (param, meaning) in enumerate(zip(parameters.values(), expected, strict=True)):
+        kind, spelled = _SCALARS.get(meaning, (None, ""))
+        annotation = param.annotation
+        if kind is None or annotation is inspect.Parameter.empty or annotation is kind:
+            continue
+        if kind is int and annotation is wp.int32:
+            continue
+        if isinstance(annotation, str) and annotation.replace(" ", "") in _SPELLINGS[kind]:
+            continue
+        raise TypeError(
+            f"{env_name}'s {role} function {_label(function)} annotates its argument "
+            f"{position + 1} ({param.name}) as {getattr(annotation, '__name__', annotation)}; "
+            f"that argument is {meaning}: {spelled}. {role} takes ({', '.join(expected)})."
         )
     return params
 

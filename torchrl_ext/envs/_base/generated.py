@@ -18,7 +18,7 @@ import warp as wp
 from torchrl_ext.envs._base import authoring
 from torchrl_ext.envs._base.kernels import field_name, make_copy, make_kernels, struct_type
 from torchrl_ext.envs._base.launcher import Launch
-from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, env_time, step_view
+from torchrl_ext.envs._base.layout import DONE_KEYS, Layout, env_time, step_view, to_warp
 from torchrl_ext.envs._kernels.common import make_struct
 
 #: The value of a declared constant: a float (stored in the env's float dtype), int or bool.
@@ -227,9 +227,15 @@ class GeneratedPhysics:
             "root": self.struct("Obs", {k: step_view(v) for k, v in lay.root.items()}),
             "reward": wp.from_torch(lay.reward_rows),  # [L, N, 1]: one step
         }
+        # What the functions see: one step of every env, [N, ...]; the kernels copy it from
+        # and into the time slots of the buffers. Scratch only: it holds nothing between calls.
+        self.now = {
+            "actions": self.struct("ActionsNow", _per_env(lay.actions)),
+            "obs": self.struct("ObsNow", _per_env(lay.next)),
+        }
 
     def __getstate__(self) -> dict:
-        drop = ("params", "state", "step_views", "kernels")
+        drop = ("params", "state", "step_views", "now", "kernels")
         return {k: v for k, v in self.__dict__.items() if k not in drop}
 
     def __setstate__(self, state: dict) -> None:
@@ -240,12 +246,12 @@ class GeneratedPhysics:
     def _kernels(self) -> Any:
         """The kernels around the env's functions, for its observation and reward layout."""
         lay = self.layout
-        fields = tuple((field_name(k), step_view(v).shape[2:]) for k, v in lay.next.items())
-        copy = make_copy(self.module, fields)
+        take = make_copy(self.module, _fields(lay.actions), into=False)
+        place = make_copy(self.module, _fields(lay.next), into=True)
         rewards = lay.reward_rows.shape[0]
         per_entry = self.env_type.rewards_per_entry
         functions = self.env_type.functions
-        return make_kernels(*functions, copy, self.module, self.stem, rewards, per_entry)
+        return make_kernels(*functions, take, place, self.module, self.stem, rewards, per_entry)
 
     def struct(self, role: str, views: Mapping[Any, wp.array]) -> Any:
         return _struct_of(self.module, f"{self.stem}{role}", views)
@@ -254,18 +260,20 @@ class GeneratedPhysics:
     def reset_recipes(self) -> list[Launch]:
         lay = self.layout
         inputs = [self.state, self.params, lay.views["episodes"], lay.views["mask"]]
-        return [(self.kernels.reset, [*inputs, self.step_views["root"]])]
+        return [(self.kernels.reset, [*inputs, self.now["obs"], self.step_views["root"]])]
 
     def step_recipes(self, autoreset: bool) -> list[Launch]:
-        """One step on ``[N, 1]`` views of the step buffers; the fused step with ``autoreset``."""
+        """One step on ``[N, 1]`` views of the step buffers; the fused step with ``autoreset``.
+
+        The fused step observes the state after its step (the next episode's first where one
+        ended) into the root buffers; the plain step writes no root.
+        """
         s, lay = self.step_views, self.layout
-        root_from = 1 if autoreset else 2  # state 1 is the post-step one; 2 does not exist
         return [
             self._steps(
                 s["actions"],
                 autoreset,
-                root_from,
-                1,
+                int(autoreset),
                 s["root"],
                 s["next"],
                 s["reward"],
@@ -277,13 +285,12 @@ class GeneratedPhysics:
         """``T`` steps from the current state into fresh env-major ``[N, T]`` outputs.
 
         ``out`` holds ``"root"`` and ``"next"`` observation dicts, ``"reward"`` (``[L, N, T]``)
-        and the three flags (``[N, T]`` each); root slot ``t`` is state ``t``.
+        and the three flags (``[N, T]`` each); root slot ``t`` is the state before step ``t``.
         """
         steps = out["reward"].shape[-1]
         return self._steps(
             self.struct("Actions", {k: env_time(v) for k, v in actions.items()}),
             False,
-            0,
             steps,
             self.struct("Obs", {k: env_time(v) for k, v in out["root"].items()}),
             self.struct("Obs", {k: env_time(v) for k, v in out["next"].items()}),
@@ -295,21 +302,23 @@ class GeneratedPhysics:
         self,
         actions: Any,
         reset_last: bool,
-        root_from: int,
         root_slots: int,
         root: Any,
         nxt: Any,
         reward: wp.array,
         flags: Any,
     ) -> Launch:
-        episodes = self.layout.views["episodes"]
-        head = [
-            self.state,
-            self.params,
-            actions,
-            episodes,
-            *self.limits,
-            int(reset_last),
-            root_from,
-        ]
-        return (self.kernels.steps, [*head, root_slots, root, nxt, reward, flags])
+        head = [self.state, self.params, actions, self.layout.views["episodes"], *self.limits]
+        now = [self.now["actions"], self.now["obs"]]
+        tail = [root, nxt, reward, flags]
+        return (self.kernels.steps, [*head, int(reset_last), root_slots, *now, *tail])
+
+
+def _per_env(buffers: Mapping[Any, torch.Tensor]) -> dict[Any, wp.array]:
+    """Scratch Warp arrays shaped as one step of ``buffers`` (``[N, ...]``, singleton dropped)."""
+    return {k: to_warp(torch.zeros_like(v)) for k, v in buffers.items()}
+
+
+def _fields(buffers: Mapping[Any, torch.Tensor]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``(field name, trailing sizes)`` of step buffers, as the kernels index them."""
+    return tuple((field_name(k), tuple(to_warp(v).shape[1:])) for k, v in buffers.items())

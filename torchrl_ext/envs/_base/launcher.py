@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import torch
 import warp as wp
@@ -18,8 +18,16 @@ import torchrl_ext.envs.interop as interop
 
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: entering it does nothing
 
-#: A launch recipe: a kernel and its positional inputs, or an object with ``launch()``.
-Launch = Any
+
+@runtime_checkable
+class Launchable(Protocol):
+    """An object that queues its own kernels (a course regeneration, say)."""
+
+    def launch(self) -> None: ...
+
+
+#: A launch recipe: a Warp kernel and its positional inputs, or an object that launches itself.
+Launch: TypeAlias = tuple[wp.Kernel, list[Any]] | Launchable
 
 
 class Launcher:

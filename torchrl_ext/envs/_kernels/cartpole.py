@@ -7,11 +7,31 @@ state of one env is the vector ``(x, x_dot, theta, theta_dot)``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import uniform_range
+
+
+def params() -> dict[str, float]:
+    """Constants of ``CartPole-v1``, derived in double precision exactly as gymnasium does."""
+    gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    return {
+        "gravity": gravity,
+        "masspole": masspole,
+        "total_mass": masspole + masscart,
+        "length": length,
+        "polemass_length": masspole * length,
+        "force_mag": force_mag,
+        "tau": tau,
+        "theta_limit": 12 * 2 * math.pi / 360,
+        "x_limit": 2.4,
+        "four_thirds": 4.0 / 3.0,
+        "reset_low": -0.05,
+        "reset_high": 0.05,
+    }
 
 
 @wp.func
@@ -50,11 +70,11 @@ def start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """One step of env ``i`` under ``a.action[i, t]``; returns the reward and termination."""
+def advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """One step of env ``i`` under ``a.action[i]``; returns the reward and termination."""
     st = s.state
     x, x_dot, theta, theta_dot, fell = _dynamics(
-        st[i, 0], st[i, 1], st[i, 2], st[i, 3], a.action[i, t], p
+        st[i, 0], st[i, 1], st[i, 2], st[i, 3], a.action[i], p
     )
     st[i, 0] = x
     st[i, 1] = x_dot
@@ -64,12 +84,12 @@ def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 
 
 @wp.func
-def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """The state (``p.observe_velocity``), or ``(x, theta)``."""
     obs = o.observation
     if p.observe_velocity != 0:
         for c in range(4):
-            obs[i, t, c] = s.state[i, c]
+            obs[i, c] = s.state[i, c]
     else:
-        obs[i, t, 0] = s.state[i, 0]
-        obs[i, t, 1] = s.state[i, 2]
+        obs[i, 0] = s.state[i, 0]
+        obs[i, 1] = s.state[i, 2]

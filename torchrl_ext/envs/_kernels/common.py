@@ -1,9 +1,12 @@
-"""Warp functions shared by every env kernel: hashing, episode bookkeeping, named constants.
+"""Warp functions shared by every env kernel: random streams, episode bookkeeping, structs.
 
 Random numbers in kernels never come from a stateful generator. Every draw is a pure function of
-``(seed, env_index, episode, draw_index)`` computed by a chain of 32-bit avalanche mixers
-(MurmurHash3's finalizer). The 64-bit seed enters as two 32-bit words, so seeds that agree modulo
-``2**32`` still give unrelated streams.
+``(seed, env_index, episode[, step, role], draw_index)`` computed by a chain of 32-bit avalanche
+mixers (MurmurHash3's finalizer). The 64-bit seed enters as two 32-bit words, so seeds that agree
+modulo ``2**32`` still give unrelated streams. A stream is named by its 32-bit ``key``
+(:func:`stream_key` for an episode, :func:`step_key` for one step of it); an env numbers its
+draws from a key itself (:func:`uniform64`, :func:`uniform_range`, :func:`uniform_int`,
+:func:`gaussian_pair`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ _M2 = wp.constant(wp.uint32(0xC2B2AE35))
 _GOLDEN = wp.constant(wp.uint32(0x9E3779B9))
 _SHIFT16 = wp.constant(wp.uint32(16))
 _SHIFT13 = wp.constant(wp.uint32(13))
+_STEP_SALT = wp.constant(wp.uint32(0x7F4A7C15))
+_TWO_PI = wp.constant(wp.float64(6.283185307179586))
 
 
 @wp.func
@@ -43,6 +48,16 @@ def stream_key(seed: wp.array(dtype=wp.uint32), env: int, episode: int) -> wp.ui
 
 
 @wp.func
+def step_key(key: wp.uint32, step: int, role: int) -> wp.uint32:
+    """Key of the stream of step ``step`` of the episode whose stream is ``key``.
+
+    ``role`` tells apart the streams of one step (the base gives ``advance`` role 0 and
+    ``observe`` role 1), so two functions of one step never share a draw.
+    """
+    return fmix32(key ^ fmix32(wp.uint32(2 * step + role) + _STEP_SALT))
+
+
+@wp.func
 def uniform64(key: wp.uint32, draw: int) -> wp.float64:
     """The ``draw``-th uniform double in ``[0, 1)`` of the stream ``key`` (53 random bits)."""
     a = fmix32(key ^ fmix32(wp.uint32(2 * draw) + _GOLDEN))
@@ -56,6 +71,21 @@ def uniform64(key: wp.uint32, draw: int) -> wp.float64:
 def uniform_range(key: wp.uint32, draw: int, low: wp.float64, high: wp.float64) -> wp.float64:
     """The ``draw``-th uniform double in ``[low, high)`` of the stream ``key``."""
     return low + (high - low) * uniform64(key, draw)
+
+
+@wp.func
+def uniform_int(key: wp.uint32, draw: int, n: int) -> int:
+    """The ``draw``-th draw of the stream ``key`` as an int uniform in ``[0, n)``."""
+    return wp.min(int(uniform64(key, draw) * wp.float64(n)), n - 1)
+
+
+@wp.func
+def gaussian_pair(key: wp.uint32, draw: int):
+    """Two independent standard normal doubles from draws ``draw`` and ``draw + 1`` (Box-Muller)."""
+    u1 = uniform64(key, draw)
+    u2 = uniform64(key, draw + 1)
+    radius = wp.sqrt(wp.float64(-2.0) * wp.log(wp.float64(1.0) - u1))
+    return radius * wp.cos(_TWO_PI * u2), radius * wp.sin(_TWO_PI * u2)
 
 
 @wp.struct
@@ -108,6 +138,12 @@ def begin_episode(
     episode[i] = e + 1
     steps[i] = 0
     return e
+
+
+@wp.func
+def current_episode_key(episodes: Episodes, i: int) -> wp.uint32:
+    """The random stream's key of env ``i``'s current episode (the last one begun)."""
+    return stream_key(episodes.seed, i, episodes.episode[i] - 1)
 
 
 @wp.func

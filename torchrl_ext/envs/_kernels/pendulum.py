@@ -8,11 +8,34 @@ vector ``(theta, theta_dot)``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import warp as wp
 
 from torchrl_ext.envs._kernels.common import uniform_range
+
+#: The largest torque, in either direction (the action bound).
+MAX_TORQUE = 2.0
+
+
+def params() -> dict[str, float]:
+    """Constants of ``Pendulum-v1`` (g = 10, m = l = 1), derived as gymnasium does."""
+    gravity, mass, length = 10.0, 1.0, 1.0
+    return {
+        "max_speed": 8.0,
+        "max_torque": MAX_TORQUE,
+        "dt": 0.05,
+        "gravity_coef": 3 * gravity / (2 * length),
+        "torque_coef": 3.0 / (mass * length**2),
+        "reset_theta": math.pi,
+        "reset_theta_dot": 1.0,
+        "pi": math.pi,
+        "two_pi": 2 * math.pi,
+        "cost_speed": 0.1,
+        "cost_torque": 0.001,
+        "zero": 0.0,
+    }
 
 
 @wp.func
@@ -45,17 +68,17 @@ def start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """One step of env ``i`` under the torque ``a.action[i, t]``; never terminates."""
-    new, reward, ended = _dynamics(wp.vector(s.state[i, 0], s.state[i, 1]), a.action[i, t], p)
+def advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """One step of env ``i`` under the torque ``a.action[i]``; never terminates."""
+    new, reward, ended = _dynamics(wp.vector(s.state[i, 0], s.state[i, 1]), a.action[i], p)
     s.state[i, 0] = new[0]
     s.state[i, 1] = new[1]
     return reward, ended
 
 
 @wp.func
-def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """``(cos theta, sin theta, theta_dot)``."""
-    o.observation[i, t, 0] = wp.cos(s.state[i, 0])
-    o.observation[i, t, 1] = wp.sin(s.state[i, 0])
-    o.observation[i, t, 2] = s.state[i, 1]
+    o.observation[i, 0] = wp.cos(s.state[i, 0])
+    o.observation[i, 1] = wp.sin(s.state[i, 0])
+    o.observation[i, 2] = s.state[i, 1]

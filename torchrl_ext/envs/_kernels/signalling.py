@@ -34,20 +34,20 @@ def start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+def advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
     """The speaker's token is kept at step 0; the listener's answer is scored at ``delay + 1``.
 
     Returns the team reward (1 for a right answer, else 0) and whether the episode ends.
     """
     if step == 0:
-        s.token[i] = wp.int32(a.speaker_action[i, t])
+        s.token[i] = wp.int32(a.speaker_action[i])
     answer_step = step >= p.delay + 1  # ">=": a loaded over-long episode ends too
-    right = answer_step and a.listener_action[i, t] == wp.int64(s.target[i])
+    right = answer_step and a.listener_action[i] == wp.int64(s.target[i])
     return wp.where(right, 1.0, 0.0), answer_step
 
 
 @wp.func
-def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """Write env ``i``'s observations at episode step ``step``.
 
     Each agent sees its input on its turn only: the speaker ``one_hot(target)`` (``V`` entries)
@@ -59,7 +59,7 @@ def observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
     target, token = int(s.target[i]), int(s.token[i])
     v = wp.int32(0)
     while v < p.vocab:  # not range(): Warp's CPU code for a run-time bound is slower
-        speaker[i, t, v] = wp.where(step == 0 and v == target, one, zero)
-        listener[i, t, v] = wp.where(step == 1 and v == token, one, zero)
+        speaker[i, v] = wp.where(step == 0 and v == target, one, zero)
+        listener[i, v] = wp.where(step == 1 and v == token, one, zero)
         v += 1
-    listener[i, t, p.vocab] = wp.where(step == p.delay + 1, one, zero)
+    listener[i, p.vocab] = wp.where(step == p.delay + 1, one, zero)

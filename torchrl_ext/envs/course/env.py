@@ -321,7 +321,7 @@ class CourseEnv(WarpEnv):
         rules = make_struct(
             _k.Rules,
             laps=self.laps,
-            max_steps=self.step_limit,
+            max_steps=self._limit,
             crash_regenerates=int(self.crash == "regenerate"),
             gates=int(self.mode == "gates"),
             collision=self.collision,

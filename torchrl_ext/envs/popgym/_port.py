@@ -47,7 +47,8 @@ class PopGymEnv(WarpEnv):
 
     A subclass declares :attr:`presets` (``"easy"``, ``"medium"`` and ``"hard"``: POPGym's
     ``Easy``, ``Medium`` and ``Hard`` classes) and :meth:`_configure`, which sets the env's sizes
-    from the chosen preset and returns its time limit; it has no constructor of its own.
+    from the chosen preset and returns its ``max_steps``, the most steps an episode of that size
+    runs; it has no constructor of its own. Every port's episodes end within ``max_steps``.
 
     Args:
         num_envs (int): number of envs.
@@ -90,6 +91,11 @@ class PopGymEnv(WarpEnv):
         categorical_action_encoding: bool | None = None,
     ) -> None:
         max_steps = self._configure(preset(difficulty, type(self).presets))
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int):
+            raise TypeError(
+                f"{type(self).__name__}._configure() must return max_steps, the most steps an "
+                f"episode of the preset runs (an int), got {max_steps!r}."
+            )
         if categorical_action_encoding is not None:
             check_bool("categorical_action_encoding", categorical_action_encoding)
         self.difficulty = difficulty
@@ -98,8 +104,8 @@ class PopGymEnv(WarpEnv):
         if categorical_action_encoding is not None:
             self._present_as_gymenv(bool(categorical_action_encoding))
 
-    def _configure(self, preset: Any) -> int | None:
-        """Set the env's sizes from ``preset``; return the time limit (``None``: none)."""
+    def _configure(self, preset: Any) -> int:
+        """Set the env's sizes from ``preset``; return ``max_steps``."""
         raise NotImplementedError(f"{type(self).__name__} must implement _configure(preset).")
 
     def _repr_options(self) -> dict[str, Any]:
@@ -168,11 +174,6 @@ def require_range(
     """``values`` lie in ``[low, high)`` (``[low, high]`` if ``closed``)."""
     ok = (values >= low) & ((values <= high) if closed else (values < high))
     require(name, values, ok, f"{what} lie in [{low}, {high}{']' if closed else ')'}")
-
-
-def require_key(name: str, values: torch.Tensor) -> None:
-    """``values`` are random-stream keys: uint32."""
-    require(name, values, (values >= 0) & (values < 2**32), "stream keys are uint32")
 
 
 def require_in(name: str, values: torch.Tensor, allowed: tuple[int, ...]) -> None:

@@ -8,7 +8,7 @@ state arrays (:meth:`~torchrl_ext.envs.WarpEnv.state_dict` saves them; a loaded 
 them), and a new episode's decks are shuffled from that episode's random stream.
 
 :meth:`~torchrl_ext.envs.WarpEnv.load_state_dict` refuses a state no run reaches: card ids lie
-in ``[0, N)``, ``dealt`` in ``[0, N]`` and ``steps`` in ``[0, episode_length]`` (stepping a
+in ``[0, N)``, ``dealt`` in ``[0, N]`` and ``steps`` in ``[0, max_steps]`` (stepping a
 finished episode on without a reset counts no further); once an episode has begun (the
 ``episode`` counter is positive), each deck is a permutation of the card ids and ``dealt`` is
 ``min(steps + 1, N)`` (the reset deals one card, each step one more). An env that has begun no
@@ -37,14 +37,16 @@ class _CardEnv(PopGymEnv):
     """A POPGym card task: one shuffled deck per env, dealt from the end of its row.
 
     Subclasses set :attr:`num_decks` in :meth:`_configure` and may change their observation
-    (``_observation``), action count (``_num_actions``) and reward scale (``_scale``). The
-    episode is never truncated.
+    (``_observation``), action count (``_num_actions``) and reward scale (``_scale``). Every
+    episode ends when the deck does, after ``max_steps`` steps: terminated, never truncated.
     """
 
     num_decks: int
+    truncates_terminal_steps = False
 
-    def _configure(self, preset: Any) -> None:
+    def _configure(self, preset: Any) -> int:
         self.num_decks = preset
+        return self.num_cards - 1
 
     @property
     def num_cards(self) -> int:
@@ -55,14 +57,6 @@ class _CardEnv(PopGymEnv):
         "deck", "The ``[num_envs, num_cards]`` int32 shuffled decks; cards are dealt from the end."
     )
     dealt = state_view("dealt", "The ``[num_envs]`` int32 number of cards dealt so far.")
-
-    @property
-    def episode_length(self) -> int:
-        """Steps per episode: ``num_cards - 1``."""
-        return self.num_cards - 1
-
-    def _max_episode_steps(self) -> int:
-        return self.episode_length
 
     def _observation(self) -> Any:
         """The ``"observation"`` spec."""
@@ -153,7 +147,7 @@ class RepeatPreviousEnv(_CardEnv):
         >>> from torchrl_ext.envs.popgym.cards import RepeatPreviousEnv
         >>> env = RepeatPreviousEnv(4, seed=0, difficulty="medium")
         >>> check_env_specs(env)
-        >>> env.k, env.episode_length
+        >>> env.k, env.max_steps
         (32, 103)
         >>> data = env.rollout(40, break_when_any_done=False)
         >>> data["next", "observation"].shape, bool((data["next", "reward"][:, :31] == 0).all())
@@ -163,8 +157,9 @@ class RepeatPreviousEnv(_CardEnv):
     functions = WarpFunctions(_k.repeat_start, _k.repeat_previous_advance, _k.suit_observe)
     presets: ClassVar = {"easy": (1, 4), "medium": (2, 32), "hard": (3, 64)}
 
-    def _configure(self, preset: Any) -> None:
+    def _configure(self, preset: Any) -> int:
         self.num_decks, self.k = preset
+        return self.num_cards - 1
 
     def _scale(self) -> float:
         return 1.0 / (self.num_cards - self.k)
@@ -204,10 +199,8 @@ class AutoencodeEnv(_CardEnv):
 
     recited = state_view("recited", "The ``[num_envs]`` int32 number of cards recited so far.")
 
-    @property
-    def episode_length(self) -> int:
-        """Steps per episode: ``2 * num_cards - 1``."""
-        return 2 * self.num_cards - 1
+    def _configure(self, preset: Any) -> int:
+        return 2 * super()._configure(preset) + 1  # N cards shown, then N recited
 
     def _observation(self) -> Any:
         return self._multi([2, SUITS])
@@ -267,8 +260,9 @@ class CountRecallEnv(_CardEnv):
         "hard": (4, _k.RANKS, 13),
     }
 
-    def _configure(self, preset: Any) -> None:
+    def _configure(self, preset: Any) -> int:
         self.num_decks, self._kind, self.num_values = preset
+        return self.num_cards - 1
 
     query_deck = state_view("query_deck", "The ``[num_envs, num_cards]`` int32 query decks.")
     counts = state_view("counts", "The ``[num_envs, D]`` int32 count of each value dealt.")

@@ -15,8 +15,9 @@ difficulty picks ``L`` and the noise's standard deviation as POPGym's ``Easy``, 
 
 :meth:`~torchrl_ext.envs.WarpEnv.load_state_dict` refuses a state no run reaches: a cart-pole
 outside ``|x| <= 2.4``, ``|theta| <= 12`` degrees unless the last step terminated (the state's
-``"terminated"`` entry), a pendulum's ``theta_dot`` outside ``[-8, 8]`` (every step clips it), a
-noise key that is not uint32. Any other finite state loads, so an episode may start anywhere.
+``"terminated"`` entry), a pendulum's ``theta_dot`` outside ``[-8, 8]`` (every step clips it).
+Any other finite state loads, so an episode may start anywhere. The noise is drawn from each
+observation's own random stream, so the state holds none of it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ import numpy as np
 import torch
 from torchrl.data import Bounded, Unbounded
 
+from torchrl_ext.envs._base.actions import coin_flips
 from torchrl_ext.envs._base.state_dicts import require
 from torchrl_ext.envs._kernels import cartpole as _cartpole
 from torchrl_ext.envs._kernels import pendulum as _pendulum
-from torchrl_ext.envs.cartpole import _cartpole_params, _coin_flips
-from torchrl_ext.envs.pendulum import _MAX_TORQUE, _pendulum_params
 from torchrl_ext.envs.popgym._kernels import control as _k
-from torchrl_ext.envs.popgym._port import PopGymEnv, require_key, require_range
+from torchrl_ext.envs.popgym._port import PopGymEnv, require_range
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
 
 __all__ = [
@@ -59,12 +59,12 @@ class _ControlTask(PopGymEnv):
     and :attr:`functions`, and implements :meth:`_action` and :meth:`_physics_constants`.
     """
 
-    #: Components of the state; a start draws one uniform each, the observation noise follows.
+    #: Components of the physics state.
     _state_size: ClassVar[int]
 
     def _configure(self, preset: tuple[int, float | None]) -> int:
-        self.episode_length, self.noise_sigma = preset
-        return self.episode_length
+        max_steps, self.noise_sigma = preset
+        return max_steps
 
     def _make_specs(self) -> None:
         n, dev = self.num_envs, self.device
@@ -80,22 +80,14 @@ class _ControlTask(PopGymEnv):
 
     def _noise_constants(self) -> dict[str, float | int]:
         """Constants of the observation noise (the bounds come from the subclass)."""
-        return {"noise_sigma": float(self.noise_sigma), "noise_draw": self._state_size}
+        return {"noise_sigma": float(self.noise_sigma)}
 
     def _constants(self) -> dict[str, float | int]:
         noise = {} if self.noise_sigma is None else self._noise_constants()
         return {**self._physics_constants(), **noise}
 
     def _state_arrays(self) -> dict:
-        arrays: dict[str, Any] = {"state": (float, (self._state_size,))}
-        if self.noise_sigma is not None:
-            arrays["noise_key"] = torch.int64
-        return arrays
-
-    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
-        super()._check_state_values(state)
-        if "noise_key" in state:
-            require_key("noise_key", state["noise_key"])
+        return {"state": (float, (self._state_size,))}
 
 
 class _CartPoleTask(_ControlTask):
@@ -108,19 +100,19 @@ class _CartPoleTask(_ControlTask):
         return self._discrete(2)
 
     def _physics_constants(self) -> dict[str, float | int]:
-        return {**_cartpole_params(), "reward_scale": 1.0 / self.episode_length}
+        return {**_cartpole.params(), "reward_scale": 1.0 / self.max_steps}
 
     def _noise_constants(self) -> dict[str, float | int]:
         return {**super()._noise_constants(), "x_bound": _X_BOUND, "theta_bound": _THETA_BOUND}
 
     def _random_actions(self, steps: int) -> dict:
         """``[N, T]`` uniform actions in ``{0, 1}``, eight per random byte."""
-        return {"action": _coin_flips(self.num_envs, steps, self.device)}
+        return {"action": coin_flips(self.num_envs, steps, self.device)}
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
         """Also: a cart-pole the last step did not terminate is within the termination limits."""
         super()._check_state_values(state)
-        params, positions = _cartpole_params(), state["state"][:, [0, 2]]
+        params, positions = _cartpole.params(), state["state"][:, [0, 2]]
         limits = positions.new_tensor([params["x_limit"], params["theta_limit"]])
         upright = (positions.abs() <= limits) | state["terminated"]
         why = "unless the last step terminated, |x| <= 2.4 and |theta| <= 12 degrees"
@@ -137,13 +129,15 @@ class _PendulumTask(_ControlTask):
 
     def _action(self) -> Any:
         n, dev = self.num_envs, self.device
-        return Bounded(-_MAX_TORQUE, _MAX_TORQUE, shape=(n, 1), dtype=self.dtype, device=dev)
+        return Bounded(
+            -_pendulum.MAX_TORQUE, _pendulum.MAX_TORQUE, shape=(n, 1), dtype=self.dtype, device=dev
+        )
 
     def _physics_constants(self) -> dict[str, float | int]:
         return {
-            **_pendulum_params(),
+            **_pendulum.params(),
             "half_cost_range": _HALF_COST_RANGE,
-            "episode_length": float(self.episode_length),
+            "max_steps": float(self.max_steps),
         }
 
     def _noise_constants(self) -> dict[str, float | int]:
@@ -153,7 +147,7 @@ class _PendulumTask(_ControlTask):
         """Also: the angular velocity lies in ``[-8, 8]`` (every step clips it there)."""
         super()._check_state_values(state)
         speed = state["state"][:, 1]
-        bound = float(speed.new_tensor(_pendulum_params()["max_speed"]))
+        bound = float(speed.new_tensor(_pendulum.params()["max_speed"]))
         require_range("state", speed, -bound, bound, "angular velocities", closed=True)
 
     state = state_view("state", "The ``[num_envs, 2]`` state ``(theta, theta_dot)``.")
@@ -174,7 +168,7 @@ class PositionOnlyCartPoleEnv(_CartPoleTask):
         >>> from torchrl_ext.envs.popgym.control import PositionOnlyCartPoleEnv
         >>> env = PositionOnlyCartPoleEnv(4, seed=0, difficulty="medium")
         >>> data = env.rollout(50, break_when_any_done=False)
-        >>> data["next", "observation"].shape, env.episode_length
+        >>> data["next", "observation"].shape, env.max_steps
         (torch.Size([4, 50, 2]), 400)
         >>> bool((data["next", "reward"] == 1 / 400).all()), bool(data["next", "done"].any())
         (True, True)
@@ -231,9 +225,7 @@ class NoisyPositionOnlyCartPoleEnv(_CartPoleTask):
         (0.3, True)
     """
 
-    functions = WarpFunctions(
-        _k.noisy_cartpole_start, _k.cartpole_advance, _k.observe_noisy_positions
-    )
+    functions = WarpFunctions(_cartpole.start, _k.cartpole_advance, _k.observe_noisy_positions)
     presets: ClassVar = {"easy": (200, 0.1), "medium": (200, 0.2), "hard": (200, 0.3)}
 
 
@@ -284,5 +276,5 @@ class NoisyPositionOnlyPendulumEnv(_PendulumTask):
         True
     """
 
-    functions = WarpFunctions(_k.noisy_pendulum_start, _k.pendulum_advance, _k.observe_noisy_angle)
+    functions = WarpFunctions(_pendulum.start, _k.pendulum_advance, _k.observe_noisy_angle)
     presets: ClassVar = {"easy": (200, 0.1), "medium": (200, 0.2), "hard": (200, 0.3)}

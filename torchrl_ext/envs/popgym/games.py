@@ -19,7 +19,6 @@ from torchrl_ext.envs.popgym._port import (
     PopGymEnv,
     require_envs,
     require_in,
-    require_key,
     require_range,
 )
 from torchrl_ext.envs.warp_env import WarpFunctions, state_view
@@ -30,21 +29,7 @@ _SHIP_SIZES = (2, 3, 3, 4)
 
 
 class _GridEnv(PopGymEnv):
-    """An env whose action is a ``(row, col)`` cell, a ``MultiCategorical`` checked per column."""
-
-    def _check_action_values(self, key: Any, action: torch.Tensor) -> None:
-        nvec = self._kernel_action_spec.nvec.to(action.device)
-        bad = (action < 0) | (action >= nvec)
-        if bool(bad.any()):
-            env, col = (int(x) for x in bad.nonzero()[0])
-            raise ValueError(
-                f"action[:, {col}] entries must lie in [0, {int(nvec[env, col])}), got "
-                f"action[{env}, {col}]={int(action[env, col])}."
-            )
-
-    def _action_fault(self, key: Any, action: torch.Tensor) -> torch.Tensor:
-        nvec = self._kernel_action_spec.nvec.to(action.device)
-        return ((action < 0) | (action >= nvec)).any()
+    """An env whose action is a ``(row, col)`` cell: a ``MultiCategorical``, checked per column."""
 
     def _grid_specs(self, rows: int, cols: int, observations: int) -> None:
         self._set_specs(self._discrete(observations), self._multi([rows, cols]))
@@ -56,8 +41,9 @@ class MultiarmedBanditEnv(PopGymEnv):
     Each episode draws every arm's payout probability uniformly in ``[0, 1)`` (float32). The
     action pulls an arm; the observation is 1 if it paid out, else 0 (0 at the start). A payout
     earns ``1/L``, a miss costs ``1/L``. The episode is truncated after ``L`` steps and never
-    terminates. A loaded state has probabilities in ``[0, 1]``, a uint32 stream key and a
-    ``payout`` of 0 or 1, 0 at step 0.
+    terminates. A step's payout is drawn from that step's own random stream, so the state holds
+    no random key. A loaded state has probabilities in ``[0, 1]`` and a ``payout`` of 0 or 1, 0
+    at step 0.
 
     Presets (POPGym's ``MultiarmedBanditEasy``/``Medium``/``Hard``): ``(K, L)`` ``(10, 200)``,
     ``(20, 400)``, ``(30, 600)``.
@@ -80,8 +66,8 @@ class MultiarmedBanditEnv(PopGymEnv):
     presets: ClassVar = {"easy": (10, 200), "medium": (20, 400), "hard": (30, 600)}
 
     def _configure(self, preset: Any) -> int:
-        self.num_bandits, self.episode_length = preset
-        return self.episode_length
+        self.num_bandits, max_steps = preset
+        return max_steps
 
     def _make_specs(self) -> None:
         self._set_specs(self._discrete(2), self._discrete(self.num_bandits))
@@ -89,20 +75,18 @@ class MultiarmedBanditEnv(PopGymEnv):
     def _state_arrays(self) -> dict:
         return {
             "probs": (torch.float32, (self.num_bandits,)),
-            "key": torch.int64,
             "payout": torch.int32,
         }
 
     def _constants(self) -> dict[str, float]:
-        return {"win": 1.0 / self.episode_length, "loss": -1.0 / self.episode_length}
+        return {"win": 1.0 / self.max_steps, "loss": -1.0 / self.max_steps}
 
     probs = state_view("probs", "The ``[num_envs, K]`` float32 payout probability of each arm.")
 
     def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
-        """Probabilities in ``[0, 1]``, a uint32 key, a 0/1 payout that is 0 before any pull."""
+        """Probabilities in ``[0, 1]``, a 0/1 payout that is 0 before any pull."""
         super()._check_state_values(state)
         require_range("probs", state["probs"], 0, 1, "probabilities", closed=True)
-        require_key("key", state["key"])
         payout = state["payout"]
         require_in("payout", payout, (0, 1))
         require("payout", payout, (payout == 0) | (state["steps"] > 0), "it is 0 at step 0")
@@ -145,8 +129,7 @@ class MineSweeperEnv(_GridEnv):
 
     def _configure(self, preset: Any) -> int:
         self.height, self.width, self.num_mines = preset
-        self.episode_length = self.height * self.width - self.num_mines
-        return self.episode_length
+        return self.height * self.width - self.num_mines
 
     @property
     def num_observations(self) -> int:
@@ -160,7 +143,7 @@ class MineSweeperEnv(_GridEnv):
         return {"grid": (torch.int32, (self.height, self.width)), "last": torch.int32}
 
     def _constants(self) -> dict[str, float | int]:
-        steps = self.episode_length
+        steps = self.max_steps
         return {
             "success": 1.0 / steps,
             "fail": -0.5 - 1.0 / steps,
@@ -232,8 +215,7 @@ class BattleshipEnv(_GridEnv):
 
     def _configure(self, preset: Any) -> int:
         self.board_size = preset
-        self.episode_length = self.board_size**2
-        return self.episode_length
+        return self.board_size**2
 
     @property
     def needed_hits(self) -> int:
@@ -254,7 +236,7 @@ class BattleshipEnv(_GridEnv):
 
     def _constants(self) -> dict[str, float | int]:
         need = self.needed_hits
-        return {"hit": 1.0 / need, "miss": -1.0 / (self.episode_length - need), "needed_hits": need}
+        return {"hit": 1.0 / need, "miss": -1.0 / (self.max_steps - need), "needed_hits": need}
 
     def _random_actions(self, steps: int) -> dict:
         """``[N, T, 2]`` uniform cells, every row and column in one int draw (torch's generator)."""

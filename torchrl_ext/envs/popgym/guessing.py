@@ -63,17 +63,16 @@ class HigherLowerEnv(PopGymEnv):
         _k.higher_lower_start, _k.higher_lower_advance, _k.higher_lower_observe
     )
     presets: ClassVar = {"easy": 1, "medium": 2, "hard": 3}
+    truncates_terminal_steps = False  # the deck runs out: terminated, not truncated
 
-    def _configure(self, preset: Any) -> None:
+    def _configure(self, preset: Any) -> int:
         self.num_decks = preset
+        return self.num_cards - 1
 
     @property
     def num_cards(self) -> int:
         """``N``, the cards in play: ``52 * num_decks``."""
         return _CARDS_PER_DECK * self.num_decks
-
-    def _max_episode_steps(self) -> int:
-        return self.num_cards - 1
 
     def _make_specs(self) -> None:
         self._set_specs(self._discrete(_RANKS), self._discrete(2))
@@ -143,8 +142,7 @@ class ConcentrationEnv(PopGymEnv):
     def _configure(self, preset: Any) -> int:
         self.num_decks, self.match = preset
         n = self.num_cards
-        self.episode_length = math.ceil(2 * n - (n / (2 * n - 1)))
-        return self.episode_length
+        return math.ceil(2 * n - (n / (2 * n - 1)))
 
     @property
     def num_cards(self) -> int:
@@ -176,7 +174,7 @@ class ConcentrationEnv(PopGymEnv):
     def _constants(self) -> dict[str, float | int]:
         return {
             "success": 1.0 / (self.num_cards // 2),
-            "fail": -1.0 / self.episode_length,
+            "fail": -1.0 / self.max_steps,
             "zero": 0.0,
             "facedown": self.facedown,
             "by_rank": int(self.match == "ranks"),

@@ -62,7 +62,7 @@ def begin(s: Any, i: int, key: wp.uint32):
 
 # ---------------------------------------------------------------------- RepeatFirst
 @wp.func
-def repeat_first_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+def repeat_first_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
     """Score the action against the first card's suit, then deal the next card.
 
     The episode ends on the step taken with one card left in the deck (``N - 1`` steps).
@@ -70,20 +70,20 @@ def repeat_first_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     n = s.deck.shape[1]
     terminated = n - int(s.dealt[i]) <= 1
     first = suit(int(s.deck[i, n - 1]))
-    reward = signed(a.action[i, t] == wp.int64(first), p.scale)
+    reward = signed(a.action[i] == wp.int64(first), p.scale)
     deal(s, i)
     return reward, terminated
 
 
 @wp.func
-def suit_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def suit_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """The suit of the card dealt last."""
-    o.observation[i, t] = wp.int64(suit(last_dealt(s.deck, i, int(s.dealt[i]))))
+    o.observation[i] = wp.int64(suit(last_dealt(s.deck, i, int(s.dealt[i]))))
 
 
 # ---------------------------------------------------------------------- RepeatPrevious
 @wp.func
-def repeat_previous_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+def repeat_previous_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
     """Score the action against the suit shown ``k`` observations ago, then deal.
 
     With ``dealt`` cards out, the card shown ``k`` observations ago is the one dealt at index
@@ -92,10 +92,10 @@ def repeat_previous_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     n = s.deck.shape[1]
     dealt = int(s.dealt[i])
     terminated = n - dealt <= 1
-    reward = p.scale - p.scale
+    reward = wp.float64(0.0)  # any float type: the base casts it to the reward dtype
     if dealt >= p.k:
         target = suit(int(s.deck[i, wp.clamp(n - 1 - dealt + p.k, 0, n - 1)]))
-        reward = signed(a.action[i, t] == wp.int64(target), p.scale)
+        reward = wp.float64(signed(a.action[i] == wp.int64(target), p.scale))
     deal(s, i)
     return reward, terminated
 
@@ -109,7 +109,7 @@ def autoencode_start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def autoencode_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+def autoencode_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
     """Watch: show the next card (the action is ignored). Play: recite the shown cards backwards.
 
     The play phase starts once all ``N`` cards are shown; its ``j``-th step scores the action
@@ -117,7 +117,7 @@ def autoencode_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
     recites the first shown card ends the episode.
     """
     n = s.deck.shape[1]
-    reward = p.scale - p.scale
+    reward = wp.float64(0.0)  # any float type: the base casts it to the reward dtype
     terminated = False
     if int(s.dealt[i]) < n:
         deal(s, i)
@@ -125,13 +125,13 @@ def autoencode_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
         recited = int(s.recited[i])
         terminated = n - recited <= 1
         target = suit(int(s.deck[i, wp.min(recited, n - 1)]))
-        reward = signed(a.action[i, t] == wp.int64(target), p.scale)
+        reward = wp.float64(signed(a.action[i] == wp.int64(target), p.scale))
         s.recited[i] = wp.int32(wp.min(recited + 1, n))
     return reward, terminated
 
 
 @wp.func
-def autoencode_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def autoencode_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """Write ``(mode, suit)``; mode 1 is WATCH, 0 is PLAY.
 
     ``(1, suit)`` while watching, ``(0, suit)`` on the last card shown, ``(0, 0)`` while reciting.
@@ -142,8 +142,8 @@ def autoencode_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
     shown = suit(last_dealt(s.deck, i, dealt))
     if int(s.recited[i]) > 0:
         shown = 0
-    o.observation[i, t, 0] = wp.int64(mode)
-    o.observation[i, t, 1] = wp.int64(shown)
+    o.observation[i, 0] = wp.int64(mode)
+    o.observation[i, 1] = wp.int64(shown)
 
 
 # ---------------------------------------------------------------------- CountRecall
@@ -162,14 +162,14 @@ def count_recall_start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def count_recall_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
+def count_recall_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
     """Score the action against how many dealt values equal the query shown last, then deal.
 
     The new value card is counted after scoring; the step dealing the last card ends the episode.
     """
     dealt = int(s.dealt[i])
     query = card_value(last_dealt(s.query_deck, i, dealt), p.kind)
-    reward = signed(a.action[i, t] == wp.int64(s.counts[i, query]), p.scale)
+    reward = signed(a.action[i] == wp.int64(s.counts[i, query]), p.scale)
     if dealt < s.deck.shape[1]:
         dealt = deal(s, i)
         value = card_value(last_dealt(s.deck, i, dealt), p.kind)
@@ -178,11 +178,11 @@ def count_recall_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 
 
 @wp.func
-def count_recall_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def count_recall_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """``(value, query)`` of the cards dealt last from the two decks."""
     dealt = int(s.dealt[i])
-    o.observation[i, t, 0] = wp.int64(card_value(last_dealt(s.deck, i, dealt), p.kind))
-    o.observation[i, t, 1] = wp.int64(card_value(last_dealt(s.query_deck, i, dealt), p.kind))
+    o.observation[i, 0] = wp.int64(card_value(last_dealt(s.deck, i, dealt), p.kind))
+    o.observation[i, 1] = wp.int64(card_value(last_dealt(s.query_deck, i, dealt), p.kind))
 
 
 @wp.func

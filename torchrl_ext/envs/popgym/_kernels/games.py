@@ -1,12 +1,12 @@
 """Warp functions of POPGym's board and bandit games: MultiarmedBandit, MineSweeper, Battleship.
 
-Every random draw comes from the episode's stream ``key`` (a hash of ``(seed, env, episode)``).
+The hidden state is drawn from the episode's stream (``start``'s ``key``, a hash of
+``(seed, env, episode)``); the bandit's payouts from the step's stream (``advance``'s ``key``).
 
 **MultiarmedBandit.** ``probs[k]`` is arm ``k``'s payout probability, drawn at the start of an
-episode as a float32 uniform on the 2**-24 grid of ``[0, 1)`` (draws ``0 .. K-1``). Step ``n``
-of the episode pays out iff draw ``K + n`` is below the chosen arm's probability, so every step
-draws fresh. The stream's ``key`` is kept in the state for the steps; ``payout`` is the last
-observation.
+episode as a float32 uniform on the 2**-24 grid of ``[0, 1)`` (draws ``0 .. K-1``). A step pays
+out iff the first draw of its stream (``advance``'s ``key``) is below the chosen arm's
+probability, so every step draws fresh; ``payout`` is the last observation.
 
 **MineSweeper.** ``grid[r, c]`` is 0 (clear), 1 (mine) or 2 (viewed). The mines form a uniformly
 random subset of the cells (Floyd's sampling, one draw per mine). The observation ``last`` is
@@ -25,18 +25,12 @@ from typing import Any
 
 import warp as wp
 
-from torchrl_ext.envs._kernels.common import uniform64
+from torchrl_ext.envs._kernels.common import uniform64, uniform_int
 
 _GRID24 = wp.constant(wp.float64(16777216.0))
 MINE = wp.constant(1)
 VIEWED = wp.constant(2)
 SHIPS = wp.constant(4)
-
-
-@wp.func
-def uniform_int(key: wp.uint32, draw: int, n: int) -> int:
-    """The ``draw``-th draw of ``key`` as an int uniform in ``[0, n)``."""
-    return wp.min(int(uniform64(key, draw) * wp.float64(n)), n - 1)
 
 
 # Loops over cells are ``while`` loops: Warp's CPU code for ``range()`` with a bound known only at
@@ -73,30 +67,27 @@ def count_in_box(
 # ----------------------------------------------------------------------------- MultiarmedBandit
 @wp.func
 def bandit_start(s: Any, p: Any, i: int, key: wp.uint32):
-    """A new episode: draw every arm's payout probability; keep the stream for the steps."""
+    """A new episode: draw every arm's payout probability."""
     k = wp.int32(0)
     while k < s.probs.shape[1]:
         grid = wp.floor(uniform64(key, k) * _GRID24)
         s.probs[i, k] = wp.float32(grid / _GRID24)
         k += 1
-    s.key[i] = wp.int64(key)
     s.payout[i] = wp.int32(0)
 
 
 @wp.func
-def bandit_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """Pull arm ``a.action[i, t]``: pays ``1/L`` with its probability, else costs ``1/L``."""
-    arms = s.probs.shape[1]
-    u = uniform64(wp.uint32(s.key[i]), arms + step)
-    paid = u < wp.float64(s.probs[i, int(a.action[i, t])])
+def bandit_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """Pull arm ``a.action[i]``: pays ``1/L`` with its probability, else costs ``1/L``."""
+    paid = uniform64(key, 0) < wp.float64(s.probs[i, int(a.action[i])])
     s.payout[i] = wp.where(paid, wp.int32(1), wp.int32(0))
     return wp.where(paid, p.win, p.loss), False
 
 
 @wp.func
-def bandit_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def bandit_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """Whether the last pull paid out (0 at the start)."""
-    o.observation[i, t] = o.observation.dtype(s.payout[i])
+    o.observation[i] = o.observation.dtype(s.payout[i])
 
 
 # ---------------------------------------------------------------------------------- MineSweeper
@@ -129,9 +120,9 @@ def all_clear_viewed(s: Any, i: int) -> bool:
 
 
 @wp.func
-def mines_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """Click cell ``a.action[i, t]`` = (row, col): a mine ends the episode, a viewed cell costs."""
-    row, col = int(a.action[i, t, 0]), int(a.action[i, t, 1])
+def mines_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """Click cell ``a.action[i]`` = (row, col): a mine ends the episode, a viewed cell costs."""
+    row, col = int(a.action[i, 0]), int(a.action[i, 1])
     cell = s.grid[i, row, col]
     reward = p.success
     terminated = False
@@ -147,9 +138,9 @@ def mines_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 
 
 @wp.func
-def last_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def last_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """The last observation kept in ``last``."""
-    o.observation[i, t] = o.observation.dtype(s.last[i])
+    o.observation[i] = o.observation.dtype(s.last[i])
 
 
 # ----------------------------------------------------------------------------------- Battleship
@@ -190,9 +181,9 @@ def battleship_start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def battleship_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """Shoot at ``a.action[i, t]`` = (row, col); a hit is a ship cell not shot at before."""
-    row, col = int(a.action[i, t, 0]), int(a.action[i, t, 1])
+def battleship_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """Shoot at ``a.action[i]`` = (row, col); a hit is a ship cell not shot at before."""
+    row, col = int(a.action[i, 0]), int(a.action[i, 1])
     hit = s.board[i, row, col] != wp.int32(0) and s.guesses[i, row, col] == wp.int32(0)
     s.guesses[i, row, col] = wp.int32(1)
     s.hits[i] = s.hits[i] + wp.where(hit, wp.int32(1), wp.int32(0))

@@ -45,12 +45,12 @@ def higher_lower_start(s: Any, p: Any, i: int, key: wp.uint32):
 
 
 @wp.func
-def higher_lower_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """Deal the next card and score the guess ``a.action[i, t]`` (0: higher, 1: lower)."""
+def higher_lower_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """Deal the next card and score the guess ``a.action[i]`` (0: higher, 1: lower)."""
     n = s.deck.shape[1]
     now = rank(current_card(s, i, step))
     nxt = rank(current_card(s, i, step + 1))
-    guess_higher = a.action[i, t] == wp.int64(0)
+    guess_higher = a.action[i] == wp.int64(0)
     reward = p.zero
     if nxt != now:
         reward = wp.where((nxt > now) == guess_higher, p.right, p.wrong)
@@ -58,9 +58,9 @@ def higher_lower_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 
 
 @wp.func
-def higher_lower_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def higher_lower_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """The rank of the current card."""
-    o.observation[i, t] = o.observation.dtype(rank(current_card(s, i, step)))
+    o.observation[i] = o.observation.dtype(rank(current_card(s, i, step)))
 
 
 # -------------------------------------------------------------------------------- Concentration
@@ -110,14 +110,14 @@ def all_face_up(s: Any, i: int) -> bool:
 
 
 @wp.func
-def concentration_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
-    """Flip the card at position ``a.action[i, t]``; score a finished or invalid pair.
+def concentration_advance(s: Any, p: Any, a: Any, i: int, step: int, key: wp.uint32):
+    """Flip the card at position ``a.action[i]``; score a finished or invalid pair.
 
     Flipping a matched card costs ``fail`` per card in play and ends the pair; a second flip
     scores ``success`` for two distinct positions of equal value (both stay face up, and the
     episode terminates once all are) and ``2 * fail`` otherwise; a first flip scores 0.
     """
-    x = int(a.action[i, t])
+    x = int(a.action[i])
     turn_back(s, p, i, int(s.shown_first[i]))
     turn_back(s, p, i, int(s.shown_second[i]))
     first = int(s.in_play[i])
@@ -148,9 +148,9 @@ def concentration_advance(s: Any, p: Any, a: Any, i: int, t: int, step: int):
 
 
 @wp.func
-def concentration_observe(s: Any, p: Any, o: Any, i: int, t: int, step: int):
+def concentration_observe(s: Any, p: Any, o: Any, i: int, step: int, key: wp.uint32):
     """What every position shows: the row ``board[i]``."""
     c = wp.int32(0)
     while c < s.board.shape[1]:
-        o.observation[i, t, c] = s.board[i, c]
+        o.observation[i, c] = s.board[i, c]
         c += 1
