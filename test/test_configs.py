@@ -23,10 +23,16 @@ from torchrl.trainers.algorithms.configs.modules import (  # noqa: E402
 
 from torchrl_ext import (  # noqa: E402
     Sequence,
+    Tape,
     Transition,
     configs,
 )
-from torchrl_ext.configs import SequenceConfig, TransitionConfig, register_configs  # noqa: E402
+from torchrl_ext.configs import (  # noqa: E402
+    SequenceConfig,
+    TapeConfig,
+    TransitionConfig,
+    register_configs,
+)
 from torchrl_ext.envs import (  # noqa: E402
     CarConfig,
     CartPoleEnv,
@@ -47,6 +53,7 @@ class TestConfigs:
         register_configs()
         repo = ConfigStore.instance().repo["sample_unit"]
         assert "torchrl_ext_sequence.yaml" in repo and "torchrl_ext_transition.yaml" in repo
+        assert "torchrl_ext_tape.yaml" in repo
 
     def test_instantiate_from_structured_config(self):
         cfg = OmegaConf.structured(SequenceConfig(length=5, burn_in=2, episode_boundary="stop"))
@@ -56,14 +63,31 @@ class TestConfigs:
         assert unit.done_key == ("next", "done")
         assert isinstance(instantiate(OmegaConf.structured(TransitionConfig())), Transition)
 
-    def test_missing_length_is_reported(self):
+    def test_instantiate_tape_from_structured_config(self):
+        cfg = OmegaConf.structured(TapeConfig(length=6, rows=2, priority_reduction="mean"))
+        unit = instantiate(cfg)
+        assert isinstance(unit, Tape)
+        assert (unit.length, unit.rows, unit.priority_reduction) == (6, 2, "mean")
+        assert unit.shape == torch.Size([2, 6])
+        assert unit.done_key == ("next", "done") and unit.traj_key is None
+
+    def test_tape_overrides_from_yaml(self):
+        cfg = OmegaConf.merge(
+            OmegaConf.structured(TapeConfig), OmegaConf.create("length: 8\ntraj_key: [traj, id]")
+        )
+        unit = instantiate(cfg)
+        assert unit.shape == torch.Size([8]) and unit.traj_key == ("traj", "id")
+
+    @pytest.mark.parametrize("config", [SequenceConfig, TapeConfig])
+    def test_missing_length_is_reported(self, config):
         with pytest.raises(Exception, match="length"):
-            instantiate(OmegaConf.structured(SequenceConfig()))
+            instantiate(OmegaConf.structured(config()))
 
 
 #: (constructed class, its config, config fields that are no constructor argument)
 CONFIGURED = [
     (Sequence, SequenceConfig, set()),
+    (Tape, TapeConfig, set()),
     (Transition, TransitionConfig, set()),
     (CartPoleEnv, configs.CartPoleEnvConfig, {"env_name"}),
     (PendulumEnv, configs.PendulumEnvConfig, {"env_name"}),

@@ -35,3 +35,10 @@ class TestLazyModule:
     def test_dir_is_sorted_and_has_no_repeats(self):
         names = dir(torchrl_ext)
         assert names == sorted(set(names))
+
+    def test_sample_units_are_the_data_subpackage_s(self):
+        from torchrl_ext import data
+
+        for name in ("SampleUnit", "Sequence", "Tape", "Transition"):
+            assert name in torchrl_ext.__all__ and name in data.__all__
+            assert getattr(torchrl_ext, name) is getattr(data, name)

@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "SampleUnit",
     "Sequence",
+    "Tape",
     "Transition",
     "configs",
     "data",
@@ -20,7 +21,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _SUBPACKAGES = ("configs", "data", "envs", "modules", "objectives")
-_DATA_NAMES = ("SampleUnit", "Sequence", "Transition")
+_DATA_NAMES = ("SampleUnit", "Sequence", "Tape", "Transition")
 
 
 def __getattr__(name: str) -> Any:

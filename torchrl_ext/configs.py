@@ -3,8 +3,8 @@
 Importing this module registers every config below in TorchRL's groups when hydra-core is
 installed; :func:`register_configs` does it explicitly (and raises without hydra-core):
 
-- ``sample_unit``: :class:`TransitionConfig` and :class:`SequenceConfig`
-  (``torchrl_ext_transition``, ``torchrl_ext_sequence``);
+- ``sample_unit``: :class:`TransitionConfig`, :class:`SequenceConfig` and :class:`TapeConfig`
+  (``torchrl_ext_transition``, ``torchrl_ext_sequence``, ``torchrl_ext_tape``);
 - ``env``: :class:`CartPoleEnvConfig`, :class:`PendulumEnvConfig`, :class:`CourseEnvConfig`,
   :class:`SignallingEnvConfig` and :class:`PopGymEnvConfig` (``torchrl_ext_cartpole``,
   ``torchrl_ext_pendulum``, ``torchrl_ext_course``, ``torchrl_ext_signalling``,
@@ -81,6 +81,7 @@ __all__ = [
     "RecurrentGAEConfig",
     "SequenceConfig",
     "SignallingEnvConfig",
+    "TapeConfig",
     "TransitionConfig",
     "make_env",
     "make_gru_module",
@@ -130,6 +131,28 @@ class SequenceConfig(SampleUnitConfig):
     priority_reduction: str = "max"
     priority_eta: float = 0.9
     priority_learning_only: bool = False
+    is_init_key: Any = "is_init"
+
+
+@dataclass
+class TapeConfig(SampleUnitConfig):
+    """Hydra config of :class:`torchrl_ext.data.Tape`: one field per constructor argument.
+
+    Examples:
+        >>> from hydra.utils import instantiate
+        >>> from torchrl_ext.configs import TapeConfig
+        >>> unit = instantiate(TapeConfig(length=64, rows=4))
+        >>> unit.shape, unit.done_key
+        (torch.Size([4, 64]), ('next', 'done'))
+    """
+
+    _target_: str = "torchrl_ext.data.Tape"
+    length: int = MISSING
+    rows: Any = None
+    done_key: Any = ("next", "done")
+    traj_key: Any = None
+    priority_reduction: str = "max"
+    priority_eta: float = 0.9
     is_init_key: Any = "is_init"
 
 
@@ -420,6 +443,7 @@ def _keys(value: Any, many: bool) -> Any:
 REGISTERED = (
     ("sample_unit", "torchrl_ext_transition", TransitionConfig),
     ("sample_unit", "torchrl_ext_sequence", SequenceConfig),
+    ("sample_unit", "torchrl_ext_tape", TapeConfig),
     ("env", "torchrl_ext_cartpole", CartPoleEnvConfig),
     ("env", "torchrl_ext_pendulum", PendulumEnvConfig),
     ("env", "torchrl_ext_course", CourseEnvConfig),

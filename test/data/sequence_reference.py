@@ -6,24 +6,7 @@ shares no code with the package.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass
-class Ring:
-    """A 1-D ring buffer as seen by a sample unit: flags per written slot and the seam."""
-
-    done: list[bool]  # one flag per written slot (len == written)
-    full: bool
-    newest: int  # slot written last
-
-    @property
-    def written(self) -> int:
-        return len(self.done)
-
-    @property
-    def oldest(self) -> int:
-        return (self.newest + 1) % self.written if self.full else 0
+from ring_reference import Ring
 
 
 def reach(ring: Ring, anchor: int, crosses: bool) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 
 from torchrl_ext.data.minibatches import EnvMajorMinibatches, EnvMajorSampler
 from torchrl_ext.data.safe_loading import load_replay
-from torchrl_ext.data.sample_units import SampleUnit, Sequence, Transition
+from torchrl_ext.data.sample_units import SampleUnit, Sequence, Tape, Transition
 from torchrl_ext.data.storages import FastLazyMemmapStorage, FastLazyTensorStorage
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "FastLazyTensorStorage",
     "SampleUnit",
     "Sequence",
+    "Tape",
     "Transition",
     "load_replay",
 ]

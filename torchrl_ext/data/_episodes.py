@@ -10,6 +10,8 @@ Two sources of boundaries are supported:
 - **Trajectory ids** (:class:`TrajectoryIndex`): records carrying the same id form one trajectory,
   in write order, even when trajectories are interleaved in storage. A per-slot doubly linked list
   is kept up to date incrementally as the buffer's writer reports writes (``mark_update``).
+  A unit holds its index through :class:`TrajectoryIds`, which builds it for the storage the
+  unit samples from and passes the writer's reports on.
 
 Both produce a :class:`Reach`: for each anchor, the storage time coordinate of every record at a
 relative step ``j`` in ``[-back, forward]`` and how far the anchor's episode extends each way.
@@ -17,8 +19,10 @@ relative step ``j`` in ``[-back, forward]`` and how far the anchor's episode ext
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -72,6 +76,18 @@ class Reach:
         if self.chain is not None:
             return self.chain.gather(1, column.long())
         positions = self.base.unsqueeze(1) + column
+        return torch.remainder(positions, self.written) if self.wraps else positions
+
+    def positions_of(self, anchor: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+        """Storage time coordinates of single records: ``column`` of the reach of ``anchor``.
+
+        Args:
+            anchor (torch.Tensor): each record's anchor (its row of the reach), any shape.
+            column (torch.Tensor): each record's column, shaped like ``anchor``.
+        """
+        if self.chain is not None:
+            return self.chain[anchor, column]
+        positions = self.base[anchor] + column
         return torch.remainder(positions, self.written) if self.wraps else positions
 
 
@@ -448,4 +464,69 @@ class TrajectoryIndex:
             reached += ok
             alive = ok
             out[:, j] = current
+            if not bool(alive.any()):  # every walk ended: the rest repeats where each stopped
+                out[:, j + 1 :] = current.unsqueeze(1)
+                break
         return out, reached
+
+
+class TrajectoryIds:
+    """A unit's trajectory index: built for the storage it samples, kept current by its writes.
+
+    Holds at most one :class:`TrajectoryIndex`, for the storage the unit last sampled from. The
+    index is built on first use (and rebuilt when stale); the unit is attached to that storage
+    then, so that the buffer's writer reports every write to the unit's ``mark_update``, which
+    passes it on to :meth:`mark_update`. Pickled without the index, which is rebuilt on the
+    next sample.
+
+    Args:
+        traj_key (NestedKey or None): the stored trajectory id; ``None`` when the unit reads
+            done flags (no index is ever built then).
+        owner (str): the unit's class name, for messages.
+    """
+
+    def __init__(self, traj_key: NestedKey | None, owner: str) -> None:
+        self.traj_key = traj_key
+        self.owner = owner
+        self._index: TrajectoryIndex | None = None
+        self._lock = threading.Lock()
+
+    def index_of(self, storage: TensorStorage, unit: Any) -> TrajectoryIndex:
+        """The index of ``storage``, current; built for it (attaching ``unit``) on first use.
+
+        Args:
+            storage (TensorStorage): the storage the unit samples from.
+            unit (SampleUnit): the unit, attached to ``storage`` when its index is built.
+        """
+        with self._lock:
+            index = self._index
+            if index is None or index.storage is not storage:
+                index = TrajectoryIndex(storage, self.traj_key, self.owner)
+                self._index = index
+                storage.attach(unit)
+            if index.is_stale():
+                index.rebuild()
+            return index
+
+    def lookup(self, storage: TensorStorage, unit: Any) -> Callable[[], TrajectoryIndex] | None:
+        """What a builder calls for the index of ``storage``; ``None`` without ``traj_key``.
+
+        Args:
+            storage (TensorStorage): the storage the unit samples from.
+            unit (SampleUnit): the unit, as :meth:`index_of` takes it.
+        """
+        if self.traj_key is None:
+            return None
+        return functools.partial(self.index_of, storage, unit)
+
+    def mark_update(self, index: torch.Tensor | int) -> None:
+        """Links newly written slots into the index, if one was built."""
+        traj_index = self._index
+        if traj_index is not None:
+            traj_index.mark_update(index)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"traj_key": self.traj_key, "owner": self.owner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)

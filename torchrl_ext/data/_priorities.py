@@ -1,8 +1,9 @@
-"""Per-anchor priorities of window samples, and TorchRL's priority calls on a unit's buffers.
+"""Priorities of window and tape samples, and TorchRL's priority calls on a unit's buffers.
 
 A window's records share one priority, the one of the anchor the sampler drew:
 :func:`reduce_window_priorities` reduces per-record priorities (TD errors) to one value per
-anchor, refusing values a sum tree must never hold.
+anchor. A tape's episodes each get one priority, written to every record of the episode:
+:func:`reduce_episode_priorities`. Both refuse values a sum tree must never hold.
 
 TorchRL's ``rb.update_tensordict_priority(sample)`` reduces a window sample with its own rule
 (a max over valid records, per anchor, for flat samples; for ``[B, window]`` samples a max
@@ -89,6 +90,103 @@ def reduce_window_priorities(
     )
 
 
+def reduce_episode_priorities(
+    sample: Any, priority: torch.Tensor, reduction: str, eta: float
+) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+    """Reduces per-record priorities of a tape sample to one value per episode and record.
+
+    Each episode of the sample (its records share a ``"sequence_id"`` >= 0) is reduced over
+    its valid records with ``reduction``; the result is written to every record of the
+    episode. A record seen in several episodes of the sample (an episode drawn twice) keeps
+    the largest result. Priorities of valid records must be finite and ``>= 0``; the masked
+    tail (``"sequence_id"`` -1, invalid) is never read.
+
+    Args:
+        sample (TensorDict or dict): holds ``"index"`` (the records' storage coordinates, as
+            TorchRL's buffers report them), ``"sequence_id"`` and optionally
+            ``"validity_mask"``, one per record.
+        priority (torch.Tensor): one priority per record.
+        reduction (str): ``"max"``, ``"mean"`` or ``"mixture"``.
+        eta (float): weight of the max in ``"mixture"``.
+
+    Returns:
+        ``(records, priorities)``: the distinct records as a ``[n]`` tensor (1-D storages) or a
+        tuple of coordinate tensors, and their episodes' reduced priorities.
+    """
+    episode = _get(sample, "sequence_id").reshape(-1).long()
+    records = episode.numel()
+    priority = _as_priority(priority)
+    if priority.numel() != records:
+        raise ValueError(
+            f"priority must hold one value per record ({records}), got a tensor of shape "
+            f"{tuple(priority.shape)}."
+        )
+    index = _record_index(sample, records)
+    valid = episode >= 0
+    mask = _find(sample, "validity_mask")
+    if mask is not None:
+        valid &= mask.reshape(-1).to(valid.device)
+    values = priority.reshape(-1).to(torch.float64)
+    _check_episode_priorities(values, valid, episode)
+    episode, values = episode[valid], values[valid]
+    per_record = _reduce_groups(values, episode, reduction, eta)[episode]
+    dtype = priority.dtype if priority.is_floating_point() else torch.float
+    return _dedupe(index[valid.to(index.device)], per_record.to(dtype))
+
+
+def _record_index(sample: Any, records: int) -> torch.Tensor:
+    """The records' storage coordinates as ``[records, ndim]`` (``"index"``, tuple or stacked)."""
+    index = sample.get("index", None)
+    if index is None:
+        raise ValueError(
+            "the sample has no 'index' entry (the records' storage indices, which TorchRL's "
+            "buffers add to every sample and info); pass the sample or info the buffer "
+            "returned, or add the index that unit.expand returned under 'index'."
+        )
+    if isinstance(index, tuple):
+        index = torch.stack([torch.as_tensor(c).reshape(-1) for c in index], -1)
+    index = torch.as_tensor(index)
+    if index.numel() == records:
+        return index.reshape(records, 1)
+    if index.numel() % records or index.shape[-1] * records != index.numel():
+        raise ValueError(
+            f"the sample's 'index' must hold the coordinates of each of its {records} "
+            f"records, got a tensor of shape {tuple(index.shape)}."
+        )
+    return index.reshape(records, -1)
+
+
+def _check_episode_priorities(
+    values: torch.Tensor, valid: torch.Tensor, episode: torch.Tensor
+) -> None:
+    """Refuses NaN, infinite or negative priorities among the valid records of a tape."""
+    bad = valid & ~(torch.isfinite(values) & (values >= 0))
+    if bool(bad.any()):
+        record = int(bad.nonzero()[0])
+        raise ValueError(
+            f"priorities must be finite and >= 0, got {values[record].item()!r} for record "
+            f"{record} of the sample (flat), in episode {int(episode[record])} (its "
+            "'sequence_id'). Check the TD errors for NaN or inf before updating priorities."
+        )
+
+
+def _reduce_groups(
+    values: torch.Tensor, group: torch.Tensor, reduction: str, eta: float
+) -> torch.Tensor:
+    """``reduction`` of ``values`` per ``group`` id (``0 .. max``), one value per id."""
+    size = int(group.max()) + 1 if group.numel() else 0
+    group = group.to(values.device)
+    count = torch.zeros(size, dtype=values.dtype, device=values.device)
+    count.index_add_(0, group, torch.ones_like(values))
+    mean = torch.zeros_like(count).index_add_(0, group, values) / count.clamp(min=1)
+    if reduction == "mean":
+        return mean
+    peak = torch.full_like(count, -torch.inf).scatter_reduce_(0, group, values, reduce="amax")
+    if reduction == "max":
+        return peak
+    return eta * peak + (1.0 - eta) * mean
+
+
 def _as_priority(priority: Any) -> torch.Tensor:
     if isinstance(priority, torch.Tensor):
         tensor = priority
@@ -152,7 +250,7 @@ def _reduce_rows(values: torch.Tensor, mask: torch.Tensor, reduction: str, eta: 
 
 
 def _dedupe(anchor: torch.Tensor, value: torch.Tensor):
-    """Keeps the largest priority of an anchor drawn in several windows."""
+    """Keeps the largest priority of an anchor (or record) met several times."""
     unique, inverse = torch.unique(anchor, dim=0, return_inverse=True)
     reduced = torch.full((unique.shape[0],), -torch.inf, dtype=value.dtype, device=value.device)
     reduced.scatter_reduce_(0, inverse.to(value.device), value, reduce="amax")
@@ -171,7 +269,7 @@ def _get(sample: Any, key: str) -> torch.Tensor:
     if value is None:
         raise ValueError(
             f"the sample has no {key!r} entry; pass a sample (or its info) produced by a "
-            "Sequence sample unit."
+            "Sequence or Tape sample unit."
         )
     return value
 
@@ -186,7 +284,7 @@ class PriorityCalls:
     """The buffers whose priority calls one unit routes, and the routes' install and removal.
 
     Args:
-        unit (Sequence): the unit whose ``update_priority`` window samples go through.
+        unit (Sequence or Tape): the unit whose ``update_priority`` its samples go through.
     """
 
     def __init__(self, unit: Any) -> None:
@@ -266,10 +364,10 @@ class _Route:
 
 
 class RoutedTensorDictPriority(_Route):
-    """``buffer.update_tensordict_priority`` for a buffer sampling through a ``Sequence``.
+    """``buffer.update_tensordict_priority`` for a buffer sampling through one of our units.
 
-    A sample carrying ``"anchor_index"`` (a window sample of the unit) is written with
-    ``unit.update_priority(buffer, sample)``: the unit's reduction per anchor, NaN, infinite
+    A sample carrying ``"anchor_index"`` (a window or tape sample of the unit) is written with
+    ``unit.update_priority(buffer, sample)``: the unit's reduction, NaN, infinite
     or negative priorities refused before the sum tree is touched. Other data, and buffers
     whose sampler is not prioritized, take TorchRL's method unchanged.
     """
@@ -317,7 +415,7 @@ def check_finite_priority(priority: Any) -> None:
 
 
 def _is_window_sample(data: Any) -> bool:
-    """Whether ``data`` is a batch of windows from a ``Sequence`` unit."""
+    """Whether ``data`` is a batch of windows (``Sequence``) or tapes (``Tape``)."""
     return is_tensor_collection(data) and data.batch_dims > 0 and "anchor_index" in data.keys()
 
 

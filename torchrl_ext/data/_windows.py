@@ -11,7 +11,7 @@ and :func:`records_vectorized`, batched tensor ops over a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,11 +42,6 @@ class WindowSpec:
     episode_boundary: str
     layout: str
     is_init_key: NestedKey
-
-    @classmethod
-    def of(cls, settings: Mapping[str, Any]) -> WindowSpec:
-        """The spec of a unit's settings (``Sequence._config``): its fields, by name."""
-        return cls(**{field.name: settings[field.name] for field in dataclasses.fields(cls)})
 
     @property
     def window(self) -> int:

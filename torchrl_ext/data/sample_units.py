@@ -4,17 +4,19 @@ A TorchRL replay buffer samples in two steps: its sampler picks *anchors* (where
 with what probability), then its ``sample_unit`` decides what each anchor *expands into*, before
 the storage is read. :class:`Transition` keeps one record per anchor; :class:`Sequence` expands
 each anchor into a window of records for recurrent learners (burn-in, learning region,
-bootstrap), respecting episode boundaries. Its settings (validated together, fixed afterwards)
-and what it reads and checks before any window is built are below it in this module; windows
-are built in ``_windows``, and per-anchor priorities and TorchRL's priority calls live in
-``_priorities``.
+bootstrap), respecting episode boundaries; :class:`Tape` lays the episodes the anchors select
+whole, end to end, into tapes of a fixed length (no padding inside, no episode cut). Their
+settings (validated together, fixed afterwards) and what they read and check before any
+record is laid out are below them in this module; windows are built in ``_windows``, tapes in
+``_tapes``, and priorities and TorchRL's priority calls live in ``_priorities``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import threading
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 import torch
 from tensordict.utils import NestedKey
@@ -24,10 +26,15 @@ from torchrl.data.replay_buffers.storages import Storage
 
 from torchrl_ext._checks import check_bool, check_choice, check_float, check_int, check_key
 from torchrl_ext.data import _episodes
-from torchrl_ext.data._priorities import PriorityCalls, reduce_window_priorities
+from torchrl_ext.data._priorities import (
+    PriorityCalls,
+    reduce_episode_priorities,
+    reduce_window_priorities,
+)
+from torchrl_ext.data._tapes import TapeBuilder, TapeSpec
 from torchrl_ext.data._windows import WindowBuilder, WindowSpec
 
-__all__ = ["SampleUnit", "Sequence", "Transition"]
+__all__ = ["SampleUnit", "Sequence", "Tape", "Transition"]
 
 
 class SampleUnit(_TorchRLSampleUnit):
@@ -219,8 +226,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
             length, episode_boundary, done_key, burn_in, bootstrap, stride, dilation, traj_key,
             layout, priority_reduction, priority_eta, priority_learning_only, is_init_key,
         )  # fmt: skip
-        self._traj_index: _episodes.TrajectoryIndex | None = None
-        self._lock = threading.Lock()
+        self._trajectories = _episodes.TrajectoryIds(self.traj_key, type(self).__name__)
         # (contents, done flags) of the last storage read, checked for colliding keys
         self._known: tuple[Any, torch.Tensor | None] | None = None
         self._priority_calls = PriorityCalls(self)
@@ -244,7 +250,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
     @functools.cached_property
     def _window_builder(self) -> WindowBuilder:
         """Builds this unit's windows (its settings are fixed, so made once; not pickled)."""
-        return WindowBuilder(WindowSpec.of(self._config))
+        return WindowBuilder(_spec_of(WindowSpec, self._config))
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -277,9 +283,7 @@ class Sequence(SampleUnit, _TorchRLSequence):
         )
         time, lanes, anchors = _split_anchors(index, storage.ndim)
         _check_anchors(time, lanes, view)
-        trajectories = (
-            None if self.traj_key is None else functools.partial(self._trajectory_index, storage)
-        )
+        trajectories = self._trajectories.lookup(storage, self)
         index, info = self._window_builder.build(
             view, time, lanes, anchors, info, self.use_compiled, trajectories
         )
@@ -288,22 +292,9 @@ class Sequence(SampleUnit, _TorchRLSequence):
 
     # -- trajectory ids ----------------------------------------------------------------------
 
-    def _trajectory_index(self, storage: Storage) -> _episodes.TrajectoryIndex:
-        with self._lock:
-            index = self._traj_index
-            if index is None or index.storage is not storage:
-                index = _episodes.TrajectoryIndex(storage, self.traj_key, type(self).__name__)
-                self._traj_index = index
-                storage.attach(self)
-            if index.is_stale():
-                index.rebuild()
-            return index
-
     def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
         """Called by the buffer's writer after each write; keeps the trajectory index current."""
-        traj_index = self._traj_index
-        if traj_index is not None:
-            traj_index.mark_update(index)
+        self._trajectories.mark_update(index)
 
     # -- priorities --------------------------------------------------------------------------
 
@@ -443,17 +434,10 @@ class Sequence(SampleUnit, _TorchRLSequence):
     # -- misc --------------------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_window_builder", None)
-        state["_traj_index"] = None
-        state["_lock"] = None
-        state["_known"] = None
-        state["_priority_calls"] = None
-        return state
+        return _state_to_pickle(self.__dict__, "_window_builder")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
         self._priority_calls = PriorityCalls(self)
 
     def __repr__(self) -> str:
@@ -464,12 +448,315 @@ class Sequence(SampleUnit, _TorchRLSequence):
         )
 
 
-# -- Sequence's settings: validated together, fixed afterwards ------------------------------------
+class Tape(SampleUnit):
+    """Lays the episodes of the drawn anchors whole, end to end, into tapes of ``length`` records.
+
+    The anchors the buffer's sampler draws (``batch_size`` of them: the sample's *draws*) each
+    select the episode holding them. Episodes are placed in draw order, each whole in the first
+    tape with room left for it; a draw whose episode fits in no tape is skipped and the next
+    draw is tried. When every tape is full, or the draws run out, each tape that is not full
+    ends with a *masked tail*: records repeating the tape's last record, with
+    ``validity_mask`` False and ``is_init`` True at the tail's first record. No episode is
+    ever cut, and a tape holds no padding before its tail. A sample holds ``length`` records
+    (``rows=None``: one tape, shaped ``[length]``) or ``rows * length`` (``[rows, length]``),
+    whatever the episodes: a memory runs over whole tapes and resets at every ``is_init``.
+
+    How many draws: a tape of ``length`` records takes about ``length / L`` episodes of mean
+    length ``L``, so ``batch_size = 2 * rows * length // L`` leaves draws to spare for the
+    skips; the mean of ``validity_mask`` says how full the tapes are. Draws left over when the
+    tapes are full cost only the read of their episode's bounds (every draw is checked against
+    ``length``).
+
+    Which episodes: each draw selects an episode with the probability the sampler gives its
+    records together: its length over the stored records under a uniform sampler; the sum of
+    its records' priorities (to the power ``alpha``) under a ``PrioritizedSampler``. The first
+    draw always starts the first tape, so the episode there follows that distribution exactly;
+    later draws are skipped when they do not fit, which favours short episodes at the end of a
+    tape. Draws are independent: an episode drawn twice is laid out twice.
+
+    Episodes longer than ``length`` are refused, never cut: a sample in which an anchor lies
+    in one raises :class:`ValueError` naming the anchor and the episode's length. Pass a
+    ``length`` of at least the longest episode (or end episodes sooner).
+
+    Episode boundaries follow :class:`Sequence`: done flags (``done_key``) in storage order,
+    where the ring buffer's write seam also ends every trajectory, or trajectory ids
+    (``traj_key``). So the newest episode, still being written, is laid out as far as it is
+    stored, and the oldest one, partly overwritten, starts at the oldest stored record (with
+    ``is_init`` there, as at any episode start).
+
+    Per-record info entries (also keys of TensorDict samples): ``"sequence_id"`` (the episode's
+    number in the sample, in tape order; -1 on tails), ``"step_in_sequence"`` (the record's
+    step in its episode, from 0; -1 on tails), ``"validity_mask"``, ``"anchor_index"`` (the
+    draw that selected the record's episode; on a tail, that of the record it repeats; full
+    coordinates on multi-dimensional storages) and ``is_init_key`` (True at the first record
+    of every episode and of every tail, nowhere else), which a torchrl ``LSTMModule`` reads to
+    reset its state. There is no burn-in, so every valid record is a learning record and
+    samples carry no ``"learning_mask"``. Per-anchor info entries (importance weights) are
+    carried to every record of the episode the anchor selected.
+
+    Settings are fixed at construction, as :class:`Sequence`'s. Stored entries must not use
+    the names of the per-record info entries, except a stored bool reset flag under
+    ``is_init_key``, which the tape's flags supersede.
+
+    Priorities are per episode: ``unit.update_priority(rb, sample)`` reduces each episode's
+    per-record priorities (the sample's ``rb.priority_key`` entry) over its records with
+    ``priority_reduction`` (``"max"``; ``"mean"``; ``"mixture"``, R2D2's
+    ``eta * max + (1 - eta) * mean``) and writes the result to *every* record of the episode
+    (the sample's ``"index"``), so a ``PrioritizedSampler`` then draws the episode with
+    probability proportional to ``length * priority ** alpha``. An episode laid out twice keeps
+    the larger result. TorchRL's ``rb.update_tensordict_priority(sample)`` is routed to the
+    same method as for :class:`Sequence` (see :meth:`route_priority_calls`); NaN, infinite or
+    negative priorities are refused before the sum tree is touched.
+
+    Args:
+        length (int): records per tape, ``>= 1``; at least the longest episode sampled.
+        rows (int or None, optional): tapes per sample, ``>= 1``, shaped ``[rows, length]``
+            (``rows=1`` keeps the row dim); ``None`` gives one tape shaped ``[length]``.
+            Defaults to ``None``.
+        done_key (NestedKey or None, optional): stored flag that ends an episode. ``None``
+            treats the written span as one trajectory. Defaults to ``("next", "done")``.
+        traj_key (NestedKey, optional): stored trajectory id. When given, episodes are the runs
+            of records sharing an id, in write order (``done_key`` is not read). 1-D storages
+            only. Defaults to ``None``.
+        priority_reduction (str, optional): ``"max"``, ``"mean"`` or ``"mixture"``.
+            Defaults to ``"max"``.
+        priority_eta (float, optional): weight of the max in ``"mixture"``, in ``[0, 1]``.
+            Defaults to 0.9 (R2D2).
+        is_init_key (NestedKey, optional): where the reset flags are written.
+            Defaults to ``"is_init"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        >>> from torchrl_ext import Tape
+        >>> done = torch.zeros(10, 1, dtype=torch.bool)
+        >>> done[[2, 7, 9]] = True  # episodes 0-2, 3-7 and 8-9
+        >>> data = TensorDict({"obs": torch.arange(10.0), ("next", "done"): done}, [10])
+        >>> unit = Tape(length=6, rows=2)
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), sample_unit=unit)
+        >>> _ = rb.extend(data)
+        >>> # 4 draws: 3-7 starts tape 0; 0-2 does not fit there, starts tape 1; 8-9 follows
+        >>> # it; 3-7 again fits nowhere and is skipped
+        >>> index, info = unit.expand(torch.tensor([4, 0, 9, 6]), {}, rb.storage)
+        >>> index.tolist()
+        [[3, 4, 5, 6, 7, 7], [0, 1, 2, 8, 9, 9]]
+        >>> info["is_init"].tolist()
+        [[True, False, False, False, False, True], [True, False, False, True, False, True]]
+        >>> info["validity_mask"].tolist()
+        [[True, True, True, True, True, False], [True, True, True, True, True, False]]
+        >>> info["sequence_id"].tolist()
+        [[0, 0, 0, 0, 0, -1], [1, 1, 1, 2, 2, -1]]
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(10), sample_unit=Tape(8), batch_size=6,
+        ...     generator=torch.Generator().manual_seed(0),
+        ... )
+        >>> _ = rb.extend(data)
+        >>> tape = rb.sample()
+        >>> tape.shape, tape["is_init"][0].item()
+        (torch.Size([8]), True)
+    """
+
+    def __init__(
+        self,
+        length: int,
+        *,
+        rows: int | None = None,
+        done_key: NestedKey | None = ("next", "done"),
+        traj_key: NestedKey | None = None,
+        priority_reduction: Literal["max", "mean", "mixture"] = "max",
+        priority_eta: float = 0.9,
+        is_init_key: NestedKey = "is_init",
+    ) -> None:
+        self._config = _check_tape_settings(
+            length, rows, done_key, traj_key, priority_reduction, priority_eta, is_init_key
+        )
+        self._trajectories = _episodes.TrajectoryIds(self.traj_key, type(self).__name__)
+        # (contents, done flags) of the last storage read, checked for colliding keys
+        self._known: tuple[Any, torch.Tensor | None] | None = None
+        self._priority_calls = PriorityCalls(self)
+
+    @property
+    def shape(self) -> torch.Size:
+        """The shape of every sample: ``[length]``, or ``[rows, length]``."""
+        return self._tape_builder.spec.shape
+
+    @functools.cached_property
+    def _tape_builder(self) -> TapeBuilder:
+        """Builds this unit's tapes (its settings are fixed, so made once; not pickled)."""
+        return TapeBuilder(_spec_of(TapeSpec, self._config))
+
+    # -- expansion ---------------------------------------------------------------------------
+
+    def expand(
+        self, index: torch.Tensor | tuple, info: dict[str, Any], storage: Storage
+    ) -> tuple[torch.Tensor | tuple, dict[str, Any]]:
+        """Lays the episodes of the anchors (the draws) into tapes.
+
+        Args:
+            index (torch.Tensor or tuple of torch.Tensor): anchors, ``[B]`` on a 1-D storage or
+                a tuple of ``ndim`` coordinate tensors ``[B]``; ``B >= 1``.
+            info (dict): the sampler's info; per-anchor entries must have ``B`` rows.
+            storage (Storage): a TensorDict-backed ``TensorStorage``.
+
+        Returns:
+            ``(index, info)``: record coordinates (shaped :attr:`shape`, a tuple on
+            multi-dimensional storages) and the info with per-record entries added.
+
+        Raises:
+            TypeError: if the storage is not TensorDict-backed or the anchors are not integers.
+            IndexError: if an anchor addresses a record that was never written (or a lane the
+                storage does not have). Nothing is read before this check.
+            ValueError: if there are no anchors, an anchor lies in an episode longer than
+                ``length``, on a missing done/traj key, an info entry not aligned with
+                anchors, trajectory ids that are not whole numbers, non-finite done flags, or
+                a stored entry that a per-record info entry would overwrite.
+        """
+        owner = type(self).__name__
+        done_key = self.done_key if self.traj_key is None else None
+        view, self._known = _read_storage(
+            storage, done_key, owner, self._known, "batch_time", self.is_init_key, _TAPE_KEYS
+        )
+        time, lanes, anchors = _split_anchors(index, storage.ndim)
+        if not time.numel():
+            raise ValueError(
+                f"{owner} lays out the episodes of the sampler's anchors and got none; give "
+                "the buffer a batch_size >= 1 (the number of episodes drawn per sample)."
+            )
+        _check_anchors(time, lanes, view)
+        trajectories = self._trajectories.lookup(storage, self)
+        index, info = self._tape_builder.build(
+            view, time, lanes, anchors, info, trajectories, owner
+        )
+        self._priority_calls.install_on_buffers_of(storage)
+        return index, info
+
+    # -- trajectory ids ----------------------------------------------------------------------
+
+    def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
+        """Called by the buffer's writer after each write; keeps the trajectory index current."""
+        self._trajectories.mark_update(index)
+
+    # -- priorities --------------------------------------------------------------------------
+
+    def reduce_priority(
+        self, sample: Any, priority: torch.Tensor
+    ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+        """Reduces per-record priorities of a sample to one priority per episode, per record.
+
+        Each episode (the records sharing a ``"sequence_id"`` >= 0) is reduced over its valid
+        records with :attr:`priority_reduction`; every record of the episode gets the result.
+        A record laid out in several episodes of the sample keeps the largest.
+
+        Args:
+            sample (TensorDict or dict): the sample (or the info ``rb.sample(return_info=True)``
+                returns) with ``"index"``, ``"sequence_id"`` and ``"validity_mask"``.
+            priority (torch.Tensor): one priority per record, shaped like the sample.
+
+        Returns:
+            ``(records, priorities)`` for ``rb.update_priority``.
+
+        Raises:
+            ValueError: if a valid record's priority is NaN, infinite or negative (the message
+                names the record), ``priority`` does not hold one value per record, or the
+                sample has no ``"index"``.
+        """
+        return reduce_episode_priorities(
+            sample, priority, self.priority_reduction, self.priority_eta
+        )
+
+    def update_priority(
+        self, buffer: Any, sample: Any, priority: torch.Tensor | None = None
+    ) -> None:
+        """Reduces a sample's per-record priorities per episode and writes them to its records.
+
+        Reduces with :meth:`reduce_priority`, then calls the buffer's public
+        ``update_priority(records, priorities)``. NaN, infinite or negative priorities of
+        valid records are refused before the buffer is touched.
+
+        Args:
+            buffer (ReplayBuffer): a prioritized buffer sampling through this unit.
+            sample (TensorDict or dict): the sample (or its info) the priorities belong to.
+            priority (torch.Tensor, optional): one priority per record. Defaults to the
+                sample's ``buffer.priority_key`` entry (``"td_error"`` by default).
+
+        Raises:
+            TypeError: if ``buffer`` has no ``update_priority`` method.
+            ValueError: if ``priority`` is not given and the sample has no entry under the
+                buffer's priority key, or as :meth:`reduce_priority`.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+            >>> from torchrl_ext import Tape
+            >>> done = torch.tensor([False, True] * 4).unsqueeze(-1)  # 4 episodes of 2
+            >>> unit = Tape(length=4, priority_reduction="mean")
+            >>> rb = TensorDictPrioritizedReplayBuffer(
+            ...     alpha=1.0, beta=1.0, storage=LazyTensorStorage(8), sample_unit=unit,
+            ...     batch_size=2, generator=torch.Generator().manual_seed(0),
+            ... )
+            >>> _ = rb.extend(TensorDict({("next", "done"): done}, [8]))
+            >>> sample = rb.sample()
+            >>> sample["index"].tolist()  # two episodes: records 2-3 and 6-7
+            [2, 3, 6, 7]
+            >>> sample["td_error"] = torch.tensor([1.0, 3.0, 0.0, 2.0])
+            >>> unit.reduce_priority(sample, sample["td_error"])  # episode means, per record
+            (tensor([2, 3, 6, 7]), tensor([2., 2., 1., 1.]))
+            >>> unit.update_priority(rb, sample)  # writes them to those four records
+        """
+        priority = _priority_to_write(buffer, sample, priority)
+        buffer.update_priority(*self.reduce_priority(sample, priority))
+
+    def route_priority_calls(self, buffer: Any) -> None:
+        """Routes TorchRL's priority calls of ``buffer`` through this unit.
+
+        As :meth:`Sequence.route_priority_calls`: done the first time the unit samples for
+        ``buffer``; ``rb.update_tensordict_priority(sample)`` then writes tape samples with
+        :meth:`update_priority` (TorchRL's own method would write each record's priority
+        unreduced, tails included), and ``rb.update_priority`` refuses NaN, infinite or
+        negative priorities.
+
+        Args:
+            buffer (ReplayBuffer): a buffer built with ``sample_unit=`` this unit.
+
+        Raises:
+            ValueError: if ``buffer`` does not sample through this unit.
+        """
+        self._priority_calls.install(buffer)
+
+    def restore_priority_calls(self, buffer: Any) -> None:
+        """Gives ``buffer`` back TorchRL's own priority methods, for good.
+
+        Args:
+            buffer (ReplayBuffer): a buffer that samples (or sampled) through this unit.
+        """
+        self._priority_calls.restore(buffer)
+
+    # -- misc --------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _state_to_pickle(self.__dict__, "_tape_builder")
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._priority_calls = PriorityCalls(self)
+
+    def __repr__(self) -> str:
+        keys = f"traj_key={self.traj_key!r}" if self.traj_key else f"done_key={self.done_key!r}"
+        return (
+            f"Tape(length={self.length}, rows={self.rows}, {keys}, "
+            f"priority_reduction={self.priority_reduction!r})"
+        )
+
+
+# -- the units' settings: validated together, fixed afterwards ------------------------------------
 
 _BOUNDARIES = ("pad", "stop", "include_reset")
 _LAYOUTS = ("flat", "batch_time")
 _REDUCTIONS = ("max", "mean", "mixture")
 _MAX_REACH = 2**31 - 1
+_Spec = TypeVar("_Spec")
 
 
 class _Setting:
@@ -504,6 +791,17 @@ class _Setting:
             f"other settings and cached); build a new unit instead, e.g. "
             f"{type(unit).__name__}(..., {name}={value!r})."
         )
+
+
+def _spec_of(spec: type[_Spec], settings: Mapping[str, Any]) -> _Spec:
+    """What a builder's spec (a dataclass) holds of a unit's settings: its fields, by name.
+
+    Args:
+        spec (type): :class:`~torchrl_ext.data._windows.WindowSpec` or
+            :class:`~torchrl_ext.data._tapes.TapeSpec`.
+        settings (Mapping): the unit's validated settings (its ``_config``).
+    """
+    return spec(**{field.name: settings[field.name] for field in dataclasses.fields(spec)})
 
 
 def _check_settings(
@@ -607,10 +905,51 @@ def _check_reach(burn_in: int, length: int, bootstrap: int, stride: int) -> None
         )
 
 
-# -- what Sequence.expand reads and checks before any window is built -----------------------------
+def _check_tape_settings(
+    length: int,
+    rows: int | None,
+    done_key: NestedKey | None,
+    traj_key: NestedKey | None,
+    priority_reduction: str,
+    priority_eta: float,
+    is_init_key: NestedKey,
+) -> dict[str, Any]:
+    """Validates the arguments of :class:`~torchrl_ext.data.Tape` together.
+
+    Args:
+        length (int): records per tape.
+        rows (int or None): tapes per sample, or ``None`` for one tape without a row dim.
+        done_key (NestedKey or None): stored flag that ends an episode.
+        traj_key (NestedKey or None): stored trajectory id.
+        priority_reduction (str): ``"max"``, ``"mean"`` or ``"mixture"``.
+        priority_eta (float): weight of the max in ``"mixture"``.
+        is_init_key (NestedKey): where the reset flags are written.
+
+    Returns:
+        The settings by name, normalised.
+
+    Raises:
+        TypeError: for an argument of the wrong type.
+        ValueError: for a value out of range or an unknown choice.
+    """
+    length = check_int("length", length, minimum=1, maximum=_MAX_REACH // 2)
+    return {
+        "length": length,
+        "rows": None if rows is None else check_int("rows", rows, minimum=1),
+        "done_key": check_key("done_key", done_key, optional=True),
+        "traj_key": check_key("traj_key", traj_key, optional=True),
+        "priority_reduction": check_choice("priority_reduction", priority_reduction, _REDUCTIONS),
+        "priority_eta": check_float("priority_eta", priority_eta, 0.0, 1.0),
+        "is_init_key": check_key("is_init_key", is_init_key),
+    }
+
+
+# -- what Sequence.expand and Tape.expand read and check before any record is laid out -----------
 
 #: Per-record info entries every ``Sequence`` sample carries.
 _RECORD_KEYS = ("sequence_id", "step_in_sequence", "validity_mask", "learning_mask", "anchor_index")
+#: Per-record info entries every ``Tape`` sample carries (besides its ``is_init_key``).
+_TAPE_KEYS = ("sequence_id", "step_in_sequence", "validity_mask", "anchor_index")
 
 
 def _read_storage(
@@ -620,6 +959,7 @@ def _read_storage(
     known: tuple[Any, torch.Tensor | None] | None,
     layout: str,
     is_init_key: NestedKey,
+    record_keys: tuple[str, ...] = _RECORD_KEYS,
 ) -> tuple[_episodes.Snapshot, tuple[Any, torch.Tensor | None]]:
     """Everything a sample reads from the storage, read here and nowhere else.
 
@@ -631,8 +971,10 @@ def _read_storage(
         done_key (NestedKey or None): the done flags to read (``None``: none).
         owner (str): the unit's class name, for messages.
         known (tuple, optional): ``(contents, done flags)`` of the unit's last read.
-        layout (str): the unit's ``layout``.
+        layout (str): the unit's ``layout`` (``"batch_time"`` for a :class:`Tape`).
         is_init_key (NestedKey): the unit's ``is_init_key``.
+        record_keys (tuple of str, optional): the per-record info entries the unit writes.
+            Defaults to :class:`Sequence`'s.
 
     Returns:
         ``(view, known)``: the :class:`~torchrl_ext.data._episodes.Snapshot` and what the unit
@@ -640,7 +982,7 @@ def _read_storage(
     """
     view = _episodes.snapshot(storage, done_key, owner, known)
     if known is None or known[0] is not view.contents:
-        _check_collisions(view.contents, layout, is_init_key)
+        _check_collisions(view.contents, layout, is_init_key, record_keys)
         known = (view.contents, view.flags)
     return view, known
 
@@ -707,7 +1049,12 @@ def _check_anchors(
             )
 
 
-def _check_collisions(contents: Any, layout: str, is_init_key: NestedKey) -> None:
+def _check_collisions(
+    contents: Any,
+    layout: str,
+    is_init_key: NestedKey,
+    record_keys: tuple[str, ...] = _RECORD_KEYS,
+) -> None:
     """Refuses stored entries that the sample's per-record info would overwrite.
 
     TensorDict buffers write every info entry into the sample, so a stored entry under one
@@ -720,12 +1067,14 @@ def _check_collisions(contents: Any, layout: str, is_init_key: NestedKey) -> Non
         contents (TensorDictBase): the storage's contents.
         layout (str): the unit's ``layout``.
         is_init_key (NestedKey): the unit's ``is_init_key``.
+        record_keys (tuple of str, optional): the unit's other per-record info entries.
+            Defaults to :class:`Sequence`'s.
 
     Raises:
         ValueError: if a stored entry would be overwritten.
     """
     stored = {_plain_key(k) for k in contents.keys(include_nested=True)}
-    outputs = [(k, k) for k in _RECORD_KEYS]
+    outputs = [(k, k) for k in record_keys]
     if layout == "batch_time":
         outputs.append(("is_init_key", is_init_key))
     for role, key in outputs:
@@ -751,6 +1100,27 @@ def _is_flag(contents: Any, key: NestedKey) -> bool:
     shape = tuple(entry.shape)
     batch = tuple(contents.batch_size)
     return shape == batch or shape == (*batch, 1)
+
+
+# -- what a unit pickles ------------------------------------------------------------------------
+
+
+def _state_to_pickle(state: dict[str, Any], cached_builder: str) -> dict[str, Any]:
+    """A unit's attributes as pickled: without what it rebuilds when next used.
+
+    That is its cached builder (rebuilt from the settings), its last storage read and the
+    routes of its buffers' priority calls (rebuilt by ``__setstate__``); its trajectory index
+    holder pickles itself without the index.
+
+    Args:
+        state (dict): the unit's ``__dict__``.
+        cached_builder (str): the name of the unit's cached builder.
+    """
+    state = state.copy()
+    state.pop(cached_builder, None)
+    state["_known"] = None
+    state["_priority_calls"] = None
+    return state
 
 
 # -- what Sequence.update_priority writes ---------------------------------------------------------
@@ -792,4 +1162,8 @@ for _name in (
     "layout", "priority_reduction", "priority_eta", "priority_learning_only", "is_init_key",
 ):  # fmt: skip
     setattr(Sequence, _name, _Setting(_name))
+for _name in (
+    "length", "rows", "done_key", "traj_key", "priority_reduction", "priority_eta", "is_init_key",
+):  # fmt: skip
+    setattr(Tape, _name, _Setting(_name))
 del _name
