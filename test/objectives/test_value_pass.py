@@ -14,9 +14,10 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequ
 from torch import nn
 from torchrl.modules import LSTMModule
 
+from torchrl_ext.modules import FFMModule
 from torchrl_ext.objectives import RecurrentGAE
 from torchrl_ext.objectives._segments import plan_segments
-from torchrl_ext.objectives._value_pass import ValuePass, _gather_steps
+from torchrl_ext.objectives._value_pass import ValuePass, WholeRows, _gather_steps
 
 OBS, HIDDEN = 3, 6
 
@@ -137,3 +138,81 @@ class TestGatherSteps:
         expected = torch.stack([rows[int(r)] for r in plan.reads])
         out = _gather_steps(root, final, plan.reads, plan.index[5 * 23 :])
         assert out.dtype == dtype and torch.equal(out, expected)
+
+
+def ffm_critic(seed: int = 0):
+    torch.manual_seed(seed)  # test-only; the autouse fixture restores the global RNG
+    ffm = FFMModule(input_size=OBS, hidden_size=HIDDEN, in_key="observation", out_key="embed")
+    head = TensorDictModule(nn.Linear(HIDDEN, 1), ["embed"], ["state_value"])
+    return TensorDictSequential(ffm, head), ffm, head
+
+
+def ffm_loop_values(ffm, head, td, stored=None):
+    """One env and one step at a time with ``FFMModule.step``: zeros (or the stored trace at a
+    row start that is no episode start) after every episode start."""
+    n, t = td.batch_size
+    value, next_value = torch.zeros(n, t, 1), torch.zeros(n, t, 1)
+
+    def step(obs, trace):
+        out, trace = ffm.step(obs.view(1, -1), trace)
+        return head.module(out).view(1), trace
+
+    zero = torch.zeros(1, ffm.memory_size, ffm.context_size, dtype=torch.complex64)
+    for row in range(n):
+        trace = zero
+        if stored is not None and not td["is_init"][row, 0]:
+            trace = torch.view_as_complex(stored[row, 0].contiguous()).unsqueeze(0)
+        for s in range(t):
+            if td["is_init"][row, s]:
+                trace = zero
+            value[row, s], trace = step(td["observation"][row, s], trace)
+            next_value[row, s], _ = step(td["next", "observation"][row, s], trace)
+        keep = ~td["next", "done"][row, :-1]
+        next_value[row, :-1] = torch.where(keep, value[row, 1:], next_value[row, :-1])
+    return value, next_value
+
+
+class TestWholeRows:
+    """A critic with another memory runs through its own recurrent mode (``WholeRows``)."""
+
+    def test_ffm_critic_matches_step_loop(self):
+        network, ffm, head = ffm_critic()
+        assert ValuePass(network).whole_rows is not None
+        td = rollout()
+        with torch.no_grad():
+            value, next_value = ffm_loop_values(ffm, head, td)
+        RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=network)(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    def test_ffm_critic_from_stored_states(self):
+        network, ffm, head = ffm_critic()
+        td = rollout()
+        td["is_init"][1, 0] = False  # row 1 continues an episode from its stored trace
+        gen = torch.Generator().manual_seed(4)
+        stored = torch.randn(*td.batch_size, ffm.memory_size, ffm.context_size, 2, generator=gen)
+        td["recurrent_state_ffm"] = stored
+        with torch.no_grad():
+            value, next_value = ffm_loop_values(ffm, head, td, stored)
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=network, initial_state="stored")
+        gae(td)
+        torch.testing.assert_close(td["state_value"], value, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(td["next", "state_value"], next_value, atol=1e-5, rtol=1e-5)
+
+    @pytest.mark.parametrize("initial_state", ["zeros", "stored"])
+    def test_lstm_through_whole_rows_equals_the_segment_pass(self, initial_state):
+        network, lstm, _ = critic("plain")
+        td = rollout()
+        td["is_init"][2, 0] = False
+        gen = torch.Generator().manual_seed(5)
+        td["rs_h"] = torch.randn(*td.batch_size, 1, HIDDEN, generator=gen)
+        td["rs_c"] = torch.randn(*td.batch_size, 1, HIDDEN, generator=gen)
+        segments = ValuePass(network)
+        rows = WholeRows(network, [lstm])
+        gae = RecurrentGAE(gamma=0.9, lmbda=0.9, value_network=network, initial_state=initial_state)
+        a = gae(td.clone())
+        gae._value_pass.whole_rows, gae._value_pass.obs_keys = rows, rows.obs_keys
+        b = gae(td.clone())
+        assert segments.whole_rows is None
+        for key in ("state_value", ("next", "state_value"), "advantage"):
+            torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-5)

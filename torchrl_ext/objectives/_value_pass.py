@@ -8,11 +8,17 @@ longest segment. Dense calls keep PyTorch's fused CPU kernel (oneDNN), which a
 :class:`~torch.nn.utils.rnn.PackedSequence` would lose (measured on the GAE benchmark page,
 :doc:`/benchmarks/gae`, "Recurrent recompute").
 
-The critic runs on all steps at once, in the calls' layout (each call's block is stored
-time-major, so its input and output are plain views), and only the values are gathered back to
-the rows. The plain leaves after the last recurrent layer (the value head) run right after each
-call on its output, while that is still in cache; the layer's outputs are then never joined or
-read back from memory.
+A critic whose memory is neither an LSTM nor a GRU (a scan memory such as
+:class:`~torchrl_ext.modules.FFMModule`) runs instead through its own recurrent mode
+(:class:`~torchrl.modules.set_recurrent_mode`) over the ``[N, T]`` rows, which resets at
+``is_init`` and starts from the stored states itself; the bootstrap steps then run in step mode
+from the states it reports after each segment (``("next", state)``), see :class:`WholeRows`.
+
+For LSTM and GRU critics, the critic runs on all steps at once, in the calls' layout (each
+call's block is stored time-major, so its input and output are plain views), and only the values
+are gathered back to the rows. The plain leaves after the last recurrent layer (the value head)
+run right after each call on its output, while that is still in cache; the layer's outputs are
+then never joined or read back from memory.
 """
 
 from __future__ import annotations
@@ -25,12 +31,19 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from tensordict.utils import unravel_key
 from torch import nn
-from torchrl.modules import GRUModule, LSTMModule
+from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
 from torchrl_ext._compat import has_kwargs_in_keys, rnn_flat_weights, rnn_op
 from torchrl_ext.objectives._segments import Call, Plan, boot_steps, plan_segments
 
 _RECURRENT = (LSTMModule, GRUModule)
+
+
+def is_memory(module: TensorDictModuleBase) -> bool:
+    """Whether ``module`` is a recurrent module with TorchRL's face (a primer, a recurrent mode)."""
+    return isinstance(module, _RECURRENT) or (
+        hasattr(module, "make_tensordict_primer") and hasattr(module, "recurrent_mode")
+    )
 
 
 def leaf_modules(network: TensorDictModuleBase) -> list[TensorDictModuleBase]:
@@ -65,6 +78,15 @@ class ValuePass:
     def __init__(self, network: TensorDictModuleBase):
         self.network = network
         self.leaves = leaf_modules(network)
+        memories = [m for m in self.leaves if is_memory(m)]
+        if any(not isinstance(m, _RECURRENT) for m in memories):
+            self.whole_rows: WholeRows | None = WholeRows(network, memories)
+            self.recurrent: list = []
+            self.obs_keys = self.whole_rows.obs_keys
+            self.input_sizes: dict = {}
+            self.state_shapes = self.whole_rows.state_shapes
+            return
+        self.whole_rows = None
         self.recurrent = [m for m in self.leaves if isinstance(m, _RECURRENT)]
         for module in self.recurrent:
             check_recurrent_leaf(module)
@@ -114,6 +136,8 @@ class ValuePass:
             chunk_len (int, optional): re-anchoring period.
         """
         n_rows, steps = done.shape
+        if self.whole_rows is not None:
+            return self.whole_rows.run(inputs, states, is_init, done, value_key, initial_state)
         if self.recurrent:
             plan = plan_segments(is_init, done, chunk_len)
             boot_idx = plan.boot_idx
@@ -123,12 +147,7 @@ class ValuePass:
         else:
             boot_idx = boot_steps(done)
             out = self.network(_critic_inputs(inputs, boot_idx, None)).get(value_key)
-        value = out[: n_rows * steps]
-        next_value = torch.empty_like(value)
-        next_value[:-1] = value[1:]
-        next_value[boot_idx] = out[n_rows * steps :]
-        shape = (n_rows, steps, *out.shape[1:])
-        return value.reshape(shape), next_value.reshape(shape)
+        return as_rows(out[: n_rows * steps], boot_idx, out[n_rows * steps :], done.shape)
 
     def _run_planned(
         self, flat: TensorDictBase, states: dict, plan: Plan, initial_state: str, value_key
@@ -205,6 +224,81 @@ class ValuePass:
         if then is None:
             return [_call_layer(layer, x, call, pools, is_lstm) for call in plan.calls]
         return [then(call, _call_layer(layer, x, call, pools, is_lstm)) for call in plan.calls]
+
+
+class WholeRows:
+    """The value pass of a critic with another memory: its own recurrent mode over whole rows.
+
+    The critic runs once over the ``[N, T]`` rows in recurrent mode (each memory resets at
+    ``is_init``, from the stored state there or zeros), then once in step mode over the
+    bootstrap steps (the final observation after each segment that ends on a ``done`` step or
+    at the end of its row), each memory starting from the state it reports after that step
+    (its ``("next", state)`` outputs, set at every segment's last step). ``chunk_len`` does not
+    apply: nothing is re-anchored.
+
+    Args:
+        network (TensorDictModuleBase): the critic.
+        memories (list): its recurrent leaves.
+    """
+
+    def __init__(self, network: TensorDictModuleBase, memories: list) -> None:
+        self.network = network
+        self.state_shapes: dict = {}
+        for module in memories:
+            primers = module.make_tensordict_primer().primers
+            for key, spec in primers.items(True, True):
+                self.state_shapes[key] = tuple(spec.shape)
+        state_keys = set(self.state_shapes)
+        self.obs_keys = [k for k in network.in_keys if k not in state_keys and k != "is_init"]
+
+    def run(
+        self,
+        inputs: dict,
+        states: dict,
+        is_init: torch.Tensor,
+        done: torch.Tensor,
+        value_key,
+        initial_state: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(value, next_value)``, both ``[N, T, *value_shape]`` (see :meth:`ValuePass.run`)."""
+        n_rows, steps = done.shape
+        rows = TensorDict(
+            {k: v[0].unflatten(0, (n_rows, steps)) for k, v in inputs.items()},
+            [n_rows, steps],
+        )
+        rows.set("is_init", is_init.unsqueeze(-1))
+        if initial_state == "stored":  # a segment that starts an episode starts from zeros
+            for key, state in states.items():
+                state = state.unflatten(0, (n_rows, steps))
+                starts = is_init.reshape(*is_init.shape, *([1] * (state.dim() - 2)))
+                rows.set(key, torch.where(starts, torch.zeros_like(state), state))
+        with set_recurrent_mode(True):
+            out = self.network(rows)
+        value = out.get(value_key).flatten(0, 1)
+        boot_idx = boot_steps(done)
+        boot = TensorDict({k: v[1][boot_idx] for k, v in inputs.items()}, [boot_idx.numel()])
+        boot.set("is_init", torch.zeros(boot_idx.numel(), 1, dtype=torch.bool, device=done.device))
+        for key in self.state_shapes:
+            after = out.get(("next", key) if isinstance(key, str) else ("next", *key))
+            boot.set(key, after.flatten(0, 1)[boot_idx])
+        with set_recurrent_mode(False):
+            final = self.network(boot).get(value_key)
+        return as_rows(value, boot_idx, final, done.shape)
+
+
+def as_rows(
+    value: torch.Tensor, boot_idx: torch.Tensor, final: torch.Tensor, rows: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(value, next_value)`` as ``[N, T, ...]``, from flat values and bootstrap values.
+
+    Each step's next value is the next step's value, except at ``boot_idx``, where it is the
+    bootstrap value ``final`` computed there.
+    """
+    next_value = torch.empty_like(value)
+    next_value[:-1] = value[1:]
+    next_value[boot_idx] = final
+    shape = (*rows, *value.shape[1:])
+    return value.reshape(shape), next_value.reshape(shape)
 
 
 def _critic_inputs(inputs: dict, boot_idx: torch.Tensor, plan: Plan | None) -> TensorDictBase:

@@ -71,7 +71,10 @@ class RecurrentGAE(ValueEstimatorBase):
     ``done`` steps and of each row's last step; a critic containing torchrl
     :class:`~torchrl.modules.LSTMModule` or :class:`~torchrl.modules.GRUModule` layers runs
     each layer once over whole rows as a packed sequence, resetting its state where
-    ``is_init`` is set, with the bootstrap observations appended after the step they follow.
+    ``is_init`` is set, with the bootstrap observations appended after the step they follow; a
+    critic with another memory (a scan memory such as :class:`~torchrl_ext.modules.FFMModule`)
+    runs once over the rows in its own recurrent mode, then once in step mode over the
+    bootstrap observations, from the states it reports after each segment.
 
     Where ``is_init`` is absent it is derived as ``done`` shifted one step later, and its first
     column is carried over per env between calls (True on the first call and for envs whose
