@@ -1,21 +1,59 @@
-"""Recurrent PPO on POPGym's memory tasks, the Warp ports of ``torchrl_ext.envs.popgym``.
+r"""Recurrent PPO on POPGym's memory tasks, the Warp ports of ``torchrl_ext.envs.popgym``.
 
     python examples/ppo_popgym.py [--env RepeatPrevious] [--difficulty easy|medium|hard]
-        [--seeds 0 1 2] [--frames N] [--quick]
+        [--memory lstm|gru|ffm|none] [--steps N] [--seeds 0 1 2] [--frames N] [--quick]
 
 The agent must remember what it saw (a card, a bandit's arms, a cart's past positions) to act
 well. The pipeline, top to bottom:
 
 1. The env (``--env``, ``--difficulty``) in a ``TransformedEnv`` with ``StepCounter``,
    ``InitTracker`` (``is_init``), ``RewardSum``, ``PreviousAction`` (the action that led to each
-   observation, which the networks read with it, as POPGym's baselines do) and the LSTMs'
+   observation, which the networks read with it, as POPGym's baselines do) and the memories'
    state primers.
-2. An actor and a critic with separate LSTMs. Each reads the observation (discrete components
-   one-hot, continuous ones as they are) and the previous action; the actor's distribution
-   follows the action spec: a categorical, independent categoricals over the components of a
-   board cell, or a tanh-squashed normal for a torque.
-3. TorchRL's ``Collector``, ``RecurrentGAE`` over whole rows from the stored critic states,
-   ``EnvMajorMinibatches`` and ``ClipPPOLoss``, as in ``ppo_cartpole.py``.
+2. An actor and a critic, each a trunk and a head. A trunk reads the observation (discrete
+   components one-hot, continuous ones as they are) and the previous action, optionally
+   through an input layer (``--input-layer``), into a memory (``--memory``); each has its own
+   trunk, or both share one (``--shared-memory``). A head is ``--head-layers`` ReLU layers of
+   width ``--head``; the actor's distribution follows the action spec: a categorical,
+   independent categoricals over the components of a board cell, or a tanh-squashed normal
+   for a torque.
+3. TorchRL's ``Collector`` (which stores each memory's state with every record),
+   ``RecurrentGAE`` over whole rows from the stored critic states, ``EnvMajorMinibatches`` and
+   ``ClipPPOLoss``, as in ``ppo_cartpole.py``.
+
+**The memory** (``--memory``): ``lstm`` (default; ``--forget-bias`` sets its forget gates and
+is ignored by the others), ``gru``, ``ffm`` (Fast and Forgetful Memory, Morad et al. 2023: a
+decaying, rotating trace computed as a scan over a row, with its default trace of 32 channels
+x 4 frequencies and ``--hidden`` outputs) or ``none`` (a feed-forward ReLU layer of width
+``--hidden``: the baseline that remembers nothing). Training replays each row from the states
+stored at collection, so the policy and values the loss sees at a row's first step are the
+collection-time ones, for every memory.
+
+**Rows** (``--steps``): gradients run through a row of ``steps`` steps per env, and an episode
+that crosses a row's start replays from the state stored there (no gradient reaches back
+into the previous row). A task whose memory spans more steps than a row needs longer rows:
+Autoencode Easy shows a 52-card deck, then asks for its suits in reverse order, 103 steps in
+all, the first card shown being asked for last. ``--steps 0`` makes a row as long as the
+env's longest episode (``env.max_steps``: 103 for Autoencode Easy, 51 for CountRecall Easy,
+200 for MultiarmedBandit Easy, at most 831 for RepeatFirst Hard): each episode then lies
+whole in one row, or in two, its later part replaying from the state stored at the second
+row's start, and the gradient reaches back up to a whole episode; a batch is then
+``num_envs * max_steps`` frames and a minibatch ``envs_per_minibatch`` such rows.
+
+**The paper's model and settings** (``PAPER``, POPGym's PPO on RLlib: 64 envs x 1,024 steps a
+batch, minibatches of 8 rows = 8,192 frames, 30 epochs, lr 5e-5, lambda 1, one 256-unit memory
+shared by actor and critic behind a Linear(128) + LeakyReLU input layer, two 128-unit layers
+per head, value-loss weight 1), with the paper's GRU::
+
+    python examples/ppo_popgym.py --memory gru --shared-memory --input-layer 128 \
+        --hidden 256 --head 128 --head-layers 2 --num-envs 64 --steps 1024 \
+        --envs-per-minibatch 8 --epochs 30 --lr 5e-5 --lmbda 1.0 --gamma 0.99 \
+        --critic-coeff 1.0
+
+(``--steps 0`` for rows of one episode length instead). What stays ours: heads of ReLU
+layers, the learning rate and clip range decaying to zero over the frames, gradient norms
+clipped at ``--max-grad-norm``, no layer norm on the inputs. With ``--shared-memory``, the
+gradient norm is clipped over all parameters at once.
 
 POPGym scales rewards so that an episode's best return is 1 and its worst about -1. The logged
 ``best_mean_return`` (the highest mean over the last ``return_window`` = 100 episodes) is the
@@ -27,6 +65,7 @@ or ``forget_bias`` at nan gets the env's value there; a value on the command lin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from typing import Literal
@@ -53,7 +92,7 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl_ext.data.minibatches import EnvMajorMinibatches
 from torchrl_ext.envs import popgym
 from torchrl_ext.envs.transforms import PreviousAction
-from torchrl_ext.modules import LSTMModule
+from torchrl_ext.modules import FFMModule, GRUModule, LSTMModule
 from torchrl_ext.objectives import RecurrentGAE
 
 #: The ported envs by POPGym's name (the class is ``<name>Env`` in ``torchrl_ext.envs.popgym``).
@@ -76,6 +115,9 @@ Env = Literal[
 ENVS: tuple[str, ...] = typing.get_args(Env)
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = typing.get_args(Difficulty)
+#: The memories a trunk can hold (``none``: a feed-forward ReLU layer).
+Memory = Literal["lstm", "gru", "ffm", "none"]
+MEMORIES: tuple[str, ...] = typing.get_args(Memory)
 
 #: The budget and the LSTMs' forget-gate bias of a run that leaves them unset (``frames`` 0,
 #: ``forget_bias`` nan), for an env without an entry in ``TUNED``.
@@ -153,6 +195,19 @@ def paper_figure(env: str, difficulty: str) -> float | None:
     return None if gru is None else gru[0]
 
 
+@functools.lru_cache
+def episode_steps(env: str, difficulty: str) -> int:
+    """The most steps an episode of ``env`` at ``difficulty`` runs (the port's ``max_steps``).
+
+    Examples:
+        >>> episode_steps("MineSweeper", "easy")
+        14
+    """
+    port = getattr(popgym, f"{env}Env")(1, "cpu", 0, difficulty=difficulty)
+    port.close()
+    return port.max_steps
+
+
 def _is_nan(value: object) -> bool:
     """Whether ``value`` is the float NaN (an unset field)."""
     return isinstance(value, float) and math.isnan(value)
@@ -168,21 +223,32 @@ class Args:
     """POPGym's name of the env"""
     difficulty: Difficulty = "easy"
     """POPGym's difficulty preset"""
-    policy: Literal["lstm", "mlp"] = "lstm"
-    """recurrent (lstm) or feed-forward (mlp) actor and critic"""
+    memory: Memory = "lstm"
+    """the networks' memory: lstm, gru, ffm (Fast and Forgetful Memory, a scan) or none (a
+    feed-forward ReLU layer)"""
+    shared_memory: bool = False
+    """one trunk (inputs, input layer, memory) that actor and critic share, as in POPGym's
+    baselines; else each network has its own"""
     frames: int = 0
     """frames to collect (lr and clip decay to zero over them); 0: the env's budget, 14,680,064
     for MultiarmedBandit (the paper's), else 2,097,152"""
     num_envs: int = 64
     """parallel envs"""
     steps: int = 64
-    """steps per env per batch (the row length)"""
+    """steps per env per batch, the rows gradients run through; 0: the env's longest episode
+    (env.max_steps, e.g. 103 for Autoencode Easy)"""
+    input_layer: int = 0
+    """width of a Linear + LeakyReLU layer between the inputs and the memory; 0: none"""
     hidden: int = 64
-    """LSTM hidden size (or first MLP layer width)"""
+    """size of the memory's output (LSTM or GRU hidden size, FFM output size), or width of the
+    feed-forward layer of memory none"""
     head: int = 64
-    """width of the hidden layer of the actor and critic heads"""
+    """width of the hidden layers of the actor and critic heads"""
+    head_layers: int = 1
+    """hidden ReLU layers per head"""
     forget_bias: float = math.nan
-    """initial bias of the LSTMs' forget gates; nan: the env's, 3 for RepeatFirst, else 0"""
+    """initial bias of the LSTMs' forget gates (memory lstm only: the others ignore it); nan:
+    the env's, 3 for RepeatFirst, else 0"""
     previous_action: bool = True
     """feed the previous action to both networks (a bandit player learns which arm it pulled)"""
     lr: float = 5e-4
@@ -211,13 +277,20 @@ class Args:
     """completed episodes averaged into the mean return (RLlib's window: the paper's MMER)"""
     eval_episodes: int = 64
     """episodes of the final deterministic evaluation"""
+    policy: dataclasses.InitVar[str | None] = None
+    # not an option: reads the config.json of runs that named the memory "policy" (lstm|mlp)
 
     @property
     def run_name(self) -> str:
         """The runs' folder under ``runs/<pipeline>``: one per env and difficulty."""
         return f"{self.env}-{self.difficulty}"
 
-    def __post_init__(self) -> None:
+    @property
+    def row_steps(self) -> int:
+        """Steps per env per batch: ``steps``, or the env's ``max_steps`` where ``steps`` is 0."""
+        return self.steps or episode_steps(self.env, self.difficulty)
+
+    def __post_init__(self, policy: str | None) -> None:
         if self.env not in ENVS:
             raise ValueError(f"env must be one of {', '.join(ENVS)}, got env={self.env!r}.")
         if self.difficulty not in DIFFICULTIES:
@@ -225,8 +298,13 @@ class Args:
                 "difficulty must be 'easy', 'medium' or 'hard', got "
                 f"difficulty={self.difficulty!r}."
             )
+        if policy is not None:
+            if policy not in ("lstm", "mlp"):
+                raise ValueError(f"policy must be 'lstm' or 'mlp', got policy={policy!r}.")
+            self.memory = "none" if policy == "mlp" else "lstm"
         self.fill_unset()
-        counts = ["frames", "num_envs", "steps", "hidden", "head", "epochs"]
+        self.check_network()
+        counts = ["frames", "num_envs", "hidden", "head", "head_layers", "epochs"]
         counts += ["envs_per_minibatch", "return_window", "eval_episodes"]
         runs.check_fields(
             self,
@@ -241,15 +319,31 @@ class Args:
                 raise ValueError(f"{name} must be a number, got {name}={value!r}.")
             if not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {name}={value!r}.")
-        if self.frames < self.num_envs * self.steps:
+        for name in ("steps", "input_layer"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {name}={value!r}.")
+        if self.frames < self.num_envs * self.row_steps:
+            rows = "steps" if self.steps else "the episode length, steps=0"
             raise ValueError(
-                f"frames must be at least one batch (num_envs * steps = "
-                f"{self.num_envs * self.steps}), got frames={self.frames}."
+                f"frames must be at least one batch (num_envs * {rows} = "
+                f"{self.num_envs * self.row_steps}), got frames={self.frames}."
             )
         if self.envs_per_minibatch > self.num_envs:
             raise ValueError(
                 f"envs_per_minibatch must be <= num_envs = {self.num_envs}, got "
                 f"envs_per_minibatch={self.envs_per_minibatch}."
+            )
+
+    def check_network(self) -> None:
+        """Refuses an unknown ``memory`` and a ``shared_memory`` that is not a bool."""
+        if self.memory not in MEMORIES:
+            raise ValueError(
+                f"memory must be one of {', '.join(MEMORIES)}, got memory={self.memory!r}."
+            )
+        if not isinstance(self.shared_memory, bool):
+            raise ValueError(
+                f"shared_memory must be True or False, got shared_memory={self.shared_memory!r}."
             )
 
     def fill_unset(self) -> None:
@@ -269,8 +363,36 @@ QUICK = dict(
     frames=3 * 8 * 32, num_envs=8, steps=32, epochs=2, envs_per_minibatch=4, eval_episodes=4
 )
 
-ACTOR_STATE = ("rs_actor_h", "rs_actor_c")
-CRITIC_STATE = ("rs_critic_h", "rs_critic_c")
+#: The POPGym paper's PPO settings (its ``popgym/baselines/ppo.py`` on RLlib): 64 envs x 1,024
+#: steps a batch, minibatches of 8 rows (8,192 frames), 30 epochs, one 256-unit memory shared
+#: by actor and critic behind a Linear(128) + LeakyReLU input layer, two 128-unit layers per
+#: head. The module docstring gives the command line.
+PAPER = dict(
+    steps=1024,
+    lmbda=1.0,
+    epochs=30,
+    lr=5e-5,
+    hidden=256,
+    input_layer=128,
+    head=128,
+    head_layers=2,
+    shared_memory=True,
+    num_envs=64,
+    envs_per_minibatch=8,
+    gamma=0.99,
+    critic_coeff=1.0,
+)
+
+
+def state_keys(memory: str, owner: str) -> tuple[str, ...]:
+    """The keys under which ``owner``'s memory stores its state in the rollout.
+
+    Examples:
+        >>> state_keys("lstm", "actor"), state_keys("ffm", "shared"), state_keys("none", "critic")
+        (('rs_actor_h', 'rs_actor_c'), ('rs_shared_ffm',), ())
+    """
+    parts = {"lstm": ("h", "c"), "gru": ("h",), "ffm": ("ffm",), "none": ()}[memory]
+    return tuple(f"rs_{owner}_{part}" for part in parts)
 
 
 # ---------------------------------------------------------------------------- env
@@ -289,13 +411,13 @@ def task_specs(args: Args) -> tuple[TensorSpec, TensorSpec]:
 
 
 def make_env(args: Args, num_envs: int, seed: int, primers: list, device) -> TransformedEnv:
-    """The port with episode tracking, the previous action and the LSTMs' state primers."""
+    """The port with episode tracking, the previous action and the memories' state primers."""
     transforms = [StepCounter(), InitTracker(), RewardSum()]
     if args.previous_action:
         transforms.append(PreviousAction())
     if args.reward_scale != 1.0:  # after RewardSum: returns stay in POPGym's units
         transforms.append(RewardScaling(loc=0.0, scale=args.reward_scale))
-    transforms += [m.make_tensordict_primer() for m in primers if isinstance(m, LSTMModule)]
+    transforms += [memory.make_tensordict_primer() for memory in primers]
     base = make_base_env(args, num_envs, seed, device)
     return TransformedEnv(base, Compose(*transforms).to(device))
 
@@ -447,64 +569,108 @@ def set_forget_bias(lstm: nn.LSTM, bias: float) -> None:
             getattr(lstm, f"bias_hh_l{layer}")[h : 2 * h].zero_()
 
 
-def make_trunk(args: Args, specs, out_key: str, state: tuple[str, str]) -> list:
-    """The inputs module, then the LSTM (or ReLU layer) that reads them into ``out_key``."""
+def make_memory(args: Args, input_size: int, in_key: str, out_key: str, owner: str):
+    """``args.memory`` reading ``in_key`` into ``out_key``, its state under ``state_keys``.
+
+    FFM takes its default trace sizes (32 channels x 4 frequencies, the paper's for a 256-unit
+    memory) whatever ``hidden``.
+    """
+    state = state_keys(args.memory, owner)
+    keys = {"in_keys": [in_key, *state], "out_keys": [out_key, *(("next", k) for k in state)]}
+    if args.memory == "ffm":
+        return FFMModule(input_size, args.hidden, **keys)
+    if args.memory == "gru":
+        return GRUModule(input_size=input_size, hidden_size=args.hidden, **keys)
+    memory = LSTMModule(input_size=input_size, hidden_size=args.hidden, **keys)
+    set_forget_bias(memory.lstm, args.forget_bias)
+    return memory
+
+
+def make_trunk(args: Args, specs, out_key: str, owner: str) -> list:
+    """The inputs module, the input layer (if any), then the memory (or ReLU layer).
+
+    The memory stores its state under ``state_keys(args.memory, owner)``.
+    """
     observation, action = specs
     previous = action_features(action) if args.previous_action else 0
     inputs = AgentInputs(observation, previous)
     in_keys = ["observation", "prev_action"] if previous else ["observation"]
-    encode = TensorDictModule(inputs, in_keys=in_keys, out_keys=["features"])
-    if args.policy == "mlp":
-        mlp = nn.Sequential(nn.Linear(inputs.features, args.hidden), nn.ReLU())
-        return [encode, TensorDictModule(mlp, in_keys=["features"], out_keys=[out_key])]
-    memory = LSTMModule(
-        input_size=inputs.features,
-        hidden_size=args.hidden,
-        in_keys=["features", *state],
-        out_keys=[out_key, *(("next", k) for k in state)],
-    )
-    set_forget_bias(memory.lstm, args.forget_bias)
-    return [encode, memory]
+    trunk = [TensorDictModule(inputs, in_keys=in_keys, out_keys=["features"])]
+    features, width = "features", inputs.features
+    if args.input_layer:
+        layer = nn.Sequential(nn.Linear(width, args.input_layer), nn.LeakyReLU())
+        features, width = f"{owner}_input", args.input_layer
+        trunk.append(TensorDictModule(layer, in_keys=["features"], out_keys=[features]))
+    if args.memory == "none":
+        mlp = nn.Sequential(nn.Linear(width, args.hidden), nn.ReLU())
+        return [*trunk, TensorDictModule(mlp, in_keys=[features], out_keys=[out_key])]
+    return [*trunk, make_memory(args, width, features, out_key, owner)]
 
 
 def make_head(args: Args, out_features: int, in_key: str, out_key: str) -> TensorDictModule:
-    """One hidden ReLU layer of width ``args.head``, then a linear output."""
-    net = nn.Sequential(
-        nn.Linear(args.hidden, args.head), nn.ReLU(), nn.Linear(args.head, out_features)
-    )
+    """``head_layers`` hidden ReLU layers of width ``args.head``, then a linear output."""
+    layers, width = [], args.hidden
+    for _ in range(args.head_layers):
+        layers += [nn.Linear(width, args.head), nn.ReLU()]
+        width = args.head
+    net = nn.Sequential(*layers, nn.Linear(width, out_features))
     return TensorDictModule(net, in_keys=[in_key], out_keys=[out_key])
 
 
-def make_agent(args: Args) -> tuple[ProbabilisticActor, TensorDictSequential]:
-    """Actor and critic, each an inputs module, its own memory and a head.
-
-    Each head is made before its trunk: the seeded generator draws the initial weights in this
-    order.
-    """
-    specs = task_specs(args)
-    outputs, dist = policy_head(specs[1])
-    head = make_head(args, outputs, "actor_embed", "logits")
+def make_actor_head(args: Args, action: TensorSpec, in_key: str) -> tuple:
+    """The actor's head (it writes the distribution's parameters) and its keywords."""
+    outputs, dist = policy_head(action)
+    head = make_head(args, outputs, in_key, "logits")
     if dist["in_keys"] == ["loc", "scale"]:
         split = TensorDictModule(NormalParamExtractor(), ["logits"], ["loc", "scale"])
         head = TensorDictSequential(head, split)
-    actor_trunk = make_trunk(args, specs, "actor_embed", ACTOR_STATE)
+    return head, dist
+
+
+def make_agent(args: Args) -> tuple[ProbabilisticActor, TensorDictSequential]:
+    """Actor and critic: each a trunk (inputs, input layer, memory) and a head.
+
+    Each network has its own trunk, or, with ``shared_memory``, both read the one trunk's
+    output (``"embed"``); the critic then reads the actor's memory state. Heads are made before
+    their trunk: the seeded generator draws the initial weights in this order.
+    """
+    specs = task_specs(args)
+    if args.shared_memory:
+        actor_head, dist = make_actor_head(args, specs[1], "embed")
+        critic_head = make_head(args, 1, "embed", "state_value")
+        actor_trunk = critic_trunk = make_trunk(args, specs, "embed", "shared")
+    else:
+        actor_head, dist = make_actor_head(args, specs[1], "actor_embed")
+        actor_trunk = make_trunk(args, specs, "actor_embed", "actor")
+        critic_head = make_head(args, 1, "critic_embed", "state_value")
+        critic_trunk = make_trunk(args, specs, "critic_embed", "critic")
     actor = ProbabilisticActor(
-        TensorDictSequential(*actor_trunk, head), return_log_prob=True, **dist
+        TensorDictSequential(*actor_trunk, actor_head), return_log_prob=True, **dist
     )
-    critic_head = make_head(args, 1, "critic_embed", "state_value")
-    critic_trunk = make_trunk(args, specs, "critic_embed", CRITIC_STATE)
     return actor, TensorDictSequential(*critic_trunk, critic_head)
 
 
+def is_memory(module: nn.Module) -> bool:
+    """Whether ``module`` is a memory with a state the env must prime (LSTM, GRU, FFM)."""
+    return callable(getattr(module, "make_tensordict_primer", None))
+
+
 def memories(actor: ProbabilisticActor, critic: TensorDictSequential) -> list:
-    """The LSTMs of actor and critic, whose primers the env needs."""
-    return [m for net in (actor, critic) for m in net.modules() if isinstance(m, LSTMModule)]
+    """The memories of actor and critic (a shared one once), whose primers the env needs."""
+    found = {}
+    for net in (actor, critic):
+        found.update((id(m), m) for m in net.modules() if is_memory(m))
+    return list(found.values())
 
 
 def collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential):
-    """The actor, then the critic's trunk: collection stores the critic state GAE replays from."""
+    """The actor, then the critic's own memory: collection stores the states GAE replays from.
+
+    A shared memory runs in the actor, which stores its states.
+    """
     trunk = list(critic.module)[:-1]
-    if any(isinstance(module, LSTMModule) for module in trunk):
+    actor_memories = {id(m) for m in actor.modules() if is_memory(m)}
+    if any(is_memory(m) and id(m) not in actor_memories for m in trunk):
         return TensorDictSequential(actor, *trunk)
     return actor
 
@@ -533,11 +699,18 @@ def make_loss(args: Args, actor, critic) -> ClipPPOLoss:
 
 
 def make_optimizer(args: Args, loss: ClipPPOLoss) -> torch.optim.Optimizer:
-    """Adam with one parameter group per network, so each network's gradient is clipped alone."""
-    groups = [
-        {"params": list(loss.actor_network.parameters())},
-        {"params": list(loss.critic_network.parameters())},
-    ]
+    """Adam with one parameter group per network, so each network's gradient is clipped alone.
+
+    With a shared memory, one group of all parameters (each once), clipped together.
+    """
+    actor = list(loss.actor_network.parameters())
+    if args.shared_memory:
+        mine = {id(p) for p in actor}
+        groups = [
+            {"params": actor + [p for p in loss.critic_network.parameters() if id(p) not in mine]}
+        ]
+    else:
+        groups = [{"params": actor}, {"params": list(loss.critic_network.parameters())}]
     return torch.optim.Adam(groups, lr=args.lr, eps=1e-5, foreach=True)
 
 
@@ -601,9 +774,14 @@ def evaluate(args: Args, actor, primers: list, device) -> float:
     return float(returns.mean())
 
 
-def check_batch(args: Args, batch, first: bool) -> None:
-    """Asserts the shapes and masks a recurrent PPO update relies on (``--quick``)."""
-    n, t = args.num_envs, args.steps
+def check_batch(args: Args, batch, first: bool, critic, memories: list) -> None:
+    """Asserts the shapes, masks and values a recurrent PPO update relies on (``--quick``).
+
+    Each memory's stored states must have the primer's shape per step and be zero at
+    ``is_init``; the critic, replayed over the rows from their stored states as the loss runs
+    it, must give the values GAE used.
+    """
+    n, t = args.num_envs, args.row_steps
     assert batch.batch_size == (n, t), batch.batch_size
     for key in ("advantage", "value_target", "state_value"):
         assert batch[key].shape == (n, t, 1), (key, batch[key].shape)
@@ -612,10 +790,15 @@ def check_batch(args: Args, batch, first: bool) -> None:
     assert torch.equal(is_init, batch["step_count"].squeeze(-1) == 0), "is_init: episode starts"
     assert torch.equal(is_init[:, 1:], batch["next", "done"].squeeze(-1)[:, :-1])
     assert not first or bool(is_init[:, 0].all()), "every env starts an episode"
-    if args.policy == "lstm":
-        for key in (*ACTOR_STATE, *CRITIC_STATE):
-            assert batch[key].shape == (n, t, 1, args.hidden), (key, batch[key].shape)
+    for memory in memories:
+        primer = memory.make_tensordict_primer().primers
+        for key in primer.keys():
+            shape = (n, t, *primer[key].shape)
+            assert batch[key].shape == shape, (key, batch[key].shape, shape)
             assert bool((batch[key][is_init] == 0).all()), f"{key} must be zero at is_init"
+    with torch.no_grad(), set_recurrent_mode(True):
+        replayed = critic(batch.select(*critic.in_keys).clone())["state_value"]
+    assert torch.allclose(replayed, batch["state_value"], atol=1e-5), "values must replay"
 
 
 # ---------------------------------------------------------------------------- training
@@ -632,7 +815,7 @@ def train(args: Args, run: runs.Run) -> runs.Result:
     collector = Collector(
         env,
         collection_policy(actor, critic),
-        frames_per_batch=args.num_envs * args.steps,
+        frames_per_batch=args.num_envs * args.row_steps,
         total_frames=-1,
         device=device,
     )
@@ -657,7 +840,7 @@ def train(args: Args, run: runs.Run) -> runs.Result:
         with watch("gae"):
             loss.value_estimator(batch)
         if run.quick:
-            check_batch(args, batch, first=recorder.frames == 0)
+            check_batch(args, batch, recorder.frames == 0, critic, primers)
         frames = recorder.frames + batch.numel()
         left = anneal(args, loss, optim, recorder.frames)
         with watch("update"):
@@ -687,7 +870,7 @@ def train(args: Args, run: runs.Run) -> runs.Result:
 
 
 def load_policy(args: Args, state: dict, device) -> ProbabilisticActor:
-    """The actor of a checkpoint: reads the observation, previous action and LSTM state."""
+    """The actor of a checkpoint: reads the observation, previous action and memory state."""
     actor, critic = make_agent(args)
     loss = make_loss(args, actor.to(device), critic.to(device))
     loss.load_state_dict(state["loss"])

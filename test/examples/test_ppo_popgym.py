@@ -22,6 +22,27 @@ from torchrl_ext.envs import popgym
 QUICK_ENVS = ["RepeatPrevious", "Concentration", "Battleship", "PositionOnlyPendulum"]
 
 
+#: Quick runs of the memories and network options, each with its ``--out`` name.
+MEMORY_RUNS = {
+    "gru": ["--memory", "gru"],
+    "ffm": ["--memory", "ffm"],
+    "none": ["--memory", "none"],
+    "shared": ["--memory", "ffm", "--shared-memory", "--input-layer", "16", "--head-layers", "2"],
+    "episodes": ["--env", "MineSweeper", "--memory", "gru", "--steps", "0"],
+}
+
+
+@pytest.fixture(scope="module")
+def memory_runs(tmp_path_factory):
+    """Each of ``MEMORY_RUNS``' quick run: its folder and result."""
+    done = {}
+    for name, argv in MEMORY_RUNS.items():
+        out = tmp_path_factory.mktemp(name)
+        (result,) = pipelines.run("ppo_popgym", "--quick", *argv, "--out", str(out))
+        done[name] = (out / "seed0", result)
+    return done
+
+
 @pytest.fixture(scope="module")
 def quick_runs(tmp_path_factory):
     """Each of ``QUICK_ENVS``' quick run: its folder and result."""
@@ -177,6 +198,151 @@ class TestArgs:
         assert run.out.as_posix() == "runs/ppo_popgym/HigherLower-easy/seed2"
 
 
+class TestNetworkOptions:
+    """``memory``, ``shared_memory``, ``input_layer``, ``head_layers`` and ``steps`` 0 build the
+    networks and rows they document; ``PAPER`` is the documented command line."""
+
+    def test_each_memory_stores_its_state_under_its_keys(self):
+        shapes = {"lstm": (1, 64), "gru": (1, 64), "ffm": (32, 4, 2)}
+        for memory, shape in shapes.items():
+            args = ppo_popgym.Args(memory=memory)
+            found = ppo_popgym.memories(*ppo_popgym.make_agent(args))
+            assert [type(m).__name__ for m in found] == [f"{memory.upper()}Module"] * 2
+            keys = {
+                *ppo_popgym.state_keys(memory, "actor"),
+                *ppo_popgym.state_keys(memory, "critic"),
+            }
+            env = ppo_popgym.make_env(args, 2, 0, found, "cpu")
+            td = env.reset()
+            assert {k for k in td.keys() if k.startswith("rs_")} == keys
+            assert all(td[k].shape == (2, *shape) for k in keys)
+
+    def test_none_has_no_memory(self):
+        actor, critic = ppo_popgym.make_agent(ppo_popgym.Args(memory="none"))
+        assert ppo_popgym.memories(actor, critic) == []
+        assert ppo_popgym.collection_policy(actor, critic) is actor
+
+    def test_forget_bias_reaches_the_lstm_only(self):
+        args = ppo_popgym.Args(env="RepeatFirst", memory="gru")
+        assert args.forget_bias == 3.0  # filled, and ignored by the GRU
+        gru = ppo_popgym.memories(*ppo_popgym.make_agent(args))[0].gru
+        bound = 1 / math.sqrt(gru.hidden_size)  # PyTorch's initialisation, untouched
+        assert gru.bias_ih_l0.abs().max() <= bound < 3.0
+
+    def test_shared_memory_is_one_trunk(self):
+        args = ppo_popgym.Args(memory="lstm", shared_memory=True, input_layer=16, head_layers=2)
+        actor, critic = ppo_popgym.make_agent(args)
+        (memory,) = ppo_popgym.memories(actor, critic)
+        assert memory.in_keys[1:3] == ["rs_shared_h", "rs_shared_c"]
+        assert any(m is memory for m in critic.modules())
+        assert ppo_popgym.collection_policy(actor, critic) is actor
+        loss = ppo_popgym.make_loss(args, actor, critic)
+        (group,) = ppo_popgym.make_optimizer(args, loss).param_groups
+        every = {id(p) for p in [*actor.parameters(), *critic.parameters()]}
+        assert len(group["params"]) == len({id(p) for p in group["params"]}) == len(every)
+
+    def test_input_layer_and_head_layers(self):
+        args = ppo_popgym.Args(memory="ffm", input_layer=16, head_layers=2, head=8, hidden=12)
+        _, critic = ppo_popgym.make_agent(args)
+        critic_net = [m.module for m in critic.module if hasattr(m, "module")]
+        layer = critic_net[1]
+        assert isinstance(layer[0], torch.nn.Linear) and layer[0].out_features == 16
+        assert isinstance(layer[1], torch.nn.LeakyReLU)
+        (memory,) = [m for m in critic.module if isinstance(m, ppo_popgym.FFMModule)]
+        assert (memory.input_size, memory.hidden_size) == (16, 12)
+        head = critic.module[-1].module
+        widths = [(m.in_features, m.out_features) for m in head if isinstance(m, torch.nn.Linear)]
+        assert widths == [(12, 8), (8, 8), (8, 1)]
+
+    def test_default_network_is_unchanged_by_the_options(self):
+        """The defaults (one head layer, no input layer, own memories) draw the same weights."""
+        default = runs.seeded(0, ppo_popgym.make_agent, ppo_popgym.Args())
+        spelled = ppo_popgym.Args(memory="lstm", input_layer=0, head_layers=1, shared_memory=False)
+        again = runs.seeded(0, ppo_popgym.make_agent, spelled)
+        for a, b in zip(default, again, strict=True):
+            sa, sb = a.state_dict(), b.state_dict()
+            assert sa.keys() == sb.keys()
+            assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+    def test_steps_zero_is_the_episode_length(self):
+        args = ppo_popgym.Args(env="Autoencode", steps=0)
+        assert args.steps == 0 and args.row_steps == 103
+        env = ppo_popgym.make_base_env(args, 1, 0, "cpu")
+        assert args.row_steps == env.max_steps
+        assert ppo_popgym.Args(steps=48).row_steps == 48
+
+    def test_runs_that_named_the_memory_policy_still_load(self):
+        assert ppo_popgym.Args(policy="mlp").memory == "none"
+        assert ppo_popgym.Args(policy="lstm").memory == "lstm"
+        assert "policy" not in dataclasses.asdict(ppo_popgym.Args())
+        with pytest.raises(ValueError, match="policy must be 'lstm' or 'mlp', got policy='gru'"):
+            ppo_popgym.Args(policy="gru")
+
+    def test_refusals(self):
+        with pytest.raises(
+            ValueError, match=r"memory must be one of lstm, gru, ffm, none, got memory='rnn'"
+        ):
+            ppo_popgym.Args(memory="rnn")
+        with pytest.raises(
+            ValueError, match="shared_memory must be True or False, got shared_memory=1"
+        ):
+            ppo_popgym.Args(shared_memory=1)
+        with pytest.raises(
+            ValueError, match=r"input_layer must be an integer >= 0, got input_layer=2\.5"
+        ):
+            ppo_popgym.Args(input_layer=2.5)
+        with pytest.raises(
+            ValueError, match="head_layers must be an integer >= 1, got head_layers=0"
+        ):
+            ppo_popgym.Args(head_layers=0)
+
+    def test_paper_is_the_documented_command_line(self, tmp_path):
+        doc = ppo_popgym.__doc__
+        command = doc[doc.index("python examples/ppo_popgym.py --memory gru") :]
+        command = command[: command.index("\n\n")].replace("\\\n", " ").split()[2:]
+        ((args, _),) = runs.parse(ppo_popgym.Args, [*command, "--out", str(tmp_path)])
+        assert args.memory == "gru"
+        assert {k: getattr(args, k) for k in ppo_popgym.PAPER} == ppo_popgym.PAPER
+        assert args.envs_per_minibatch * args.steps == 8192
+
+
+class TestMemoryRuns:
+    """Quick runs of each memory and option: the batches check their stored states, the critic
+    replayed from them gives GAE's values, and the first PPO ratio is 1 (``check_batch``)."""
+
+    @pytest.mark.parametrize("name", list(MEMORY_RUNS))
+    def test_runs_and_logs(self, memory_runs, name):
+        folder, result = memory_runs[name]
+        config = json.loads((folder / "config.json").read_text())["config"]
+        argv = MEMORY_RUNS[name]
+        assert config["memory"] == argv[argv.index("--memory") + 1]
+        assert math.isfinite(result.final_eval)
+
+    def test_steps_zero_rows_are_episode_lengths(self, memory_runs):
+        folder, result = memory_runs["episodes"]
+        batch = 8 * ppo_popgym.episode_steps("MineSweeper", "easy")  # 8 envs x 14 steps
+        steps = [step for step, _ in runs.read_scalars(folder)["mean_return"]]
+        assert steps == [batch * (i + 1) for i in range(len(steps))]
+        assert steps[-1] == result.frames >= ppo_popgym.QUICK["frames"] > steps[-2]
+
+    def test_loaded_ffm_policy_acts_as_trained(self, memory_runs):
+        folder, result = memory_runs["ffm"]
+        policy, args, module = runs.load_policy(folder)
+        assert module is ppo_popgym and args.memory == "ffm"
+        primers = ppo_popgym.memories(*ppo_popgym.make_agent(args))
+        assert ppo_popgym.evaluate(args, policy, primers, "cpu") == result.final_eval
+        env = ppo_popgym.acting_env(args, 2, 7, "cpu")
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            rollout = env.rollout(5, policy)
+        assert rollout["next", "rs_actor_ffm"].shape == (2, 5, 32, 4, 2)
+
+
+def test_ffm_resumes_bitwise(tmp_path, monkeypatch):
+    pipelines.assert_resumes_bitwise(
+        tmp_path, monkeypatch, "ppo_popgym", 256, 512, "--memory", "ffm"
+    )
+
+
 class TestQuick:
     """A quick run per observation and action kind: checked batches, POPGym's return range."""
 
@@ -243,7 +409,15 @@ def test_resumes_bitwise(tmp_path, monkeypatch, env):
         (["--gamma", "nan"], "gamma must be a finite number in"),
         (["--reward-scale", "0"], "reward_scale"),
         (["--envs-per-minibatch", "65"], "envs_per_minibatch must be <= num_envs"),
-        (["--policy", "gru"], "invalid choice"),
+        (["--policy", "mlp"], "unrecognized arguments: --policy mlp"),
+        (["--memory", "rnn"], "argument --memory: invalid choice: 'rnn'"),
+        (["--steps", "-1"], "steps must be an integer >= 0, got steps=-1"),
+        (["--input-layer", "-8"], "input_layer must be an integer >= 0, got input_layer=-8"),
+        (["--head-layers", "0"], "head_layers must be an integer >= 1, got head_layers=0"),
+        (
+            ["--env", "MineSweeper", "--steps", "0", "--frames", "100"],
+            "frames must be at least one batch (num_envs * the episode length, steps=0 = 896)",
+        ),
     ],
 )
 def test_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, match):
