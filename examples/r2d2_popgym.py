@@ -1,7 +1,7 @@
-"""R2D2 on a POPGym memory task: an LSTM Q-network learning from sequence replay.
+"""R2D2 on a POPGym memory task: a recurrent Q-network learning from sequence replay.
 
     python examples/r2d2_popgym.py [--env RepeatPrevious] [--difficulty easy|medium|hard]
-        [--seeds 0 1 2] [--frames N] [--quick]
+        [--memory lstm|gru|ffm] [--replay sequence|tape] [--seeds 0 1 2] [--frames N] [--quick]
 
 POPGym's tasks (Morad et al., ICLR 2023) as torchrl_ext's Warp ports, those whose action is one
 discrete choice (a Q-network scores each action; MineSweeper, Battleship and the pendulums are
@@ -10,21 +10,25 @@ for PPO). The pipeline, top to bottom:
 1. The port of ``--env`` at ``--difficulty`` in a ``TransformedEnv`` with ``InitTracker``
    (``is_init``), ``RewardSum`` (episode returns), ``PreviousAction`` (the last action, one-hot:
    POPGym's baselines feed it, and a bandit player needs it to know which arm paid) and the
-   LSTM's state primer.
+   memory's state primer.
 2. The Q-network: the observation (discrete components one-hot) and the previous action, a
-   linear embedding, an ``LSTMModule`` (forget-gate bias ``--forget-bias``) and a two-layer head
-   writing one ``action_value`` per action; ``QValueModule`` picks the greedy action and
-   ``EGreedyModule`` explores, with one exploration rate per env (a linear decay floored by an
-   Ape-X-style ladder).
-3. TorchRL's ``Collector`` gathers ``[num_envs, steps]`` batches; each record carries the LSTM
-   state the actor had before it.
+   linear embedding, a memory (``--memory``: an ``LSTMModule``, forget-gate bias
+   ``--forget-bias``; a ``GRUModule``; or an :class:`~torchrl_ext.modules.FFMModule`) and a
+   two-layer head writing one ``action_value`` per action; ``QValueModule`` picks the greedy
+   action and ``EGreedyModule`` explores, with one exploration rate per env (a linear decay
+   floored by an Ape-X-style ladder).
+3. TorchRL's ``Collector`` gathers ``[num_envs, steps]`` batches; each record carries the
+   memory's state the actor had before it.
 4. The batches go into a prioritized ``TensorDictReplayBuffer`` over a time x env
-   ``LazyTensorStorage``, whose ``Sequence`` sample unit expands every sampled anchor into a
-   burn-in, learning and bootstrap window of its env.
-5. After the warm-up, one update per batch: ``R2D2Loss`` burns in from the stored state without
-   gradient and regresses the learning records onto n-step double-Q targets with value
-   rescaling; the records' ``td_error`` goes back as one priority per anchor (R2D2's mixture of
-   max and mean) and ``HardUpdate`` copies the online network into the target.
+   ``LazyTensorStorage``. With ``--replay sequence`` its ``Sequence`` sample unit expands every
+   sampled anchor into a burn-in, learning and bootstrap window of its env; with ``--replay
+   tape`` its ``Tape`` unit lays the episodes of the sampled anchors whole, end to end, into
+   ``tape_rows`` tapes as long as the env's longest episode.
+5. After the warm-up, one update per batch: ``R2D2Loss`` regresses the learning records onto
+   n-step double-Q targets with value rescaling, burning in windows from the stored state
+   without gradient (tapes need no burn-in: every episode starts from its reset); the records'
+   ``td_error`` goes back as one priority per anchor, or per episode on tapes (R2D2's mixture
+   of max and mean), and ``HardUpdate`` copies the online network into the target.
 
 The logged ``best_mean_return`` over a 100-episode window is POPGym's MMER (its score); every
 task's best return is 1. The learning rate stays constant for the first half of the frames,
@@ -56,9 +60,9 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import EGreedyModule, QValueModule
 from torchrl.objectives import HardUpdate
 
-from torchrl_ext.data import Sequence, load_replay
+from torchrl_ext.data import Sequence, Tape, load_replay
 from torchrl_ext.envs.transforms import PreviousAction
-from torchrl_ext.modules import LSTMModule
+from torchrl_ext.modules import FFMModule, GRUModule, LSTMModule
 from torchrl_ext.objectives import R2D2Loss
 
 #: POPGym's tasks whose action is one discrete choice, by POPGym's name (the port is
@@ -96,6 +100,10 @@ class Args:
     VelocityOnlyCartPole or NoisyPositionOnlyCartPole"""
     difficulty: Literal["easy", "medium", "hard"] = "easy"
     """POPGym's difficulty preset"""
+    memory: Literal["lstm", "gru", "ffm"] = "lstm"
+    """the Q-network's memory: an LSTM, a GRU or Fast and Forgetful Memory"""
+    replay: Literal["sequence", "tape"] = "sequence"
+    """samples: burn-in windows (Sequence) or whole episodes end to end (Tape)"""
     forget_bias: float = 0.0
     """initial bias of the LSTM's forget gates"""
     previous_action: bool = True
@@ -129,7 +137,11 @@ class Args:
     n_step: int = 5
     """return horizon; a window carries n_step - 1 bootstrap records"""
     batch_size: int = 32
-    """windows per update"""
+    """windows per update (--replay sequence)"""
+    tape_rows: int = 4
+    """tapes per update, each as long as the env's longest episode (--replay tape)"""
+    tape_draws: int = 64
+    """episodes drawn per update to fill the tapes; those that no longer fit are skipped"""
     value_rescaling: bool = True
     """R2D2's h(x) on the targets"""
     target_period: int = 100
@@ -172,10 +184,15 @@ class Args:
             raise ValueError(
                 f"difficulty must be easy, medium or hard, got difficulty={self.difficulty!r}."
             )
+        if self.memory not in ("lstm", "gru", "ffm"):
+            raise ValueError(f"memory must be lstm, gru or ffm, got memory={self.memory!r}.")
+        if self.replay not in ("sequence", "tape"):
+            raise ValueError(f"replay must be sequence or tape, got replay={self.replay!r}.")
         if not math.isfinite(self.forget_bias):
             raise ValueError(f"forget_bias must be finite, got forget_bias={self.forget_bias!r}.")
         counts = ["frames", "num_envs", "steps", "hidden", "warmup_frames", "capacity"]
         counts += ["length", "n_step", "batch_size", "target_period", "eps_frames"]
+        counts += ["tape_rows", "tape_draws"]
         counts += ["return_window", "log_every", "eval_episodes"]
         runs.check_fields(
             self,
@@ -193,7 +210,7 @@ class Args:
                 f"frames must be at least one batch (num_envs * steps = "
                 f"{self.num_envs * self.steps}), got frames={self.frames}."
             )
-        if self.capacity < self.window:
+        if self.replay == "sequence" and self.capacity < self.window:
             raise ValueError(
                 f"capacity must hold at least one window (burn_in + length + n_step - 1 = "
                 f"{self.window} records), got capacity={self.capacity}."
@@ -210,13 +227,17 @@ QUICK = dict(
     frames=1024, warmup_frames=512, capacity=2048, batch_size=8, eval_episodes=4, log_every=2
 )
 
-STATE = ("recurrent_state_h", "recurrent_state_c")
-#: What the replay buffer stores of each collected record.
+#: The state keys of each memory.
+STATES = {
+    "lstm": ("recurrent_state_h", "recurrent_state_c"),
+    "gru": ("recurrent_state_h",),
+    "ffm": ("recurrent_state_ffm",),
+}
+#: What the replay buffer stores of each collected record, besides the memory's state.
 STORED = (
     "observation",
     "action",
     "is_init",
-    *STATE,
     ("next", "observation"),
     ("next", "reward"),
     ("next", "done"),
@@ -241,22 +262,33 @@ def task_specs(args: Args) -> tuple[TensorSpec, Categorical]:
     return specs
 
 
+def longest_episode(args: Args) -> int:
+    """The most steps an episode of the task runs: the length of a tape."""
+    env = env_class(args)(1, "cpu", 0, difficulty=args.difficulty)
+    steps = env.max_steps
+    env.close()
+    return steps
+
+
 def make_env(args: Args, num_envs: int, seed: int, device) -> TransformedEnv:
-    """The task with reset flags, episode returns, the previous action and the LSTM's primer."""
+    """The task with reset flags, episode returns, the previous action and the memory's primer."""
     base = env_class(args)(num_envs, device, seed, difficulty=args.difficulty)
-    primer = make_lstm(args).make_tensordict_primer()
+    primer = make_memory(args).make_tensordict_primer()
     transforms = [InitTracker(), RewardSum(), *([PreviousAction()] if args.previous_action else [])]
     return TransformedEnv(base, Compose(*transforms, primer).to(device))
 
 
-def make_lstm(args: Args) -> LSTMModule:
-    """The Q-network's memory; it reads and writes its state under ``STATE``."""
-    return LSTMModule(
-        input_size=args.hidden,
-        hidden_size=args.hidden,
-        in_keys=["embed", *STATE],
-        out_keys=["memory", *(("next", k) for k in STATE)],
-    )
+def make_memory(args: Args) -> LSTMModule | GRUModule | FFMModule:
+    """The Q-network's memory; it reads and writes its state under ``STATES[args.memory]``."""
+    if args.memory == "ffm":
+        return FFMModule(args.hidden, args.hidden, in_key="embed", out_key="memory")
+    state = STATES[args.memory]
+    keys = dict(in_keys=["embed", *state], out_keys=["memory", *(("next", k) for k in state)])
+    if args.memory == "gru":
+        return GRUModule(input_size=args.hidden, hidden_size=args.hidden, **keys)
+    lstm = LSTMModule(input_size=args.hidden, hidden_size=args.hidden, **keys)
+    set_forget_bias(lstm.lstm, args.forget_bias)
+    return lstm
 
 
 class Inputs(nn.Module):
@@ -309,20 +341,19 @@ class Inputs(nn.Module):
 
 
 def make_qnet(args: Args) -> TensorDictSequential:
-    """Input features, embedding, LSTM and head: one ``action_value`` per action."""
+    """Input features, embedding, memory and head: one ``action_value`` per action."""
     observation, action = task_specs(args)
     inputs = Inputs(observation, action.n if args.previous_action else 0)
     in_keys = ["observation", "prev_action"] if args.previous_action else ["observation"]
     embed = nn.Sequential(nn.Linear(inputs.features, args.hidden), nn.ReLU())
-    lstm = make_lstm(args)
-    set_forget_bias(lstm.lstm, args.forget_bias)
+    memory = make_memory(args)
     head = nn.Sequential(
         nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, action.n)
     )
     return TensorDictSequential(
         TensorDictModule(inputs, in_keys=in_keys, out_keys=["features"]),
         TensorDictModule(embed, in_keys=["features"], out_keys=["embed"]),
-        lstm,
+        memory,
         TensorDictModule(head, in_keys=["memory"], out_keys=["action_value"]),
     )
 
@@ -360,37 +391,48 @@ def epsilons(args: Args, frames: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- learning
 def make_loss(args: Args, qnet: TensorDictSequential) -> R2D2Loss:
-    """R2D2's loss over ``qnet``: burn-in, n-step double-Q targets, value rescaling."""
+    """R2D2's loss over ``qnet``: burn-in (windows), n-step double-Q targets, value rescaling."""
     return R2D2Loss(
         qnet,
-        burn_in=args.burn_in,
+        burn_in=args.burn_in if args.replay == "sequence" else 0,
         n_step=args.n_step,
         gamma=args.gamma,
         value_rescaling=args.value_rescaling,
+        sample_unit=args.replay,
     )
 
 
-def make_buffer(args: Args) -> tuple[Sequence, TensorDictPrioritizedReplayBuffer]:
-    """Prioritized windows over a time x env storage, and their sample unit.
+def make_buffer(args: Args) -> tuple[Sequence | Tape, TensorDictPrioritizedReplayBuffer]:
+    """Prioritized windows or tapes over a time x env storage, and their sample unit.
 
     The unit writes the priorities back (``unit.update_priority(rb, sample)``) with R2D2's
-    mixture over the learning records.
+    mixture over the learning records of each window, or the records of each episode.
     """
-    unit = Sequence(
-        args.length,
-        burn_in=args.burn_in,
-        bootstrap=args.n_step - 1,
-        layout="batch_time",
-        priority_reduction="mixture",
-        priority_eta=args.eta,
-        priority_learning_only=True,
-    )
+    if args.replay == "tape":
+        unit = Tape(
+            longest_episode(args),
+            rows=args.tape_rows,
+            priority_reduction="mixture",
+            priority_eta=args.eta,
+        )
+        draws = args.tape_draws
+    else:
+        unit = Sequence(
+            args.length,
+            burn_in=args.burn_in,
+            bootstrap=args.n_step - 1,
+            layout="batch_time",
+            priority_reduction="mixture",
+            priority_eta=args.eta,
+            priority_learning_only=True,
+        )
+        draws = args.batch_size
     return unit, TensorDictPrioritizedReplayBuffer(
         alpha=args.alpha,
         beta=args.beta,
         storage=LazyTensorStorage(args.capacity, ndim=2),
         sample_unit=unit,
-        batch_size=args.batch_size,
+        batch_size=draws,
         priority_key="td_error",
         generator=torch.Generator().manual_seed(args.seed + 1),
     )
@@ -409,8 +451,8 @@ def learning_rate(args: Args, frames: int) -> float:
     return args.lr + fraction * (args.lr_end - args.lr)
 
 
-def update(args: Args, rb, unit: Sequence, loss: R2D2Loss, target_updater, optim, frames, device):
-    """One gradient step on sampled windows, the target's update, the priorities written back.
+def update(args: Args, rb, unit, loss: R2D2Loss, target_updater, optim, frames, device):
+    """One gradient step on sampled windows or tapes, the target's update, the priorities back.
 
     Returns the sample (with its ``td_error``) and the loss's output.
     """
@@ -449,16 +491,22 @@ def check_batch(args: Args, batch, first: bool) -> None:
     is_init, done = batch["is_init"].squeeze(-1), batch["next", "done"].squeeze(-1)
     assert torch.equal(is_init[:, 1:], done[:, :-1]), "is_init must follow a done"
     assert not first or bool(is_init[:, 0].all()), "every env starts an episode"
-    assert bool((batch[STATE[0]][is_init] == 0).all()), "the LSTM state is zero at is_init"
+    state = batch[STATES[args.memory][0]]
+    assert bool((state[is_init] == 0).all()), "the memory's state is zero at is_init"
 
 
 def check_sample(args: Args, sample, out) -> None:
-    """Asserts the window geometry, masks and stored states the loss relies on (``--quick``)."""
-    b, t = args.batch_size, args.window
+    """Asserts the sample's geometry, masks and stored states the loss relies on (``--quick``)."""
+    if args.replay == "tape":
+        b, t = args.tape_rows, longest_episode(args)
+        learning = sample["validity_mask"]
+        assert "learning_mask" not in sample.keys() and bool(sample["is_init"][:, 0].all())
+    else:
+        b, t = args.batch_size, args.window
+        learning = sample["learning_mask"]
+        assert not bool(learning[:, : args.burn_in].any()), "burn-in records never learn"
     assert sample.batch_size == (b, t), sample.batch_size
-    learning = sample["learning_mask"]
-    assert not bool(learning[:, : args.burn_in].any()), "burn-in records never learn"
-    assert sample[STATE[0]].shape == (b, t, 1, args.hidden)
+    assert sample[STATES[args.memory][0]].shape[:2] == (b, t)
     assert sample["td_error"].shape == (b, t) and bool((sample["td_error"][~learning] == 0).all())
     assert math.isfinite(float(out["loss"].detach())), out
 
@@ -503,7 +551,8 @@ def train(args: Args, run: runs.Run) -> runs.Result:
         if run.quick:
             check_batch(args, batch, first=frames == 0)
         frames += batch.numel()
-        rb.extend(batch.select(*STORED, *(PREVIOUS if args.previous_action else ())))
+        stored = (*STORED, *STATES[args.memory], *(PREVIOUS if args.previous_action else ()))
+        rb.extend(batch.select(*stored))
         egreedy.eps.copy_(epsilons(args, frames))
         if frames >= args.warmup_frames:
             with watch("update"):
@@ -535,14 +584,14 @@ def train(args: Args, run: runs.Run) -> runs.Result:
 
 
 def load_policy(args: Args, state: dict, device) -> TensorDictSequential:
-    """The greedy policy of a checkpoint: ``observation`` and the LSTM state to ``action``."""
+    """The greedy policy of a checkpoint: ``observation`` and the memory's state to ``action``."""
     qnet = make_qnet(args).to(device)
     make_loss(args, qnet).load_state_dict(state["loss"])
     return TensorDictSequential(qnet, QValueModule(action_space="categorical"))
 
 
 def acting_env(args: Args, num_envs: int, seed: int, device) -> TransformedEnv:
-    """An env the loaded policy acts in: the training env's transforms and the LSTM's primer."""
+    """An env the loaded policy acts in: the training env's transforms and the memory's primer."""
     return make_env(args, num_envs, seed, device)
 
 

@@ -336,11 +336,12 @@ class R2D2LossConfig(LossConfig):
     """
 
     value_network: Any = MISSING
-    burn_in: int = MISSING
+    burn_in: int = 0
     n_step: int = MISSING
     gamma: float = 0.997
     value_rescaling: bool = True
     rescale_eps: float = 1e-3
+    sample_unit: str = "sequence"
     _target_: str = "torchrl_ext.objectives.R2D2Loss"
 
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import pipelines
 import pytest
 import r2d2_popgym
-import runs
 import torch
+
+import runs
+from torchrl_ext.data import Tape
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,36 @@ def test_loaded_policy_acts(quick):
     rollout = r2d2_popgym.acting_env(args, 2, 7, "cpu").rollout(5, policy)
     assert rollout["action"].shape[:2] == (2, 5)
     assert rollout["prev_action"].shape == (2, 5, 2)  # HigherLower: higher or lower
+
+
+@pytest.mark.parametrize(
+    "argv", [("--replay", "tape"), ("--memory", "gru"), ("--memory", "ffm", "--replay", "tape")]
+)
+def test_quick_run_with_memory_and_replay(tmp_path, argv):
+    """``--quick`` (which asserts each sample's geometry and masks) with another memory or
+    tapes: the run folder records the choice and the policy acts from its saved state."""
+    (result,) = pipelines.run(
+        "r2d2_popgym", "--quick", "--env", "HigherLower", "--out", str(tmp_path), *argv
+    )
+    config = runs.read_config(tmp_path / "seed0")["config"]
+    assert result.frames == r2d2_popgym.QUICK["frames"] and math.isfinite(result.best)
+    assert [config["memory"], config["replay"]] == [
+        argv[argv.index(f"--{k}") + 1] if f"--{k}" in argv else d
+        for k, d in (("memory", "lstm"), ("replay", "sequence"))
+    ]
+    policy, args, _ = runs.load_policy(tmp_path / "seed0")
+    rollout = r2d2_popgym.acting_env(args, 2, 7, "cpu").rollout(3, policy)
+    assert rollout["action"].shape[:2] == (2, 3)
+
+
+def test_tape_buffer_and_loss():
+    args = r2d2_popgym.Args(env="CountRecall", memory="ffm", replay="tape", tape_rows=3)
+    unit, rb = r2d2_popgym.make_buffer(args)
+    assert rb.batch_size == args.tape_draws
+    assert isinstance(unit, Tape) and unit.length == r2d2_popgym.longest_episode(args) == 51
+    loss = r2d2_popgym.make_loss(args, r2d2_popgym.make_qnet(args))
+    assert loss.sample_unit == "tape" and loss.burn_in == 0
+    assert "recurrent_state_ffm" in loss.in_keys and "learning_mask" not in loss.in_keys
 
 
 def test_q_values_per_action():
@@ -104,6 +136,8 @@ def test_default_run_folder(tmp_path, monkeypatch):
         (["--difficulty", "extreme"], "argument --difficulty: invalid choice: 'extreme'"),
         (["--forget-bias", "nan"], "forget_bias must be finite"),
         (["--burn-in", "-1"], "burn_in must be an integer >= 0"),
+        (["--memory", "transformer"], "argument --memory: invalid choice: 'transformer'"),
+        (["--replay", "episodes"], "argument --replay: invalid choice: 'episodes'"),
         (["--capacity", "10"], "capacity must hold at least one window"),
     ],
 )

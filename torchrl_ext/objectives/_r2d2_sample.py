@@ -71,21 +71,21 @@ def read_window(
             f"burn_in={burn_in} leaves no learning record in windows of T={size} "
             "records; burn_in must match the sample unit's burn_in."
         )
-    _check_keys(tensordict, in_keys)
+    check_keys(tensordict, in_keys)
     window = Window(
-        action=_action(tensordict, keys),
-        reward=_per_record(tensordict, next_key(keys.reward), float_ok=True),
-        done=_per_record(tensordict, next_key(keys.done)),
-        terminated=_per_record(tensordict, next_key(keys.terminated)),
-        is_init=_per_record(tensordict, keys.is_init),
-        valid=_per_record(tensordict, keys.validity_mask),
-        learning=_per_record(tensordict, keys.learning_mask),
-        weight=_weights(tensordict, keys),
+        action=read_action(tensordict, keys),
+        reward=per_record(tensordict, next_key(keys.reward), float_ok=True),
+        done=per_record(tensordict, next_key(keys.done)),
+        terminated=per_record(tensordict, next_key(keys.terminated)),
+        is_init=per_record(tensordict, keys.is_init),
+        valid=per_record(tensordict, keys.validity_mask),
+        learning=per_record(tensordict, keys.learning_mask),
+        weight=read_weights(tensordict, keys),
     )
     return window
 
 
-def _check_keys(tensordict: TensorDictBase, in_keys: list[NestedKey]) -> None:
+def check_keys(tensordict: TensorDictBase, in_keys: list[NestedKey]) -> None:
     """Raises unless the sample holds every key in ``in_keys``.
 
     Args:
@@ -102,7 +102,7 @@ def _check_keys(tensordict: TensorDictBase, in_keys: list[NestedKey]) -> None:
             )
 
 
-def _per_record(tensordict: TensorDictBase, key: NestedKey, float_ok: bool = False):
+def per_record(tensordict: TensorDictBase, key: NestedKey, float_ok: bool = False):
     """The entry ``key`` as one value per record, ``[B, T]``: a bool flag, or real numbers.
 
     Args:
@@ -127,7 +127,7 @@ def _per_record(tensordict: TensorDictBase, key: NestedKey, float_ok: bool = Fal
     return value
 
 
-def _action(tensordict: TensorDictBase, keys: Any) -> torch.Tensor:
+def read_action(tensordict: TensorDictBase, keys: Any) -> torch.Tensor:
     """The actions taken: an index ``[B, T]`` or ``[B, T, 1]``, or one-hot ``[B, T, A]``.
 
     Args:
@@ -146,7 +146,7 @@ def _action(tensordict: TensorDictBase, keys: Any) -> torch.Tensor:
     return action
 
 
-def _weights(tensordict: TensorDictBase, keys: Any) -> torch.Tensor | None:
+def read_weights(tensordict: TensorDictBase, keys: Any) -> torch.Tensor | None:
     """Importance weights ``[B]`` or ``[B, T]`` (checked to be one per window later).
 
     Args:
@@ -198,9 +198,9 @@ def check_values(window: Window, num_actions: int, burn_in: int, n_step: int, ke
     checks = [
         *_geometry_checks(window, burn_in, n_step),
         _episode_check(window, burn_in),
-        _reward_check(window, burn_in, keys),
+        reward_check(window, burn_in, keys),
         *_weight_checks(window, keys),
-        *_action_checks(window.action[:, burn_in:], num_actions, keys),
+        *action_checks(window.action[:, burn_in:], num_actions, keys),
     ]
     checks = [check for check in checks if check is not None]
     failed = torch.stack([bad for bad, _ in checks]).tolist()
@@ -250,12 +250,12 @@ def _episode_check(window: Window, burn_in: int) -> tuple:
     return crossing.any(), refuse
 
 
-def _reward_check(window: Window, burn_in: int, keys: Any) -> tuple:
+def reward_check(window: Window, burn_in: int, keys: Any) -> tuple:
     """Rewards a target can sum (valid records after burn-in) must be finite."""
     rest = slice(burn_in, None)
     bad = window.valid[:, rest] & ~torch.isfinite(window.reward[:, rest])
     key = next_key(keys.reward)
-    return bad.any(), lambda: _refuse_at(
+    return bad.any(), lambda: refuse_at(
         key, window.reward[:, rest], bad, burn_in, "be finite on valid records"
     )
 
@@ -276,18 +276,18 @@ def _weight_checks(window: Window, keys: Any) -> list:
 
     varies = (weight != weight[:, :1]).any()
     return [
-        (bad.any(), lambda: _refuse_at(key, weight, bad, 0, "be finite and >= 0")),
+        (bad.any(), lambda: refuse_at(key, weight, bad, 0, "be finite and >= 0")),
         (varies, not_one_per_window),
     ]
 
 
-def _action_checks(action: torch.Tensor, num_actions: int, keys) -> list:
+def action_checks(action: torch.Tensor, num_actions: int, keys) -> list:
     """Index actions are whole numbers in ``[0, A)``; one-hot actions hold one 1 per record."""
     key = keys.action
     if _is_one_hot(action, num_actions):
         ones = action != 0
         bad = (ones & (action != 1)).any(-1) | (ones.sum(-1) != 1)
-        return [(bad.any(), lambda: _refuse_at(key, action, bad, 0, "be one-hot"))]
+        return [(bad.any(), lambda: refuse_at(key, action, bad, 0, "be one-hot"))]
     if action.ndim == 3 and action.shape[-1] != 1:
         raise ValueError(
             f"{key!r} has {action.shape[-1]} entries per record but the network gives "
@@ -298,11 +298,11 @@ def _action_checks(action: torch.Tensor, num_actions: int, keys) -> list:
     if index.is_floating_point():
         fractional = ~torch.isfinite(index) | (index != index.round())
         checks.append(
-            (fractional.any(), lambda: _refuse_at(key, index, fractional, 0, "be whole numbers"))
+            (fractional.any(), lambda: refuse_at(key, index, fractional, 0, "be whole numbers"))
         )
     outside = (index < 0) | (index >= num_actions)
     rule = f"lie in [0, {num_actions})"
-    checks.append((outside.any(), lambda: _refuse_at(key, index, outside, 0, rule)))
+    checks.append((outside.any(), lambda: refuse_at(key, index, outside, 0, rule)))
     return checks
 
 
@@ -311,7 +311,7 @@ def _is_one_hot(action: torch.Tensor, num_actions: int) -> bool:
     return action.ndim == 3 and action.shape[-1] == num_actions and num_actions > 1
 
 
-def _refuse_at(key: NestedKey, values: torch.Tensor, bad: torch.Tensor, offset: int, rule: str):
+def refuse_at(key: NestedKey, values: torch.Tensor, bad: torch.Tensor, offset: int, rule: str):
     """Raises naming ``key``, the first bad value and where it sits (record ``offset + t``)."""
     row, col = (int(i) for i in bad.nonzero()[0])
     value = values[row, col]

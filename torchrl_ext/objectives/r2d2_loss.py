@@ -1,4 +1,4 @@
-"""R2D2's loss for recurrent Q-networks on ``[B, T]`` window samples.
+"""R2D2's loss for recurrent Q-networks on ``[B, T]`` window samples, or on tapes.
 
 :class:`R2D2Loss` is a TorchRL :class:`~torchrl.objectives.LossModule` for the windows a
 :class:`torchrl_ext.data.Sequence` unit samples with ``layout="batch_time"``: ``burn_in`` records
@@ -40,17 +40,37 @@ In a TorchRL training loop::
     loss_fn(sample)["loss"].backward(); optim.step(); optim.zero_grad(); updater.step()
     unit.update_priority(rb, sample)  # one priority per anchor, R2D2's eta mixture
 
+Tapes (``sample_unit="tape"``): the loss also reads the ``[R, L]`` (or ``[L]``) samples of a
+:class:`torchrl_ext.data.Tape`, whole episodes laid end to end with ``is_init`` at each start
+and a masked tail (``validity_mask`` False), without ``learning_mask`` or burn-in. Every valid
+record is a learning record. The networks run in recurrent mode over each tape from the stored
+states, resetting at every ``is_init``; the n-step sums stop at each episode's end (its last
+valid record), whose next observation is valued by one extra step-mode pass of the network from
+the state after that record (the ``("next", state)`` its memories write). The loss is ``0.5 *
+TD**2`` averaged over each episode's valid records, weighted by the episode's importance
+weight (``"priority_weight"``, the same on all of its records) and averaged over the episodes,
+so an episode counts as a window does; ``|TD|`` per valid record goes to ``"td_error"`` for
+``Tape.update_priority``. The mode is chosen at construction rather than guessed from the
+absence of ``learning_mask``, so that a window sample missing its mask is refused instead of
+being read as a tape::
+
+    unit = Tape(length, rows=R, priority_reduction="mixture")
+    loss_fn = R2D2Loss(q_net, n_step=n_step, gamma=0.997, sample_unit="tape")
+
 The value network is any TensorDict module that reads observations (and the recurrent states
-and ``"is_init"`` its torchrl ``LSTMModule``/``GRUModule`` submodules read) and writes
-``"action_value"`` ``[..., A]``; a ``QValueActor`` around it works too. The samples must hold the
-recurrent states the actor stored with each record, and ``("next", key)`` for each observation
-key the network reads. A sample is read and checked in ``_r2d2_sample`` before anything runs.
+and ``"is_init"`` its memories read) and writes ``"action_value"`` ``[..., A]``; a
+``QValueActor`` around it works too. A memory is a torchrl ``LSTMModule``/``GRUModule`` or any
+module with TorchRL's recurrent face (``make_tensordict_primer`` and ``recurrent_mode``, as
+:class:`~torchrl_ext.modules.FFMModule`), whose states are the keys of its primer. The
+samples must hold the recurrent states the actor stored with each record, and ``("next",
+key)`` for each observation key the network reads. A sample is read and checked in
+``_r2d2_sample`` (a tape in ``_r2d2_tapes``) before anything runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
@@ -59,9 +79,17 @@ from tensordict.utils import NestedKey, unravel_key
 from torchrl.modules import GRUModule, LSTMModule
 from torchrl.objectives import LossModule
 
-from torchrl_ext._checks import check_bool, check_float, check_int
+from torchrl_ext._checks import check_bool, check_choice, check_float, check_int
 from torchrl_ext.objectives._r2d2_sample import Window, check_values, read_window
 from torchrl_ext.objectives._r2d2_sample import next_key as _next
+from torchrl_ext.objectives._r2d2_tapes import (
+    check_tape_values,
+    episode_loss,
+    read_tape,
+    tape_episodes,
+    tape_q,
+)
+from torchrl_ext.objectives._value_pass import is_memory
 
 __all__ = ["R2D2Loss", "inverse_value_rescale", "value_rescale"]
 
@@ -114,7 +142,8 @@ class R2D2Loss(LossModule):
 
     Reads samples of ``Sequence(length, burn_in=burn_in, bootstrap=n_step - 1,
     layout="batch_time")`` (episode boundaries ``"pad"`` or ``"stop"``: the learning and
-    bootstrap records of a window must stay in one episode). See the module docstring for what
+    bootstrap records of a window must stay in one episode), or with ``sample_unit="tape"``
+    those of ``Tape(length, rows=R)``. See the module docstring for what
     is computed. The target network's parameters are ``target_value_network_params``; update
     them with torchrl's ``SoftUpdate`` or ``HardUpdate``, as with ``DQNLoss``.
 
@@ -122,18 +151,26 @@ class R2D2Loss(LossModule):
     (``"action"``, an index or one-hot), ``reward``/``done``/``terminated`` (read under
     ``"next"``), ``priority`` (written, ``"td_error"``), ``is_init``, ``validity_mask``,
     ``learning_mask``, ``priority_weight`` (optional importance weights, one per window).
-    Recurrent-state keys are those of the network's ``LSTMModule``/``GRUModule`` submodules
-    (TorchRL's, or :mod:`torchrl_ext.modules`', which run the burn-in and the unroll as whole
-    rows).
+    ``learning_mask`` is not read with ``sample_unit="tape"``. Recurrent-state keys are those
+    of the network's memories: ``LSTMModule``/``GRUModule`` submodules (TorchRL's, or
+    :mod:`torchrl_ext.modules`', which run the burn-in and the unroll as whole rows) and any
+    module with ``make_tensordict_primer`` and ``recurrent_mode`` (the keys of its primer, such
+    as :class:`~torchrl_ext.modules.FFMModule`'s ``"recurrent_state_ffm"``).
 
     Args:
         value_network (TensorDictModuleBase): the Q-network; writes ``action_value``.
-        burn_in (int): burn-in records per window, ``>= 0``; the sample unit's ``burn_in``.
-        n_step (int): return horizon, ``>= 1``; the unit needs ``bootstrap >= n_step - 1``.
+        burn_in (int, optional): burn-in records per window, ``>= 0``; the sample unit's
+            ``burn_in`` (0 with ``sample_unit="tape"``). Defaults to 0.
+        n_step (int): return horizon, ``>= 1``; a ``Sequence`` unit needs ``bootstrap >=
+            n_step - 1`` (a tape's sums stop at each episode's end).
         gamma (float, optional): discount in ``(0, 1]``. Defaults to 0.997 (R2D2).
         value_rescaling (bool, optional): apply ``h`` and ``h^-1`` to targets. Defaults to
             ``True``.
         rescale_eps (float, optional): ``eps`` of ``h``, ``> 0``. Defaults to 1e-3.
+        sample_unit (str, optional): the samples read: ``"sequence"``, ``[B, T]`` windows of
+            a :class:`~torchrl_ext.data.Sequence` unit, or ``"tape"``, the ``[R, L]`` or
+            ``[L]`` tapes of a :class:`~torchrl_ext.data.Tape` unit (see the module
+            docstring). Defaults to ``"sequence"``.
 
     Examples:
         >>> import torch
@@ -168,6 +205,12 @@ class R2D2Loss(LossModule):
         (torch.Size([]), torch.Size([4, 6]))
         >>> bool((sample["td_error"][:, :2] == 0).all()), bool(out["loss"] > 0)
         (True, True)
+        >>> tape_loss = R2D2Loss(net, n_step=2, gamma=0.9, sample_unit="tape")
+        >>> tape = sample.exclude("learning_mask")  # two episodes in each row, then a tail
+        >>> tape["is_init"][:, 3] = tape["is_init"][:, 5] = True
+        >>> tape["validity_mask"][:, 5] = False
+        >>> tape_loss(tape)["loss"].shape, bool((tape["td_error"][:, 5] == 0).all())
+        (torch.Size([]), True)
     """
 
     @dataclasses.dataclass
@@ -183,7 +226,7 @@ class R2D2Loss(LossModule):
             priority (NestedKey): where ``|TD|`` per record is written.
             is_init (NestedKey): the window's reset flags (the unit's ``is_init_key``).
             validity_mask (NestedKey): valid records.
-            learning_mask (NestedKey): learning records.
+            learning_mask (NestedKey): learning records (not read from tapes).
             priority_weight (NestedKey): importance weights, optional.
         """
 
@@ -211,11 +254,12 @@ class R2D2Loss(LossModule):
         self,
         value_network: TensorDictModuleBase,
         *,
-        burn_in: int,
+        burn_in: int = 0,
         n_step: int,
         gamma: float = 0.997,
         value_rescaling: bool = True,
         rescale_eps: float = 1e-3,
+        sample_unit: Literal["sequence", "tape"] = "sequence",
     ) -> None:
         if not isinstance(value_network, TensorDictModuleBase):
             raise TypeError(
@@ -228,7 +272,14 @@ class R2D2Loss(LossModule):
         gamma = check_float("gamma", gamma, 0.0, 1.0, open_minimum=True)
         value_rescaling = check_bool("value_rescaling", value_rescaling)
         rescale_eps = check_float("rescale_eps", rescale_eps, 0.0, open_minimum=True)
+        sample_unit = check_choice("sample_unit", sample_unit, ("sequence", "tape"))
+        if sample_unit == "tape" and burn_in:
+            raise ValueError(
+                f"sample_unit='tape' has no burn-in (a tape holds whole episodes), got "
+                f"burn_in={burn_in}. Pass burn_in=0 or leave it out."
+            )
         super().__init__()
+        self.sample_unit = sample_unit
         self.burn_in = burn_in
         self.n_step = n_step
         self.gamma = gamma
@@ -259,8 +310,9 @@ class R2D2Loss(LossModule):
             _next(keys.terminated),
             keys.is_init,
             keys.validity_mask,
-            keys.learning_mask,
         ]
+        if self.sample_unit == "sequence":
+            read.append(keys.learning_mask)
         return list(dict.fromkeys(unravel_key(k) for k in read))
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
@@ -276,10 +328,11 @@ class R2D2Loss(LossModule):
     # -- forward -------------------------------------------------------------------------------
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """Computes the loss on a ``[B, T]`` window sample and writes ``|TD|`` into it.
+        """Computes the loss on a ``[B, T]`` window sample (or a tape) and writes ``|TD|`` into it.
 
         Args:
-            tensordict (TensorDictBase): a ``[B, T]`` sample (see the class docstring).
+            tensordict (TensorDictBase): a ``[B, T]`` sample, or with ``sample_unit="tape"`` a
+                ``[R, L]`` or ``[L]`` tape (see the class docstring).
 
         Returns:
             TensorDict: ``{"loss": scalar}``.
@@ -291,15 +344,34 @@ class R2D2Loss(LossModule):
                 ``n_step``, lacks a key, its learning and bootstrap records cross an episode
                 start, a reward the targets sum or an importance weight is not finite (or a
                 weight is negative, or not one per window), or an action is not a whole
-                number in ``[0, A)`` (or not one-hot). Nothing is written then.
+                number in ``[0, A)`` (or not one-hot). With ``sample_unit="tape"``: if the
+                sample holds a ``learning_mask``, a done record does not end its episode, or
+                an importance weight varies inside an episode. Nothing is written then.
         """
+        if self.sample_unit == "tape":
+            return self._forward_tape(tensordict)
+        if isinstance(tensordict, TensorDictBase) and not _has(
+            tensordict, self.tensor_keys.learning_mask
+        ):
+            raise ValueError(
+                f"the sample has no {self.tensor_keys.learning_mask!r} entry, which R2D2Loss "
+                "reads from Sequence windows. A Tape sample has none: build the loss with "
+                "sample_unit='tape'; else rename the key with set_keys(learning_mask=...)."
+            )
         window = read_window(tensordict, self.burn_in, self.tensor_keys, self.in_keys)
         online_q = self._window_q(tensordict, window, self.value_network_params)
         check_values(window, online_q.shape[-1], self.burn_in, self.n_step, self.tensor_keys)
+        rest = slice(self.burn_in, None)
         with torch.no_grad():
             target_q = self._window_q(tensordict, window, self.target_value_network_params)
-            targets = self._targets(window, online_q.detach(), target_q)
-        rest = slice(self.burn_in, None)
+            targets = self._targets(
+                window.reward[:, rest],
+                window.terminated[:, rest],
+                window.done[:, rest],
+                window.valid[:, rest],
+                online_q[:, 1:].detach(),
+                target_q[:, 1:],
+            )
         taken = _taken(online_q[:, :-1], window.action[:, rest])
         mask = window.learning[:, rest] & window.valid[:, rest]
         td = torch.where(mask, targets - taken, 0.0)
@@ -312,20 +384,54 @@ class R2D2Loss(LossModule):
         tensordict.set(self.tensor_keys.priority, td_error)
         return TensorDict({"loss": loss})
 
+    def _forward_tape(self, tensordict: TensorDictBase) -> TensorDict:
+        """The loss on a ``[R, L]`` (or ``[L]``) tape: every valid record learns."""
+        rows = tensordict.unsqueeze(0) if _is_single_tape(tensordict) else tensordict
+        tape = read_tape(rows, self.tensor_keys, self.in_keys)
+        episodes = tape_episodes(tape)
+        network = (self._state_keys, self.observation_keys, self._network_in_keys)
+        network = (*network, self.tensor_keys.action_value, self._check_q)
+        with self.value_network_params.to_module(self.value_network):
+            online_q, online_next = tape_q(self.value_network, rows, episodes.ends, *network)
+        check_tape_values(tape, episodes, online_q.shape[-1], self.tensor_keys)
+        with torch.no_grad(), self.target_value_network_params.to_module(self.value_network):
+            _, target_next = tape_q(self.value_network, rows, episodes.ends, *network)
+            targets = self._targets(
+                tape.reward,
+                tape.terminated,
+                tape.done | episodes.ends,
+                tape.valid,
+                online_next,
+                target_next,
+            )
+        td = torch.where(tape.valid, targets - _taken(online_q, tape.action), 0.0)
+        loss = episode_loss(td, tape, episodes)
+        tensordict.set(self.tensor_keys.priority, td.detach().abs().reshape(tensordict.shape))
+        return TensorDict({"loss": loss})
+
     def _targets(
-        self, window: Window, online_q: torch.Tensor, target_q: torch.Tensor
+        self,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        stop: torch.Tensor,
+        valid: torch.Tensor,
+        online_next: torch.Tensor,
+        target_next: torch.Tensor,
     ) -> torch.Tensor:
-        """Rescaled n-step double-Q targets ``[B, T - burn_in]`` of the records after burn-in."""
-        greedy = online_q[:, 1:].argmax(-1, keepdim=True)
-        next_value = target_q[:, 1:].gather(-1, greedy).squeeze(-1)
+        """Rescaled n-step double-Q targets ``[B, L]`` of ``L`` records.
+
+        ``online_next`` and ``target_next`` (``[B, L, A]``) value each record's next
+        observation; the sums stop after a ``stop`` record (done, or an episode's end).
+        """
+        greedy = online_next.argmax(-1, keepdim=True)
+        next_value = target_next.gather(-1, greedy).squeeze(-1)
         if self.value_rescaling:
             next_value = inverse_value_rescale(next_value, self.rescale_eps)
-        rest = slice(self.burn_in, None)
         returns = _n_step_returns(
-            window.reward[:, rest].to(next_value.dtype),
-            window.terminated[:, rest],
-            window.done[:, rest],
-            window.valid[:, rest],
+            reward.to(next_value.dtype),
+            terminated,
+            stop,
+            valid,
             next_value,
             self.gamma,
             self.n_step,
@@ -354,11 +460,14 @@ class R2D2Loss(LossModule):
                 rest = self._continue_from(rest, burned, window.is_init[:, burn_in])
             steps = self.value_network(self._with_next_step(rest, window.valid[:, burn_in:]))
         q = steps.get(self.tensor_keys.action_value, None)
-        expected = (tensordict.shape[0], tensordict.shape[1] - burn_in + 1)
-        if q is None or q.ndim != 3 or tuple(q.shape[:2]) != expected:
+        return self._check_q(q, tensordict.shape[0], tensordict.shape[1] - burn_in + 1)
+
+    def _check_q(self, q: torch.Tensor | None, batch: int, steps: int) -> torch.Tensor:
+        """Raises unless the network wrote Q-values ``[batch, steps, A]``; returns them."""
+        if q is None or q.ndim != 3 or tuple(q.shape[:2]) != (batch, steps):
             raise ValueError(
                 f"value_network must write {self.tensor_keys.action_value!r} shaped "
-                f"[B, T, num_actions] = [{expected[0]}, {expected[1]}, A], got "
+                f"[B, T, num_actions] = [{batch}, {steps}, A], got "
                 f"{None if q is None else tuple(q.shape)}. Set the key with "
                 "set_keys(action_value=...)."
             )
@@ -434,6 +543,16 @@ def _n_step_returns(
     return torch.where(valid, total + bootstrap, 0.0)
 
 
+def _has(tensordict: TensorDictBase, key: NestedKey) -> bool:
+    """Whether ``tensordict`` holds the entry ``key``."""
+    return unravel_key(key) in tensordict.keys(True, True)
+
+
+def _is_single_tape(tensordict: TensorDictBase) -> bool:
+    """Whether ``tensordict`` is one ``[L]`` tape (``Tape(length)`` without ``rows``)."""
+    return isinstance(tensordict, TensorDictBase) and tensordict.ndim == 1
+
+
 def _shift(x: torch.Tensor, k: int, fill: float | bool) -> torch.Tensor:
     """``x[:, t + k]`` at column ``t``, ``fill`` past the end."""
     if k == 0:
@@ -450,11 +569,20 @@ def _taken(q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
 
 
 def _recurrent_state_keys(network: TensorDictModuleBase) -> tuple[tuple[NestedKey, ...], ...]:
-    """``(stored state key, ("next", state) key)`` of every torchrl RNN module in ``network``."""
+    """``(stored state key, ("next", state) key)`` of every memory in ``network``.
+
+    A memory is a torchrl ``LSTMModule``/``GRUModule`` (its state in-keys and out-keys) or any
+    module with TorchRL's recurrent face, ``make_tensordict_primer`` and ``recurrent_mode``
+    (such as :class:`~torchrl_ext.modules.FFMModule`): the keys its primer adds, whose next
+    value it writes under ``("next", key)``.
+    """
     pairs = []
     for module in network.modules():
         if isinstance(module, (LSTMModule, GRUModule)):
             states = [unravel_key(k) for k in module.in_keys[1:] if k != _NETWORK_IS_INIT]
             outputs = [unravel_key(k) for k in module.out_keys[1:]]
             pairs.extend(zip(states, outputs, strict=True))
-    return tuple(pairs)
+        elif is_memory(module):
+            primers = module.make_tensordict_primer().primers
+            pairs.extend((unravel_key(k), _next(k)) for k in primers.keys(True, True))
+    return tuple(dict.fromkeys(pairs))
