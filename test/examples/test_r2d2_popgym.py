@@ -8,9 +8,9 @@ from pathlib import Path
 import pipelines
 import pytest
 import r2d2_popgym
+import runs
 import torch
 
-import runs
 from torchrl_ext.data import Tape
 
 
