@@ -28,6 +28,7 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_float",
+    "check_float_dtype",
     "check_int",
     "check_key",
     "check_optional_int",
@@ -161,6 +162,28 @@ def check_bool(name: str, value: Any) -> bool:
     if _is_bool(value):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {_describe(name, value)}.")
+
+
+def check_float_dtype(name: str, dtype: Any) -> torch.dtype:
+    """Returns ``dtype`` if it is ``torch.float32`` or ``torch.float64``.
+
+    Raises :class:`TypeError` for anything but a ``torch.dtype``, :class:`ValueError` for
+    another dtype.
+
+    Examples:
+        >>> import torch
+        >>> check_float_dtype("dtype", torch.float64)
+        torch.float64
+    """
+    import torch  # a dtype can only be passed once torch is imported
+
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype, got {_describe(name, dtype)}.")
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"{name} must be torch.float32 or torch.float64, got {_describe(name, dtype)}."
+        )
+    return dtype
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:

@@ -32,12 +32,10 @@ from torchrl.data import Unbounded
 from torchrl.envs import TensorDictPrimer
 from torchrl.modules import recurrent_mode as torchrl_recurrent_mode
 
-from torchrl_ext._checks import check_bool, check_int, check_key
+from torchrl_ext._checks import check_bool, check_float_dtype, check_int, check_key
 from torchrl_ext.modules._ffm_rows import ffm_rows
 
 __all__ = ["FFMModule"]
-
-_DTYPES = (torch.float32, torch.float64)
 
 
 class FFMModule(TensorDictModuleBase):
@@ -166,7 +164,9 @@ class FFMModule(TensorDictModuleBase):
             default_recurrent_mode = check_bool("default_recurrent_mode", default_recurrent_mode)
         self._recurrent_mode = default_recurrent_mode
         self.in_keys, self.out_keys = _keys(in_key, in_keys, out_key, out_keys)
-        kwargs = {"device": device, "dtype": _check_dtype(dtype)}
+        if dtype is not None:
+            dtype = check_float_dtype("dtype", dtype)
+        kwargs = {"device": device, "dtype": dtype}
         m, c, h = self.memory_size, self.context_size, self.hidden_size
         self.pre = nn.Linear(self.input_size, 2 * m + 2 * h, **kwargs)
         self.alpha = nn.Parameter(
@@ -354,16 +354,6 @@ def _is_init(tensordict: TensorDictBase) -> torch.Tensor:
             f"{tuple(tensordict.shape)}); got shape={tuple(is_init.shape)}."
         )
     return is_init
-
-
-def _check_dtype(dtype) -> torch.dtype | None:
-    if dtype is None:
-        return None
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got dtype={dtype!r}.")
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
-    return dtype
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:

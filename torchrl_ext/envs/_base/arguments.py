@@ -7,6 +7,7 @@ from typing import Any
 import torch
 import warp as wp
 
+from torchrl_ext._checks import check_float_dtype as _check_float_dtype
 from torchrl_ext._checks import check_optional_int
 
 _MAX_SEED = 2**64
@@ -38,9 +39,5 @@ def check_device(device: Any) -> torch.device:
 
 
 def check_float_dtype(dtype: Any) -> torch.dtype:
-    """``dtype`` if it is ``torch.float32`` or ``torch.float64``."""
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got dtype={dtype!r}.")
-    if dtype not in FLOAT_DTYPES:
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}.")
-    return dtype
+    """``dtype`` if it is ``torch.float32`` or ``torch.float64`` (the env's ``dtype``)."""
+    return _check_float_dtype("dtype", dtype)
