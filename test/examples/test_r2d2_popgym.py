@@ -47,6 +47,12 @@ def test_resumes_bitwise(quick, tmp_path, monkeypatch):
     assert pipelines.scalars(folder) == pipelines.scalars(quick[0])  # NaN as text
 
 
+def test_tape_run_resumes_bitwise(tmp_path, monkeypatch):
+    """Tapes and FFM: the replay's episodes and the scan memory's state come back whole."""
+    argv = ("--env", "HigherLower", "--replay", "tape", "--memory", "ffm")
+    pipelines.assert_resumes_bitwise(tmp_path, monkeypatch, "r2d2_popgym", 256, 768, *argv)
+
+
 def test_loaded_policy_acts(quick):
     policy, args, module = runs.load_policy(quick[0])
     assert module is r2d2_popgym and args.env == "HigherLower" and not policy.training
