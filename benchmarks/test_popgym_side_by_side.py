@@ -1,0 +1,78 @@
+"""Smoke test and contracts of the POPGym side-by-side benchmark (``popgym_side_by_side.py``).
+
+The contract: sb3's model takes the POPGym demo's settings unchanged and refuses those it does
+not implement; POPGym's env reaches sb3 with the demo's inputs (one-hot suit and previous
+action); ``--quick`` runs each pipeline in a fresh process and prints its row with finite
+numbers. sb3-contrib's run is skipped with a reason when it or popgym is not installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import popgym_side_by_side
+import pytest
+
+
+def _options(*argv: str):
+    return popgym_side_by_side.parse(list(argv))
+
+
+def _rows(text: str, pipeline: str) -> list[list[str]]:
+    """The cells of the per-run table's rows of ``pipeline``."""
+    runs = text.split("Runs:")[1]
+    rows = [line.strip("|").split("|") for line in runs.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in row] for row in rows if row[0].strip() == pipeline]
+
+
+def _check_quick(pipeline: str) -> None:
+    text = popgym_side_by_side.main(["--quick", "--seeds", "0", "--pipelines", pipeline])
+    (row,) = _rows(text, pipeline)
+    fps, mmer, final, frames, seconds = (float(cell) for cell in row[3:])
+    assert all(math.isfinite(v) for v in (fps, mmer, final, seconds)), row
+    assert fps > 0 and frames == 3 * 8 * 32 and -1.0 <= mmer <= 1.0, row
+
+
+def test_baseline_args_are_the_demo_settings():
+    pytest.importorskip("sb3_contrib", reason="sb3-contrib not installed (the `test` extra)")
+    pytest.importorskip("popgym", reason="popgym not installed (the `test` extra)")
+    from _ppo_baselines.sb3_popgym import Args
+
+    args = popgym_side_by_side.demo_args(_options(), seed=0, memory="lstm")
+    assert popgym_side_by_side.baseline_args(args) == Args()
+    with pytest.raises(ValueError, match="memory, shared_memory"):
+        popgym_side_by_side.baseline_args(
+            dataclasses.replace(args, memory="gru", shared_memory=True)
+        )
+
+
+def test_popgym_env_gives_the_demo_inputs():
+    pytest.importorskip("sb3_contrib", reason="sb3-contrib not installed (the `test` extra)")
+    pytest.importorskip("popgym", reason="popgym not installed (the `test` extra)")
+    from _ppo_baselines.sb3_popgym import env_maker
+
+    env = env_maker("RepeatPrevious", "easy")()
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (8,) and obs[:4].sum() == 1 and obs[4] == 1
+    obs, *_ = env.step(2)
+    assert obs[:4].sum() == 1 and obs[4:].tolist() == [0, 0, 1, 0]  # the suit, then action 2
+
+
+def test_pipeline_memories():
+    memory = popgym_side_by_side.pipeline_memory
+    assert (memory("ours", "gru"), memory("ours-ffm", "gru"), memory("sb3", "gru")) == (
+        "gru",
+        "ffm",
+        "lstm",
+    )
+
+
+def test_quick_ours():
+    _check_quick("ours")
+
+
+def test_quick_sb3():
+    pytest.importorskip("sb3_contrib", reason="sb3-contrib not installed (the `test` extra)")
+    pytest.importorskip("popgym", reason="popgym not installed (the `test` extra)")
+    _check_quick("sb3")
