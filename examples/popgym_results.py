@@ -1,15 +1,18 @@
-"""The POPGym table: recurrent PPO on 8 Easy memory tasks over seeds, beside the paper's figures.
+"""The POPGym table: recurrent PPO on 8 memory tasks over seeds, beside the paper's figures.
 
-    python examples/popgym_results.py [--seeds 0 1 2] [--envs NAME ...] [--frames N] [--out DIR]
-        [--quick]
+    python examples/popgym_results.py [--seeds 0 1 2] [--envs NAME ...] [--difficulty easy]
+        [--frames N] [--out DIR] [--quick]
 
-For each env of ``ROWS`` and each seed it trains ``ppo_popgym.py`` (with the env's tuned
-settings, ``ppo_popgym.TUNED``) into ``DIR/<env>-easy/seed<N>``, unless that folder holds a
+For each env of ``ROWS`` and each seed it trains ``ppo_popgym.py`` at ``--difficulty`` (with
+the env's tuned settings, ``ppo_popgym.TUNED``) into ``DIR/<env>-<difficulty>/seed<N>``, unless
+that folder holds a
 finished run: then the run is read back from its checkpoint and log, so the table can be written
 again, or completed after an interruption (an unfinished run is resumed with its own config),
 without training again. ``DIR`` is ``runs/popgym_results`` (``runs/quick/popgym_results`` with
 ``--quick``, which trains a few batches of two envs). It writes the markdown table to
-``DIR/popgym_results.md`` and every run's learning curve to ``DIR/popgym_curves.png``.
+``DIR/popgym_results.md`` and every run's learning curve to ``DIR/popgym_curves.png`` (at
+Medium and Hard: ``popgym_results_medium.md``, ``popgym_curves_medium.png``, ...), so the tables
+of all difficulties share one folder.
 
 The table gives, per env: the paper's PPO-GRU and PPO-LSTM MMER (``ppo_popgym.PAPER_SOURCE``),
 ours as the median and range over seeds, the frames each used and our wall time per run.
@@ -28,7 +31,7 @@ from pathlib import Path
 import ppo_popgym
 import runs
 
-#: The table's envs, each at Easy: those with a published figure.
+#: The table's envs: those with a published figure at every difficulty.
 ROWS = (
     "RepeatFirst",
     "RepeatPrevious",
@@ -41,7 +44,6 @@ ROWS = (
 )
 #: The envs a ``--quick`` table trains.
 QUICK_ROWS = ("RepeatPrevious", "MultiarmedBandit")
-DIFFICULTY = "easy"
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -65,6 +67,12 @@ def make_parser() -> argparse.ArgumentParser:
         default=list(ROWS),
         metavar="NAME",
         help=f"the rows to train or read back (default: all 8: {', '.join(ROWS)})",
+    )
+    parser.add_argument(
+        "--difficulty",
+        choices=ppo_popgym.DIFFICULTIES,
+        default="easy",
+        help="POPGym's difficulty preset of every row (default: easy)",
     )
     parser.add_argument(
         "--frames",
@@ -99,14 +107,27 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------------- the runs
-def seed_folder(out: Path, env: str, seed: int) -> Path:
-    """The run folder of ``env``'s ``seed`` in the table's folder ``out``.
+def seed_folder(out: Path, env: str, difficulty: str, seed: int) -> Path:
+    """The run folder of ``env``'s ``seed`` at ``difficulty`` in the table's folder ``out``.
 
     Examples:
-        >>> seed_folder(Path("runs"), "RepeatFirst", 2).as_posix()
+        >>> seed_folder(Path("runs"), "RepeatFirst", "easy", 2).as_posix()
         'runs/RepeatFirst-easy/seed2'
     """
-    return out / f"{env}-{DIFFICULTY}" / f"seed{seed}"
+    return out / f"{env}-{difficulty}" / f"seed{seed}"
+
+
+def output_names(difficulty: str) -> tuple[str, str]:
+    """The file names of the table and of the curves at ``difficulty``.
+
+    Examples:
+        >>> output_names("easy")
+        ('popgym_results.md', 'popgym_curves.png')
+        >>> output_names("medium")
+        ('popgym_results_medium.md', 'popgym_curves_medium.png')
+    """
+    suffix = "" if difficulty == "easy" else f"_{difficulty}"
+    return f"popgym_results{suffix}.md", f"popgym_curves{suffix}.png"
 
 
 def is_finished(folder: Path) -> bool:
@@ -128,13 +149,15 @@ def run_argv(args: argparse.Namespace, env: str, seed: int, folder: Path) -> lis
     options += [] if args.progress else ["--no-progress"]
     if runs.latest_checkpoint(folder) is not None:
         return ["--resume", str(folder), *options]
-    argv = ["--env", env, "--difficulty", DIFFICULTY, "--seeds", str(seed)]
+    argv = ["--env", env, "--difficulty", args.difficulty, "--seeds", str(seed)]
     argv += ["--out", str(folder.parent), *options]
     argv += ["--quick"] * args.quick + ["--overwrite"] * runs.holds_run(folder)
     return argv + ([] if args.frames is None else ["--frames", str(args.frames)])
 
 
-def check_row_folder(parser: argparse.ArgumentParser, folder: Path, env: str, seed: int) -> None:
+def check_row_folder(
+    parser: argparse.ArgumentParser, folder: Path, env: str, difficulty: str, seed: int
+) -> None:
     """Refuses, in one line, a run folder holding a run that is not this row's seed."""
     if not runs.holds_run(folder):
         return
@@ -145,8 +168,8 @@ def check_row_folder(parser: argparse.ArgumentParser, folder: Path, env: str, se
         parser.error(str(error))
     config = saved["config"]
     found = (saved.get("pipeline"), config.get("env"), config.get("difficulty"), config.get("seed"))
-    if found != ("ppo_popgym", env, DIFFICULTY, seed):
-        parser.error(f"{folder} holds a run of {found}, not ppo_popgym {env} {DIFFICULTY} {seed}")
+    if found != ("ppo_popgym", env, difficulty, seed):
+        parser.error(f"{folder} holds a run of {found}, not ppo_popgym {env} {difficulty} {seed}")
 
 
 def plan(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Path) -> dict:
@@ -164,8 +187,8 @@ def plan(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Path) -
     for env in envs:
         rows[env] = {}
         for seed in args.seeds:
-            folder = seed_folder(out, env, seed)
-            check_row_folder(parser, folder, env, seed)
+            folder = seed_folder(out, env, args.difficulty, seed)
+            check_row_folder(parser, folder, env, args.difficulty, seed)
             try:
                 argv = run_argv(args, env, seed, folder)
             except ValueError as error:  # a damaged checkpoint
@@ -210,35 +233,37 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
-def meets(env: str, results: dict[int, runs.Result]) -> bool | None:
+def meets(env: str, difficulty: str, results: dict[int, runs.Result]) -> bool | None:
     """Whether our median MMER, to the paper's 3 decimals, is at least the paper's figure.
 
     The figure is ``ppo_popgym.paper_figure`` (PPO-LSTM where given, else PPO-GRU); None where
     there is none.
     """
-    paper = ppo_popgym.paper_figure(env, DIFFICULTY)
+    paper = ppo_popgym.paper_figure(env, difficulty)
     if paper is None:
         return None
     return round(statistics.median(r.best for r in results.values()), 3) >= paper
 
 
-def table_row(env: str, results: dict[int, runs.Result]) -> str:
+def table_row(env: str, difficulty: str, results: dict[int, runs.Result]) -> str:
     """One markdown row: the paper's figures, then ours over the seeds."""
-    gru = ppo_popgym.PAPER_PPO_GRU.get((env, DIFFICULTY))
+    gru = ppo_popgym.PAPER_PPO_GRU.get((env, difficulty))
     paper_gru = "–" if gru is None else f"{gru[0]:.3f} ± {gru[1]:.3f}"
-    lstm = _fmt(ppo_popgym.PAPER_PPO_LSTM.get((env, DIFFICULTY)))
+    lstm = _fmt(ppo_popgym.PAPER_PPO_LSTM.get((env, difficulty)))
     mmers = [r.best for r in results.values()]
     ours = f"{statistics.median(mmers):.3f} ({min(mmers):.3f}–{max(mmers):.3f})"
     frames = statistics.median(r.frames for r in results.values()) / 1e6
     seconds = statistics.median(r.seconds for r in results.values())
-    verdict = {True: "yes", False: "no", None: "–"}[meets(env, results)]
+    verdict = {True: "yes", False: "no", None: "–"}[meets(env, difficulty, results)]
     return (
-        f"| {env} | {DIFFICULTY} | {paper_gru} | {lstm} | {ours} | {verdict} "
+        f"| {env} | {difficulty} | {paper_gru} | {lstm} | {ours} | {verdict} "
         f"| {ppo_popgym.PAPER_FRAMES / 1e6:.0f}M | {frames:.1f}M | {seconds:.0f} |"
     )
 
 
-def markdown(rows: dict[str, dict[int, runs.Result]], plot: Path | None, command: str) -> str:
+def markdown(
+    rows: dict[str, dict[int, runs.Result]], difficulty: str, plot: Path | None, command: str
+) -> str:
     """The results page: how it was made, the table, and the curves."""
     seeds = sorted({seed for results in rows.values() for seed in results})
     lines = [
@@ -251,10 +276,10 @@ def markdown(rows: dict[str, dict[int, runs.Result]], plot: Path | None, command
         "| env | difficulty | paper PPO-GRU | paper PPO-LSTM | ours (PPO-LSTM) | ours >= paper "
         "| paper frames | our frames | our seconds per run |",
         "|---|---|---|---|---|---|---|---|---|",
-        *(table_row(env, results) for env, results in rows.items()),
+        *(table_row(env, difficulty, results) for env, results in rows.items()),
         "",
     ]
-    compared = [v for v in (meets(env, r) for env, r in rows.items()) if v is not None]
+    compared = [v for v in (meets(env, difficulty, r) for env, r in rows.items()) if v is not None]
     if compared:
         lines += [
             f"Ours (median over seeds) is at or above the paper's figure (PPO-LSTM where given, "
@@ -266,7 +291,7 @@ def markdown(rows: dict[str, dict[int, runs.Result]], plot: Path | None, command
     return "\n".join(lines)
 
 
-def plot_rows(path: Path, rows: dict[str, dict[int, runs.Result]]) -> Path | None:
+def plot_rows(path: Path, rows: dict[str, dict[int, runs.Result]], difficulty: str) -> Path | None:
     """Every run's mean-return curve, one panel per env, the paper's figure dashed.
 
     Returns ``path``, or None (and a line on stderr) without matplotlib.
@@ -287,10 +312,10 @@ def plot_rows(path: Path, rows: dict[str, dict[int, runs.Result]]) -> Path | Non
         for seed, result in results.items():
             millions = [frames / 1e6 for frames, _ in result.curve]
             ax.plot(millions, [value for _, value in result.curve], label=f"seed {seed}")
-        paper = ppo_popgym.paper_figure(env, DIFFICULTY)
+        paper = ppo_popgym.paper_figure(env, difficulty)
         if paper is not None:
             ax.axhline(paper, color="gray", linestyle="--", linewidth=1, label="paper")
-        ax.set_title(f"{env} ({DIFFICULTY})", fontsize=9)
+        ax.set_title(f"{env} ({difficulty})", fontsize=9)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(rows) :]:
         ax.set_visible(False)
@@ -310,12 +335,13 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     out = args.out or Path("runs") / ("quick" if args.quick else "") / "popgym_results"
     rows = train_rows(plan(parser, args, out))
-    table = out / "popgym_results.md"
-    plot = plot_rows(out / "popgym_curves.png", rows)
+    table_name, plot_name = output_names(args.difficulty)
+    table = out / table_name
+    plot = plot_rows(out / plot_name, rows, args.difficulty)
     given = argv if argv is not None else sys.argv[1:]
     command = " ".join(["python examples/popgym_results.py", *given])
     link = None if plot is None else Path(os.path.relpath(plot, table.parent))
-    text = markdown(rows, link, command)
+    text = markdown(rows, args.difficulty, link, command)
     table.write_text(text)
     print(text)
     print(f"table: {table}")

@@ -66,6 +66,21 @@ def test_a_second_call_trains_nothing(table):
     assert after == before
 
 
+def test_medium_rows_get_their_own_folders_table_and_figures(table, tmp_path):
+    """``--difficulty medium`` trains Medium runs beside the Easy ones, into its own table."""
+    out = table[0]
+    argv = ["--quick", "--seeds", "0", "--envs", "RepeatPrevious", "--difficulty", "medium"]
+    text = _table(*argv, "--out", str(out))
+    folder = out / "RepeatPrevious-medium" / "seed0"
+    assert runs.read_config(folder)["config"]["difficulty"] == "medium"
+    assert popgym_results.read_run(folder).name == "RepeatPrevious medium seed 0"
+    row = [line for line in text.splitlines() if line.startswith("| RepeatPrevious")]
+    assert row[0].startswith("| RepeatPrevious | medium | -0.315 ± 0.017 | – |"), row
+    assert (out / "popgym_results_medium.md").read_text() == text
+    assert (out / "popgym_curves_medium.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "popgym_results.md").read_text() == table[2], "the Easy table is kept"
+
+
 def test_an_unfinished_run_is_resumed(table, tmp_path, monkeypatch):
     """A run killed after a checkpoint is resumed, to the curve of a run left alone."""
     row = tmp_path / "RepeatPrevious-easy"
@@ -100,6 +115,7 @@ def _plant_run(tmp_path, env: str) -> None:
         (["--seeds", "-1"], "--seeds must be distinct integers >= 0"),
         (["--seeds", "1", "1"], "--seeds must be distinct integers >= 0"),
         (["--envs", "Pong"], "argument --envs: invalid choice: 'Pong'"),
+        (["--difficulty", "extreme"], "argument --difficulty: invalid choice: 'extreme'"),
         (["--envs", "Battleship"], "argument --envs: invalid choice: 'Battleship'"),
         (["--quick", "--envs", "RepeatFirst"], "--quick trains RepeatPrevious and Multiarmed"),
         (["--frames", "100"], "frames must be at least one batch"),
