@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/popgym_side_by_side.py [--seeds 0 1 2] [--frames 262144]
         [--env RepeatPrevious] [--difficulty easy] [--memory lstm]
-        [--pipelines ours ours-ffm sb3] [--quick] [--table PATH]
+        [--pipelines ours ours-ffm sb3] [--no-floor] [--quick] [--table PATH]
 
 Each run is a fresh subprocess with one torch thread; runs are interleaved over seeds (ours seed
 0, ours-ffm seed 0, sb3 seed 0, ours seed 1, ...), so load on a shared machine falls on all of
@@ -42,6 +42,12 @@ POPGym's MMER), computed for sb3 from its ``Monitor`` returns by the demo's own
 ``runs.ReturnWindow`` and ``runs.best_mean`` (the window counts from the first batch, before it
 holds 100 episodes, in both). Where the time goes, per frame: ours' ``collect``, ``gae`` and
 ``update`` sections (its ``runs.Stopwatch``); sb3's ``collect (with GAE)`` and ``update``.
+
+The raw network floor: after each seed's runs, a fresh process times the networks of pipeline
+``ours`` (LSTM or GRU) in plain torch (:mod:`_ppo_baselines.network_floor`: one step per env
+at collection, the critic over the batch for GAE, the epochs' forward and backward passes over
+minibatches), per frame; the report gives its median over seeds and ours' total time per frame
+over it, the factor a training loop spends above its networks' own cost.
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ from ppo_side_by_side import breakdown_rows, source_state, spread
 
 HERE = Path(__file__).resolve().parent
 PIPELINES = ("ours", "ours-ffm", "sb3")
+#: The worker that times the raw network floor of pipeline ``ours``.
+FLOOR = "floor"
+#: The memories whose networks have a plain-torch floor (PyTorch's fused LSTM and GRU).
+FLOOR_MEMORIES = ("lstm", "gru")
 #: The frames of a run unless ``--frames`` or ``--quick`` says otherwise (64 batches).
 FRAMES = 262_144
 RESULT_PREFIX = "RESULT "
@@ -162,9 +172,14 @@ def worker(name: str, options: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     logging.getLogger("torchrl").setLevel(logging.WARNING)
-    memory = pipeline_memory(name, options.memory)
+    memory = pipeline_memory("ours" if name == FLOOR else name, options.memory)
     args = demo_args(options, options.seeds[0], memory)
-    result = run_sb3(args) if name == "sb3" else run_ours(args)
+    if name == FLOOR:
+        from _ppo_baselines.network_floor import floor
+
+        result = {"timings": floor(args)}
+    else:
+        result = run_sb3(args) if name == "sb3" else run_ours(args)
     result.update(pipeline=name, seed=args.seed, memory=memory)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
@@ -276,6 +291,34 @@ def report(
     return "\n".join(lines)
 
 
+def floor_section(results: list[dict], floors: list[dict]) -> str:
+    """The raw network floor of pipeline ``ours`` and ours' total over it; empty without one."""
+    if not floors:
+        return ""
+    sections = floors[0]["timings"]
+    median = {s: statistics.median(f["timings"][s] for f in floors) for s in sections}
+    total = sum(median.values())
+    ours = statistics.median(
+        1e6 * r["seconds"] / r["frames"] for r in results if r["pipeline"] == "ours"
+    )
+    cells = "; ".join(f"{section} {value:.1f}" for section, value in median.items())
+    return "\n".join([
+        "",
+        f"Raw network floor of `ours` (memory {floors[0]['memory']}; "
+        "`benchmarks/_ppo_baselines/network_floor.py`): the same networks' passes in plain "
+        "torch, microseconds per frame, median over seeds, each timed in a fresh process after "
+        "the seed's runs: one step of actor and critic per env at collection, the critic over "
+        "the batch's rows for GAE, and the epochs' forward + backward passes of both networks "
+        "over minibatches.",
+        "",
+        "| | total | sections |",
+        "|---|---|---|",
+        f"| floor | {total:.1f} | {cells} |",
+        f"| ours over the floor | {ours / total:.2f} | |",
+        "",
+    ])  # fmt: skip
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line's options (``--worker`` runs one pipeline in this process)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -290,7 +333,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="the demo's --quick settings (3 small batches)")  # fmt: skip
     parser.add_argument("--table", type=Path, default=None, help="also write the report here")
-    parser.add_argument("--worker", choices=PIPELINES, help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the raw network floor of pipeline ours, per seed "
+                        "(--memory lstm or gru)")  # fmt: skip
+    parser.add_argument("--worker", choices=(*PIPELINES, FLOOR), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -303,14 +349,18 @@ def main(argv: list[str] | None = None) -> str:
     pipelines = available(options.pipelines)
     if not options.quick:
         warm_up(options, pipelines)
-    results, load_start, source = [], os.getloadavg()[0], source_state()
+    results, floors, load_start, source = [], [], os.getloadavg()[0], source_state()
+    timed_floor = options.floor and "ours" in pipelines and options.memory in FLOOR_MEMORIES
     for seed in options.seeds:
         for name in pipelines:
             results.append(spawn(name, seed, options))
             print(run_row(results[-1]), flush=True)
+        if timed_floor:
+            floors.append(spawn(FLOOR, seed, options))
     command = "python benchmarks/popgym_side_by_side.py " + " ".join(argv or sys.argv[1:])
     load = (load_start, os.getloadavg()[0])
     text = report(results, pipelines, options, command.strip(), load, source)
+    text += floor_section(results, floors)
     print(text)
     if options.table:
         options.table.parent.mkdir(parents=True, exist_ok=True)

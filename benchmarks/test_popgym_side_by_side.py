@@ -13,6 +13,7 @@ import math
 
 import popgym_side_by_side
 import pytest
+import torch
 
 
 def _options(*argv: str):
@@ -26,12 +27,13 @@ def _rows(text: str, pipeline: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in rows if row[0].strip() == pipeline]
 
 
-def _check_quick(pipeline: str) -> None:
+def _check_quick(pipeline: str) -> str:
     text = popgym_side_by_side.main(["--quick", "--seeds", "0", "--pipelines", pipeline])
     (row,) = _rows(text, pipeline)
     fps, mmer, final, frames, seconds = (float(cell) for cell in row[3:])
     assert all(math.isfinite(v) for v in (fps, mmer, final, seconds)), row
     assert fps > 0 and frames == 3 * 8 * 32 and -1.0 <= mmer <= 1.0, row
+    return text
 
 
 def test_baseline_args_are_the_demo_settings():
@@ -69,7 +71,29 @@ def test_pipeline_memories():
 
 
 def test_quick_ours():
-    _check_quick("ours")
+    text = _check_quick("ours")
+    floor = [line for line in text.splitlines() if line.startswith("| floor |")]
+    over = [line for line in text.splitlines() if line.startswith("| ours over the floor |")]
+    total = float(floor[0].split("|")[2])
+    sections = dict(cell.strip().rsplit(" ", 1) for cell in floor[0].split("|")[3].split(";"))
+    assert sorted(sections) == ["collect", "gae", "update"], floor
+    assert math.isclose(total, sum(float(v) for v in sections.values()), abs_tol=0.2), floor
+    assert float(over[0].split("|")[2]) > 0, over
+
+
+def test_plain_layers_are_the_demo_networks():
+    import ppo_popgym
+    from _ppo_baselines.network_floor import plain_layers, run_layers
+    from torch import nn
+
+    args = popgym_side_by_side.demo_args(_options("--quick"), seed=0, memory="lstm")
+    actor, _ = ppo_popgym.make_agent(args)
+    layers = plain_layers(actor.module[0])
+    assert [type(layer) for layer in layers] == [nn.LSTM, nn.Sequential]
+    assert run_layers(layers, torch.zeros(2, 3, 8)).shape == (2, 3, 4)  # RepeatPrevious: 4 suits
+    ffm = popgym_side_by_side.demo_args(_options("--quick"), seed=0, memory="ffm")
+    with pytest.raises(ValueError, match="no plain-torch floor for FFMModule"):
+        plain_layers(ppo_popgym.make_agent(ffm)[1])
 
 
 def test_quick_sb3():
