@@ -18,7 +18,15 @@ Checks, one table row each (``ok`` is ``yes``, ``NO`` or ``skip``):
   replayed bitwise equal to eager steps (CUDA only); on the CPU, the sync-free step path it
   records against the eager one;
 * ``sequence``: Sequence windows sampled from a storage on the device equal the CPU's;
-* ``throughput``: env-steps/s of a policy-free CartPole rollout and of fused Course steps.
+* ``tape``: Tape samples (whole episodes end to end) drawn from a storage on the device equal
+  the CPU's;
+* ``memory``: LSTMModule, GRUModule and FFMModule in recurrent mode (whole rows with episode
+  starts and stored states) on the device against the CPU: outputs, next states and parameter
+  gradients (max abs difference; float32 on both);
+* ``throughput``: env-steps/s of a policy-free CartPole rollout and of fused Course steps, and
+  the milliseconds of one training pass of FFMModule and LSTMModule over ``[64, 1024]`` rows of
+  hidden width 256 (the scan memory's speed target: FFM within a quarter of the LSTM's time);
+  smaller rows in a CPU dry run.
 """
 
 from __future__ import annotations
@@ -30,8 +38,11 @@ from collections.abc import Callable
 
 import torch
 import warp as wp
+from tensordict import TensorDict
+from torchrl.modules import set_recurrent_mode
 
 from torchrl_ext.envs import CartPoleEnv, CourseEnv, CourseGenerator, interop, popgym
+from torchrl_ext.modules import FFMModule, GRUModule, LSTMModule
 from torchrl_ext.objectives._kernels import gae_recursion
 
 wp.config.log_level = wp.LOG_WARNING
@@ -206,6 +217,83 @@ def check_sequence(device: str, envs: int) -> list[tuple]:
     return [("sequence", same, f"windows sampled on {device} == cpu")]
 
 
+def check_tape(device: str, envs: int) -> list[tuple]:
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    from torchrl_ext import Tape
+
+    data = CartPoleEnv(envs, seed=0, max_steps=10).rollout(32, break_when_any_done=False)
+    samples = []
+    for dev in ("cpu", device):
+        buffer = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(envs * 32, ndim=2, device=dev),
+            sample_unit=Tape(length=24, rows=3),
+            batch_size=8,
+        )
+        buffer.extend(data.to(dev))
+        torch.manual_seed(0)
+        samples.append(buffer.sample().cpu())
+    same = all(
+        torch.equal(samples[0][k], samples[1][k])
+        for k in ("observation", "is_init", "validity_mask", "sequence_id")
+    )
+    return [("tape", same, f"tapes sampled on {device} == cpu")]
+
+
+def _memory_rows(n_rows: int, steps: int, hidden: int) -> TensorDict:
+    """Inputs, ``is_init`` (row starts and 5% of the steps) and the stored states of all three."""
+    gen = torch.Generator().manual_seed(0)
+    is_init = torch.rand(n_rows, steps, 1, generator=gen) < 0.05
+    is_init[:, 0] = True
+    return TensorDict(
+        {
+            "obs": torch.randn(n_rows, steps, 16, generator=gen),
+            "is_init": is_init,
+            "recurrent_state": torch.randn(n_rows, steps, 1, hidden, generator=gen),
+            "recurrent_state_h": torch.randn(n_rows, steps, 1, hidden, generator=gen),
+            "recurrent_state_c": torch.randn(n_rows, steps, 1, hidden, generator=gen),
+            "recurrent_state_ffm": torch.randn(n_rows, steps, 32, 4, 2, generator=gen),
+        },
+        [n_rows, steps],
+    )
+
+
+def _memories(hidden: int) -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    keys = {"in_key": "obs", "out_key": "features"}
+    return {
+        "lstm": LSTMModule(input_size=16, hidden_size=hidden, **keys),
+        "gru": GRUModule(input_size=16, hidden_size=hidden, **keys),
+        "ffm": FFMModule(input_size=16, hidden_size=hidden, **keys),
+    }
+
+
+def _training_pass(module: torch.nn.Module, data: TensorDict) -> TensorDict:
+    """One forward and backward of ``features.sum()`` in recurrent mode; returns the outputs."""
+    module.zero_grad(set_to_none=True)
+    with set_recurrent_mode(True):
+        out = module(data.copy())
+    out["features"].sum().backward()
+    return out
+
+
+def check_memories(device: str) -> list[tuple]:
+    data = _memory_rows(4, 40, 32)
+    rows = []
+    for name, module in _memories(32).items():
+        out_cpu = _training_pass(module, data).exclude("obs").detach()
+        grads_cpu = [p.grad.clone() for p in module.parameters()]
+        out_dev = _training_pass(module.to(device), data.to(device)).exclude("obs").detach().cpu()
+        grads_dev = [p.grad.cpu() for p in module.parameters()]
+        module.to("cpu")
+        floats = [k for k in out_cpu.keys(True, True) if out_cpu[k].is_floating_point()]
+        diffs = [(out_cpu[k] - out_dev[k]).abs().max() for k in floats]
+        diffs += [(a - b).abs().max() for a, b in zip(grads_cpu, grads_dev, strict=True)]
+        worst = float(torch.stack(diffs).max())
+        rows.append((f"memory {name} rows", worst < 1e-3, f"max abs diff vs cpu {worst:.1e}"))
+    return rows
+
+
 def _rate(run: Callable[[], int], device: str, reps: int = 3) -> float:
     best = 0.0
     for _ in range(reps):
@@ -239,7 +327,22 @@ def check_throughput(device: str, envs: int, steps: int) -> list[tuple]:
         ("course fused steps", course_steps),
     ):
         rows.append((f"throughput {name}", None, f"{_rate(run, device):.3g} env-steps/s"))
-    return rows
+    return rows + _scan_memory_speed(device)
+
+
+def _scan_memory_speed(device: str) -> list[tuple]:
+    """Milliseconds of one training pass of FFM and of the LSTM, and their ratio."""
+    n_rows, steps, hidden = (64, 1024, 256) if device != "cpu" else (4, 64, 32)
+    data = _memory_rows(n_rows, steps, hidden).to(device)
+    memories = {k: m.to(device) for k, m in _memories(hidden).items() if k != "gru"}
+    ms = {}
+    for name, module in memories.items():
+        _training_pass(module, data)
+        ms[name] = 1e3 / _rate(lambda m=module: (_training_pass(m, data), 1)[1], device)
+    note = f"[{n_rows}, {steps}] hidden {hidden}: " + ", ".join(
+        f"{name} {value:.1f} ms" for name, value in ms.items()
+    )
+    return [("throughput ffm / lstm", None, f"{note}; ratio {ms['ffm'] / ms['lstm']:.2f}")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         "gae scan": lambda: check_gae(device, args.envs, args.steps),
         "interop": lambda: check_interop(device, args.envs, args.steps),
         "sequence": lambda: check_sequence(device, min(args.envs, 64)),
+        "tape": lambda: check_tape(device, min(args.envs, 64)),
+        "memory": lambda: check_memories(device),
         "throughput": lambda: check_throughput(device, args.envs, args.steps),
     }
     rows = []

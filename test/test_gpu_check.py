@@ -24,10 +24,13 @@ def test_cpu_dry_run(gpu_check, capsys):
     rows = [
         line
         for line in table.splitlines()
-        if line.startswith(("env", "regen", "gae", "interop", "sequence", "throughput"))
+        if line.startswith(
+            ("env", "regen", "gae", "interop", "sequence", "tape", "memory", "throughput")
+        )
     ]
     marks = dict(re.split(r"\s{2,}", line)[:2] for line in rows)
-    assert len(rows) == 16, table
+    assert len(rows) == 21, table
+    assert {"tape", "memory lstm rows", "memory gru rows", "memory ffm rows"} <= marks.keys()
     assert [m for m in marks.values() if m == "NO"] == []
     assert all(m == "yes" for name, m in marks.items() if not name.startswith("throughput")), table
 
