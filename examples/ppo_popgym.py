@@ -666,9 +666,11 @@ def memories(actor: ProbabilisticActor, critic: TensorDictSequential) -> list:
 def collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential):
     """The actor, then the critic's own memory: collection stores the states GAE replays from.
 
-    A shared memory runs in the actor, which stores its states.
+    The critic's inputs module is left out: it has no parameters, and the actor's has written
+    the same ``"features"``. A shared memory runs in the actor, which stores its states.
     """
-    trunk = list(critic.module)[:-1]
+    inputs, *trunk = list(critic.module)[:-1]
+    assert isinstance(inputs.module, AgentInputs), "make_trunk puts the inputs first"
     actor_memories = {id(m) for m in actor.modules() if is_memory(m)}
     if any(is_memory(m) and id(m) not in actor_memories for m in trunk):
         return TensorDictSequential(actor, *trunk)

@@ -12,6 +12,7 @@ import ppo_popgym
 import pytest
 import runs
 import torch
+from tensordict.nn import TensorDictSequential
 from torchrl.data import Bounded, Categorical, MultiCategorical, Unbounded
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -221,6 +222,22 @@ class TestNetworkOptions:
         actor, critic = ppo_popgym.make_agent(ppo_popgym.Args(memory="none"))
         assert ppo_popgym.memories(actor, critic) == []
         assert ppo_popgym.collection_policy(actor, critic) is actor
+
+    @pytest.mark.parametrize("input_layer", [0, 16])
+    def test_collection_skips_the_critics_inputs_and_acts_the_same(self, input_layer):
+        args = ppo_popgym.Args(env="CountRecall", input_layer=input_layer)
+        actor, critic = ppo_popgym.make_agent(args)
+        policy = ppo_popgym.collection_policy(actor, critic)
+        assert list(policy.module[1:]) == list(critic.module)[1:-1]  # no inputs, no head
+        full = TensorDictSequential(actor, *list(critic.module)[:-1])
+        env = ppo_popgym.make_env(args, 3, 0, ppo_popgym.memories(actor, critic), "cpu")
+        td = env.rand_step(env.reset())["next"]
+        td["is_init"][0] = True
+        outputs = []
+        for net in (policy, full):
+            torch.manual_seed(1)
+            outputs.append(net(td.clone()))
+        assert (outputs[0] == outputs[1]).all()
 
     def test_forget_bias_reaches_the_lstm_only(self):
         args = ppo_popgym.Args(env="RepeatFirst", memory="gru")
