@@ -194,49 +194,41 @@ def check_interop(device: str, envs: int, steps: int) -> list[tuple]:
     return rows
 
 
-def check_sequence(device: str, envs: int) -> list[tuple]:
+def _samples_match(
+    device: str, envs: int, make_unit: Callable, batch_size: int, keys: tuple[str, ...]
+) -> bool:
+    """Whether a sample unit samples the same entries ``keys`` from a storage on ``device`` as on
+    the CPU, from the same CartPole rollout and seed (``make_unit()``: a new unit per buffer)."""
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-
-    from torchrl_ext import Sequence
-
-    data = CartPoleEnv(envs, seed=0, max_steps=10).rollout(32, break_when_any_done=False)
-    batches = []
-    for dev in ("cpu", device):
-        buffer = TensorDictReplayBuffer(
-            storage=LazyTensorStorage(envs * 32, ndim=2, device=dev),
-            sample_unit=Sequence(length=8, burn_in=4, layout="batch_time"),
-            batch_size=4,
-        )
-        buffer.extend(data.to(dev))
-        torch.manual_seed(0)
-        batches.append(buffer.sample().cpu())
-    same = all(
-        torch.equal(batches[0][k], batches[1][k])
-        for k in ("observation", "is_init", "validity_mask", "learning_mask")
-    )
-    return [("sequence", same, f"windows sampled on {device} == cpu")]
-
-
-def check_tape(device: str, envs: int) -> list[tuple]:
-    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-
-    from torchrl_ext import Tape
 
     data = CartPoleEnv(envs, seed=0, max_steps=10).rollout(32, break_when_any_done=False)
     samples = []
     for dev in ("cpu", device):
         buffer = TensorDictReplayBuffer(
             storage=LazyTensorStorage(envs * 32, ndim=2, device=dev),
-            sample_unit=Tape(length=24, rows=3),
-            batch_size=8,
+            sample_unit=make_unit(),
+            batch_size=batch_size,
         )
         buffer.extend(data.to(dev))
         torch.manual_seed(0)
         samples.append(buffer.sample().cpu())
-    same = all(
-        torch.equal(samples[0][k], samples[1][k])
-        for k in ("observation", "is_init", "validity_mask", "sequence_id")
-    )
+    return all(torch.equal(samples[0][k], samples[1][k]) for k in keys)
+
+
+def check_sequence(device: str, envs: int) -> list[tuple]:
+    from torchrl_ext import Sequence
+
+    keys = ("observation", "is_init", "validity_mask", "learning_mask")
+    unit = lambda: Sequence(length=8, burn_in=4, layout="batch_time")  # noqa: E731
+    same = _samples_match(device, envs, unit, 4, keys)
+    return [("sequence", same, f"windows sampled on {device} == cpu")]
+
+
+def check_tape(device: str, envs: int) -> list[tuple]:
+    from torchrl_ext import Tape
+
+    keys = ("observation", "is_init", "validity_mask", "sequence_id")
+    same = _samples_match(device, envs, lambda: Tape(length=24, rows=3), 8, keys)
     return [("tape", same, f"tapes sampled on {device} == cpu")]
 
 

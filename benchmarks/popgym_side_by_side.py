@@ -61,12 +61,10 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from unittest import mock
 
 import _examples_path  # noqa: F401  (puts examples/ on sys.path)
-from ppo_side_by_side import breakdown_rows, source_state, spread
+from ppo_side_by_side import breakdown_rows, source_state, spread, train_demo
 
 HERE = Path(__file__).resolve().parent
 PIPELINES = ("ours", "ours-ffm", "sb3")
@@ -126,24 +124,11 @@ def run_ours(args) -> dict:
     (its ``runs.Stopwatch``) are kept as ``train`` measured them.
     """
     import ppo_popgym
-    import runs
-
-    watches = []
-
-    class KeptStopwatch(runs.Stopwatch):
-        def __init__(self) -> None:
-            super().__init__()
-            watches.append(self)
 
     with contextlib.ExitStack() as stack:
-        out = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        stack.enter_context(mock.patch.object(runs, "Stopwatch", KeptStopwatch))
-        run = runs.Run(out / f"seed{args.seed}", "ppo_popgym")
-        stack.enter_context(runs.folder_lock(run.out))
-        runs.start_run(run, args)
-        result = runs.seeded(args.seed, ppo_popgym.train, args, run)
+        result, sections = train_demo(ppo_popgym, args, stack)
     return {"frames": result.frames, "seconds": result.seconds, "mmer": result.best,
-            "final_mean_return": result.curve[-1][1], "timings": watches[-1].totals}  # fmt: skip
+            "final_mean_return": result.curve[-1][1], "timings": sections}  # fmt: skip
 
 
 def run_sb3(args) -> dict:

@@ -167,14 +167,13 @@ class _GradientTimer:
         self.totals["optimizer"] += time.perf_counter() - self._step_start
 
 
-def run_ours(args, stock_torchrl: bool = False) -> dict:
-    """Trains the demo through its public ``train``, as ``runs.main`` runs it; returns its row.
+def train_demo(demo, args, stack: contextlib.ExitStack) -> tuple:
+    """Trains ``demo`` (a pipeline module) through its public ``train`` inside ``stack``.
 
-    With ``stock_torchrl``, the demo builds as stock TorchRL does (:func:`stock_torchrl_names`); the
-    patched names are restored on return. The demo's own section times (its ``runs.Stopwatch``)
-    are kept as ``train`` measured them.
+    As ``runs.main`` runs it, seeded, in a fresh run folder in a temporary directory that
+    ``stack`` removes; patches ``stack`` already holds apply. Returns the run's result and the
+    section times its ``runs.Stopwatch`` measured.
     """
-    import ppo_cartpole
     import runs
 
     watches = []
@@ -184,18 +183,29 @@ def run_ours(args, stock_torchrl: bool = False) -> dict:
             super().__init__()
             watches.append(self)
 
+    out = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    stack.enter_context(mock.patch.object(runs, "Stopwatch", KeptStopwatch))
+    run = runs.Run(out / f"seed{args.seed}", demo.__name__)
+    stack.enter_context(runs.folder_lock(run.out))
+    runs.start_run(run, args)
+    return runs.seeded(args.seed, demo.train, args, run), watches[-1].totals
+
+
+def run_ours(args, stock_torchrl: bool = False) -> dict:
+    """Trains the demo through its public ``train``, as ``runs.main`` runs it; returns its row.
+
+    With ``stock_torchrl``, the demo builds as stock TorchRL does (:func:`stock_torchrl_names`); the
+    patched names are restored on return. The demo's own section times (its ``runs.Stopwatch``)
+    are kept as ``train`` measured them.
+    """
+    import ppo_cartpole
+
     with contextlib.ExitStack() as stack:
-        out = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        stack.enter_context(mock.patch.object(runs, "Stopwatch", KeptStopwatch))
         if stock_torchrl:
             names = stock_torchrl_names(ppo_cartpole)
             stack.enter_context(mock.patch.multiple(ppo_cartpole, **names))
         timer = stack.enter_context(_GradientTimer())
-        run = runs.Run(out / f"seed{args.seed}", "ppo_cartpole")
-        stack.enter_context(runs.folder_lock(run.out))
-        runs.start_run(run, args)
-        result = runs.seeded(args.seed, ppo_cartpole.train, args, run)
-    sections = watches[-1].totals
+        result, sections = train_demo(ppo_cartpole, args, stack)
     timings = {"collect": sections["collect"], "gae": sections["gae"]}
     timings["loss forward"] = sections["update"] - sum(timer.totals.values())
     timings.update(timer.totals)
