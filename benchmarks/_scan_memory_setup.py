@@ -23,7 +23,7 @@ INPUT, RATE = 16, 0.05
 
 def rows(n_rows: int, steps: int, hidden: int, rate: float, seed: int = 0) -> TensorDict:
     """Inputs, ``is_init`` (each row's first step, then starts at ``rate`` per step) and the
-    stored states of both modules."""
+    stored states of FFM, LSTM and GRU."""
     gen = torch.Generator().manual_seed(seed)
     is_init = torch.rand(n_rows, steps, 1, generator=gen) < rate
     is_init[:, 0] = True
@@ -33,6 +33,7 @@ def rows(n_rows: int, steps: int, hidden: int, rate: float, seed: int = 0) -> Te
             "is_init": is_init,
             "recurrent_state_h": torch.randn(n_rows, steps, 1, hidden, generator=gen),
             "recurrent_state_c": torch.randn(n_rows, steps, 1, hidden, generator=gen),
+            "recurrent_state": torch.randn(n_rows, steps, 1, hidden, generator=gen),
             "recurrent_state_ffm": torch.randn(n_rows, steps, 32, 4, 2, generator=gen),
         },
         [n_rows, steps],

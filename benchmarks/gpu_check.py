@@ -38,6 +38,8 @@ from collections.abc import Callable
 
 import torch
 import warp as wp
+from _scan_memory_setup import INPUT, RATE
+from _scan_memory_setup import rows as memory_rows
 from tensordict import TensorDict
 from torchrl.modules import set_recurrent_mode
 
@@ -232,31 +234,13 @@ def check_tape(device: str, envs: int) -> list[tuple]:
     return [("tape", same, f"tapes sampled on {device} == cpu")]
 
 
-def _memory_rows(n_rows: int, steps: int, hidden: int) -> TensorDict:
-    """Inputs, ``is_init`` (row starts and 5% of the steps) and the stored states of all three."""
-    gen = torch.Generator().manual_seed(0)
-    is_init = torch.rand(n_rows, steps, 1, generator=gen) < 0.05
-    is_init[:, 0] = True
-    return TensorDict(
-        {
-            "obs": torch.randn(n_rows, steps, 16, generator=gen),
-            "is_init": is_init,
-            "recurrent_state": torch.randn(n_rows, steps, 1, hidden, generator=gen),
-            "recurrent_state_h": torch.randn(n_rows, steps, 1, hidden, generator=gen),
-            "recurrent_state_c": torch.randn(n_rows, steps, 1, hidden, generator=gen),
-            "recurrent_state_ffm": torch.randn(n_rows, steps, 32, 4, 2, generator=gen),
-        },
-        [n_rows, steps],
-    )
-
-
 def _memories(hidden: int) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
     keys = {"in_key": "obs", "out_key": "features"}
     return {
-        "lstm": LSTMModule(input_size=16, hidden_size=hidden, **keys),
-        "gru": GRUModule(input_size=16, hidden_size=hidden, **keys),
-        "ffm": FFMModule(input_size=16, hidden_size=hidden, **keys),
+        "lstm": LSTMModule(input_size=INPUT, hidden_size=hidden, **keys),
+        "gru": GRUModule(input_size=INPUT, hidden_size=hidden, **keys),
+        "ffm": FFMModule(input_size=INPUT, hidden_size=hidden, **keys),
     }
 
 
@@ -270,7 +254,7 @@ def _training_pass(module: torch.nn.Module, data: TensorDict) -> TensorDict:
 
 
 def check_memories(device: str) -> list[tuple]:
-    data = _memory_rows(4, 40, 32)
+    data = memory_rows(4, 40, 32, RATE)
     rows = []
     for name, module in _memories(32).items():
         out_cpu = _training_pass(module, data).exclude("obs").detach()
@@ -325,7 +309,7 @@ def check_throughput(device: str, envs: int, steps: int) -> list[tuple]:
 def _scan_memory_speed(device: str) -> list[tuple]:
     """Milliseconds of one training pass of FFM and of the LSTM, and their ratio."""
     n_rows, steps, hidden = (64, 1024, 256) if device != "cpu" else (4, 64, 32)
-    data = _memory_rows(n_rows, steps, hidden).to(device)
+    data = memory_rows(n_rows, steps, hidden, RATE).to(device)
     memories = {k: m.to(device) for k, m in _memories(hidden).items() if k != "gru"}
     ms = {}
     for name, module in memories.items():
