@@ -30,6 +30,7 @@ import torch
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 from torch import nn
 
@@ -150,7 +151,7 @@ def make_model(args: Args, env: CartPoleVecEnv) -> RecurrentPPO:
         "ortho_init": False,
         "optimizer_kwargs": {"eps": args.adam_eps},
     }
-    return RecurrentPPO(
+    model = RecurrentPPO(
         "MlpLstmPolicy", env,
         learning_rate=linear(args.learning_rate, batch_fraction),
         n_steps=args.num_steps,
@@ -162,6 +163,9 @@ def make_model(args: Args, env: CartPoleVecEnv) -> RecurrentPPO:
         max_grad_norm=args.max_grad_norm,
         policy_kwargs=policy_kwargs, seed=args.seed, device="cpu", verbose=0,
     )  # fmt: skip
+    # a logger that writes nowhere: else each learn() leaves an empty SB3-<time> folder in /tmp
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def evaluate(args: Args, model: RecurrentPPO) -> float:
