@@ -81,6 +81,27 @@ def test_quick_ours():
     assert float(over[0].split("|")[2]) > 0, over
 
 
+def test_floor_section_gives_each_pipeline_over_the_floor():
+    runs = [
+        {"pipeline": "ours", "seconds": 2.0, "frames": 20_000},  # 100 us a frame
+        {"pipeline": "ours", "seconds": 4.0, "frames": 20_000},  # 200
+        {"pipeline": "ours", "seconds": 3.0, "frames": 20_000},  # 150: the median
+        {"pipeline": "sb3", "seconds": 10.0, "frames": 20_000},  # 500
+    ]
+    floors = [
+        {"memory": "lstm", "timings": {"collect": 10.0, "gae": 2.0, "update": 38.0}},
+        {"memory": "lstm", "timings": {"collect": 20.0, "gae": 2.0, "update": 28.0}},
+    ]
+    text = popgym_side_by_side.floor_section(runs, floors)
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[1:] == [
+        "| floor | 50.0 | collect 15.0; gae 2.0; update 33.0 |",
+        "| ours over the floor | 3.00 | |",
+        "| sb3 over the floor | 10.00 | |",
+    ]
+    assert popgym_side_by_side.floor_section(runs, []) == ""
+
+
 def test_plain_layers_are_the_demo_networks():
     import ppo_popgym
     from _ppo_baselines.network_floor import plain_layers, run_layers
