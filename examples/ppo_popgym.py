@@ -59,7 +59,8 @@ POPGym scales rewards so that an episode's best return is 1 and its worst about 
 ``best_mean_return`` (the highest mean over the last ``return_window`` = 100 episodes) is the
 paper's MMER; ``target`` defaults to the paper's figure (``PAPER_PPO_LSTM``, else
 ``PAPER_PPO_GRU``). Settings tuned per env are in ``TUNED``: a run that leaves ``frames`` at 0
-or ``forget_bias`` at nan gets the env's value there; a value on the command line wins.
+or ``forget_bias`` or ``gamma`` at nan gets the env's value there; a value on the command line
+wins.
 """
 
 from __future__ import annotations
@@ -119,15 +120,20 @@ DIFFICULTIES: tuple[str, ...] = typing.get_args(Difficulty)
 Memory = Literal["lstm", "gru", "ffm", "none"]
 MEMORIES: tuple[str, ...] = typing.get_args(Memory)
 
-#: The budget and the LSTMs' forget-gate bias of a run that leaves them unset (``frames`` 0,
-#: ``forget_bias`` nan), for an env without an entry in ``TUNED``.
-UNTUNED = {"frames": 2_097_152, "forget_bias": 0.0}
+#: The budget, the LSTMs' forget-gate bias and the discount of a run that leaves them unset
+#: (``frames`` 0, ``forget_bias`` and ``gamma`` nan), for an env without an entry in ``TUNED``.
+UNTUNED = {"frames": 2_097_152, "forget_bias": 0.0, "gamma": 0.99}
 #: What differs per env from ``UNTUNED``, where the run leaves the field unset.
 TUNED: dict[str, dict[str, float]] = {
     # The agent names the deck's first card at every step (52 steps at Easy). PyTorch's initial
     # forget gates (bias about 0) halve the memory at each step, so the card fades within a few
     # steps and the return stays at chance (-0.5) for the budget; a bias of 3 keeps it.
     "RepeatFirst": {"forget_bias": 3.0},
+    # Say how many cards of the queried colour were dealt: an answer changes the reward of its
+    # own step and nothing after it (the cards come whatever the agent says), so the return's
+    # later rewards only add noise to an answer's advantage. With no discount the median MMER
+    # of seeds 0-2 rose from -0.633 to -0.447 at the same budget.
+    "CountRecall": {"gamma": 0.0},
     # Find the best of 10 arms, then keep pulling it for 200 pulls: the mean return still climbs
     # at 2,097,152 frames and its best windows come late, so the paper's budget of 15M frames
     # (7 x 2,097,152, whole batches, and no more).
@@ -253,8 +259,8 @@ class Args:
     """feed the previous action to both networks (a bandit player learns which arm it pulled)"""
     lr: float = 5e-4
     """initial Adam learning rate"""
-    gamma: float = 0.99
-    """discount"""
+    gamma: float = math.nan
+    """discount; nan: the env's, 0 for CountRecall, else 0.99"""
     lmbda: float = 0.95
     """GAE lambda"""
     epochs: int = 4
@@ -347,12 +353,16 @@ class Args:
             )
 
     def fill_unset(self) -> None:
-        """Gives ``frames`` (0), ``forget_bias`` and ``target`` (nan) the env's values."""
+        """Gives the env's values to the fields left unset.
+
+        Unset: ``frames`` 0; ``forget_bias``, ``gamma`` and ``target`` nan.
+        """
         tuned = {**UNTUNED, **TUNED.get(self.env, {})}
         if self.frames == 0 and self.frames is not False:
             self.frames = int(tuned["frames"])
-        if _is_nan(self.forget_bias):
-            self.forget_bias = float(tuned["forget_bias"])
+        for name in ("forget_bias", "gamma"):
+            if _is_nan(getattr(self, name)):
+                setattr(self, name, float(tuned[name]))
         if _is_nan(self.target):
             paper = paper_figure(self.env, self.difficulty)
             self.target = 1.0 if paper is None else paper

@@ -126,8 +126,8 @@ class TestHeads:
 
 
 class TestArgs:
-    """``env`` and ``difficulty`` are checked; ``frames`` 0, ``forget_bias`` and ``target`` nan
-    take the env's values (``TUNED``, the paper's figure); a value given wins."""
+    """``env`` and ``difficulty`` are checked; ``frames`` 0, ``forget_bias``, ``gamma`` and
+    ``target`` nan take the env's values (``TUNED``, the paper's figure); a value given wins."""
 
     def test_env_names_are_the_ports(self):
         ports = {name for name in popgym.__all__ if name.endswith("Env")}  # the classes
@@ -158,10 +158,21 @@ class TestArgs:
             assert torch.equal(lstm.lstm.bias_ih_l0[64:128], torch.full((64,), 3.0))
             assert torch.equal(lstm.lstm.bias_hh_l0[64:128], torch.zeros(64))
 
+    def test_count_recall_is_undiscounted_and_the_others_are_not(self, tmp_path):
+        assert ppo_popgym.Args(env="CountRecall").gamma == 0.0
+        assert ppo_popgym.Args(env="CountRecall", difficulty="hard").gamma == 0.0
+        assert ppo_popgym.Args(env="RepeatPrevious").gamma == 0.99
+        ((args, _),) = runs.parse(ppo_popgym.Args, ["--env", "CountRecall", "--out", str(tmp_path)])
+        loss = ppo_popgym.make_loss(args, *ppo_popgym.make_agent(args))
+        assert float(loss.value_estimator.gamma) == 0.0
+
     def test_a_value_given_wins_over_the_tuned_one(self, tmp_path):
         argv = ["--env", "RepeatFirst", "--forget-bias", "0", "--out", str(tmp_path)]
         ((args, _),) = runs.parse(ppo_popgym.Args, argv)
         assert args.forget_bias == 0.0
+        argv = ["--env", "CountRecall", "--gamma", "0.9", "--out", str(tmp_path / "gamma")]
+        ((args, _),) = runs.parse(ppo_popgym.Args, argv)
+        assert args.gamma == 0.9
         argv = ["--env", "MultiarmedBandit", "--quick", "--out", str(tmp_path)]
         ((args, _),) = runs.parse(ppo_popgym.Args, argv, ppo_popgym.QUICK)
         assert args.frames == ppo_popgym.QUICK["frames"] == 3 * 8 * 32
@@ -423,7 +434,7 @@ def test_resumes_bitwise(tmp_path, monkeypatch, env):
         (["--forget-bias", "inf"], "forget_bias must be a finite number"),
         (["--target", "inf"], "target must be a finite number"),
         (["--lr", "0"], "lr must be a finite number > 0"),
-        (["--gamma", "nan"], "gamma must be a finite number in"),
+        (["--gamma", "inf"], "gamma must be a finite number in"),
         (["--reward-scale", "0"], "reward_scale"),
         (["--envs-per-minibatch", "65"], "envs_per_minibatch must be <= num_envs"),
         (["--policy", "mlp"], "unrecognized arguments: --policy mlp"),
