@@ -2,6 +2,7 @@
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,14 @@ _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # as when it runs as a script: its folder on sys.path, for the set-up modules beside it
+    sys.path.insert(0, str(_PATH.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_check", _PATH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(_PATH.parent))
     return module
 
 
