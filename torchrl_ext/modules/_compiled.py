@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from torchrl_ext.modules._kernels import recurrent_cells
+from torchrl_ext.modules._products import weight_grad
 
 #: Dtypes the kernels run.
 DTYPES = (torch.float32, torch.float64)
@@ -86,7 +87,7 @@ def _input_grads(ctx, x, w_ih, d_pre: torch.Tensor) -> tuple:
     """Gradients of ``x @ w_ih.T + b``: ``(dx, d_w_ih, d_b)``, each only if needed."""
     flat = d_pre.view(-1, d_pre.shape[-1])
     dx = (flat @ w_ih).view_as(x) if ctx.needs_input_grad[0] else None
-    d_w_ih = flat.t() @ x.reshape(flat.shape[0], -1) if ctx.needs_input_grad[4] else None
+    d_w_ih = weight_grad(flat, x.reshape(flat.shape[0], -1)) if ctx.needs_input_grad[4] else None
     return dx, d_w_ih, flat.sum(0)
 
 
@@ -139,7 +140,7 @@ class _LSTMLayer(torch.autograd.Function):
             d_c.numpy(),
         )
         dx, d_w_ih, d_b = _input_grads(ctx, x, w_ih, d_pre)
-        d_w_hh = d_pre.view(-1, d_pre.shape[-1]).t() @ h_prev.view(-1, h_prev.shape[-1])
+        d_w_hh = weight_grad(d_pre.view(-1, d_pre.shape[-1]), h_prev.view(-1, h_prev.shape[-1]))
         if not ctx.has_init:
             d_h = d_c = None
         return dx, d_h, d_c, None, d_w_ih, d_w_hh, d_b, d_b
@@ -190,5 +191,5 @@ class _GRULayer(torch.autograd.Function):
         )
         dx, d_w_ih, d_b_ih = _input_grads(ctx, x, w_ih, d_pre)
         flat_hh = d_hh.view(-1, width)
-        d_w_hh = flat_hh.t() @ h_prev.view(-1, h_prev.shape[-1])
+        d_w_hh = weight_grad(flat_hh, h_prev.view(-1, h_prev.shape[-1]))
         return dx, d_h if ctx.has_init else None, None, d_w_ih, d_w_hh, d_b_ih, flat_hh.sum(0)

@@ -30,6 +30,7 @@ from torchrl_ext.modules._chunked_scan import (
     decay_powers,
     reach,
 )
+from torchrl_ext.modules._products import weight_grad
 
 __all__ = ["ffm_rows"]
 
@@ -339,7 +340,7 @@ def _projection_backward(grad_halves, x, weight, grad_weight, grad_bias, grad_xs
     size = grad_halves[0].shape[-1]
     for half, grad in enumerate(grad_halves):
         rows = slice(half * size, (half + 1) * size)
-        grad_weight[rows].addmm_(grad.t(), x)
+        grad_weight[rows].add_(weight_grad(grad, x))
         grad_bias[rows].add_(grad.sum(0))
         if grad_xs is not None:
             grad_xs[j].view_as(x).addmm_(grad, weight[rows])
