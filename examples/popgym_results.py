@@ -15,7 +15,8 @@ Medium and Hard: ``popgym_results_medium.md``, ``popgym_curves_medium.png``, ...
 of all difficulties share one folder.
 
 The table gives, per env: the paper's PPO-GRU and PPO-LSTM MMER (``ppo_popgym.PAPER_SOURCE``),
-ours as the median and range over seeds, the frames each used and our wall time per run.
+the memory our runs trained (the env's choice in ``ppo_popgym.TUNED``), ours as the median and
+range over seeds, the frames each used and our wall time per run.
 """
 
 from __future__ import annotations
@@ -245,8 +246,20 @@ def meets(env: str, difficulty: str, results: dict[int, runs.Result]) -> bool | 
     return round(statistics.median(r.best for r in results.values()), 3) >= paper
 
 
+def memory_label(results: dict[int, runs.Result]) -> str:
+    """The memory the runs of a row trained (``ppo_popgym.TUNED``'s choice), as in their configs.
+
+    Examples:
+        >>> memory_label({})
+        '–'
+    """
+    names = {"lstm": "LSTM", "gru": "GRU", "ffm": "FFM", "none": "none"}
+    found = sorted({runs.read_config(r.out)["config"]["memory"] for r in results.values()})
+    return ", ".join(names.get(memory, memory) for memory in found) or "–"
+
+
 def table_row(env: str, difficulty: str, results: dict[int, runs.Result]) -> str:
-    """One markdown row: the paper's figures, then ours over the seeds."""
+    """One markdown row: the paper's figures, then our memory and ours over the seeds."""
     gru = ppo_popgym.PAPER_PPO_GRU.get((env, difficulty))
     paper_gru = "–" if gru is None else f"{gru[0]:.3f} ± {gru[1]:.3f}"
     lstm = _fmt(ppo_popgym.PAPER_PPO_LSTM.get((env, difficulty)))
@@ -256,7 +269,8 @@ def table_row(env: str, difficulty: str, results: dict[int, runs.Result]) -> str
     seconds = statistics.median(r.seconds for r in results.values())
     verdict = {True: "yes", False: "no", None: "–"}[meets(env, difficulty, results)]
     return (
-        f"| {env} | {difficulty} | {paper_gru} | {lstm} | {ours} | {verdict} "
+        f"| {env} | {difficulty} | {paper_gru} | {lstm} | {memory_label(results)} | {ours} "
+        f"| {verdict} "
         f"| {ppo_popgym.PAPER_FRAMES / 1e6:.0f}M | {frames:.1f}M | {seconds:.0f} |"
     )
 
@@ -273,9 +287,9 @@ def markdown(
         "highest mean return of the last 100 completed episodes over a run. Ours: median "
         f"(range) over seeds {', '.join(map(str, seeds))}. Paper: {ppo_popgym.PAPER_SOURCE}.",
         "",
-        "| env | difficulty | paper PPO-GRU | paper PPO-LSTM | ours (PPO-LSTM) | ours >= paper "
+        "| env | difficulty | paper PPO-GRU | paper PPO-LSTM | our memory | ours | ours >= paper "
         "| paper frames | our frames | our seconds per run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *(table_row(env, difficulty, results) for env, results in rows.items()),
         "",
     ]

@@ -17,6 +17,7 @@ from torchrl.data import Bounded, Categorical, MultiCategorical, Unbounded
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from torchrl_ext.envs import popgym
+from torchrl_ext.modules import FFMModule
 
 #: One env per observation and action kind: a card and a choice, a board of cells (observed as
 #: many categoricals), a board cell to shoot (two components), a torque.
@@ -166,6 +167,27 @@ class TestArgs:
         loss = ppo_popgym.make_loss(args, *ppo_popgym.make_agent(args))
         assert float(loss.value_estimator.gamma) == 0.0
 
+    def test_tuned_per_difficulty(self, tmp_path):
+        """An ``(env, difficulty)`` entry of ``TUNED`` applies at that difficulty only."""
+        medium = ppo_popgym.Args(env="CountRecall", difficulty="medium")
+        assert (medium.memory, medium.gamma) == ("ffm", 0.0)  # the env's gamma, the pair's memory
+        assert ppo_popgym.Args(env="CountRecall").memory == "lstm"
+        assert ppo_popgym.Args(env="CountRecall", difficulty="hard").memory == "lstm"
+        repeat = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
+        assert (repeat.gamma, repeat.frames, repeat.memory) == (0.0, 6_291_456, "lstm")
+        easy = ppo_popgym.Args(env="RepeatPrevious")
+        assert (easy.gamma, easy.frames) == (0.99, 2_097_152)
+        argv = ["--env", "CountRecall", "--difficulty", "medium", "--out", str(tmp_path)]
+        ((args, _),) = runs.parse(ppo_popgym.Args, argv)
+        assert args.memory == "ffm"
+        actor, critic = ppo_popgym.make_agent(args)
+        assert all(isinstance(m, FFMModule) for m in ppo_popgym.memories(actor, critic))
+
+    def test_a_memory_given_wins_over_the_tuned_one(self):
+        args = ppo_popgym.Args(env="CountRecall", difficulty="medium", memory="lstm")
+        assert args.memory == "lstm"
+        assert ppo_popgym.Args(env="RepeatPrevious", memory="gru").memory == "gru"
+
     def test_a_value_given_wins_over_the_tuned_one(self, tmp_path):
         argv = ["--env", "RepeatFirst", "--forget-bias", "0", "--out", str(tmp_path)]
         ((args, _),) = runs.parse(ppo_popgym.Args, argv)
@@ -308,7 +330,7 @@ class TestNetworkOptions:
 
     def test_refusals(self):
         with pytest.raises(
-            ValueError, match=r"memory must be one of lstm, gru, ffm, none, got memory='rnn'"
+            ValueError, match=r"memory must be one of tuned, lstm, gru, ffm, none, got memory='rnn'"
         ):
             ppo_popgym.Args(memory="rnn")
         with pytest.raises(
