@@ -139,7 +139,7 @@ TUNED: dict[str | tuple[str, str], dict[str, float | str]] = {
     # later rewards only add noise to an answer's advantage. With no discount the median MMER
     # of seeds 0-2 rose from -0.633 to -0.447 at the same budget.
     "CountRecall": {"gamma": 0.0},
-    # At Medium (a 103-step deck) FFM reaches the paper's PPO-GRU (-0.522 over seeds 0-2,
+    # At Medium (103-step episodes) FFM reaches the paper's PPO-GRU (-0.522 over seeds 0-2,
     # against -0.546 for the LSTM); at Easy both stay far below the paper's figure.
     ("CountRecall", "medium"): {"memory": "ffm"},
     # Name the suit shown 32 steps earlier: as in CountRecall, an answer pays at its own step
