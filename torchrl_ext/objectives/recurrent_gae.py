@@ -27,7 +27,8 @@ from torchrl.envs.transforms import Transform
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_ext._checks import check_choice, check_float, check_key, check_optional_int
-from torchrl_ext.objectives._gae import GAEResult, Workspace, compute_gae
+from torchrl_ext._workspace import Workspace
+from torchrl_ext.objectives._gae import GAEResult, compute_gae
 from torchrl_ext.objectives._gae_io import (
     Rollout,
     check_bool_dtype,
