@@ -256,6 +256,46 @@ class TestWholeRows:
         for a, b in pairs:
             torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
 
+    def test_expanded_output_gradient(self):
+        """A broadcast gradient (``y.sum()``'s) reads as the same values made contiguous."""
+        module = make_module()
+        data = make_data(module, (2, 16), pattern("random", (2, 16), 7)).clone()
+        with set_recurrent_mode(True):
+            y = module(data.clone())["y"]
+        (got,) = torch.autograd.grad(y.sum(), module.mix.weight, retain_graph=True)
+        (expected,) = torch.autograd.grad(y, module.mix.weight, torch.ones_like(y))
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+    def test_passes_in_flight_keep_their_intermediates(self):
+        """Two graphs alive at once (the module's workspace holds both sets of intermediates),
+        and a third pass between their backward passes, each give their own gradients."""
+        module = make_module(hidden_size=8)
+        shape = (3, 40)
+        batches = [make_data(module, shape, pattern("random", shape, s), seed=s) for s in range(3)]
+        expected = [run_rows(module, batch) for batch in batches]
+        with set_recurrent_mode(True):
+            outs = [module(batch.clone()) for batch in batches[:2]]
+        params = list(module.parameters())
+        first = torch.autograd.grad(loss_of(outs[0]["y"], outs[0]["next", STATE]), params)
+        third = run_rows(module, batches[2])
+        second = torch.autograd.grad(loss_of(outs[1]["y"], outs[1]["next", STATE]), params)
+        for got, want in (
+            (first, expected[0][2][-len(params) :]),
+            (second, expected[1][2][-len(params) :]),
+        ):
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, rtol=0, atol=0)
+        assert_same(third, expected[2], rtol=0, atol=0)
+
+    def test_outputs_are_not_overwritten_by_later_passes(self):
+        module = make_module()
+        shape = (2, 30)
+        first = run_rows(module, make_data(module, shape, pattern("random", shape, 1), seed=1))
+        kept = [first[0].clone(), first[1].clone(), *(g.clone() for g in first[2])]
+        run_rows(module, make_data(module, shape, pattern("random", shape, 2), seed=2))
+        for a, b in zip([first[0], first[1], *first[2]], kept, strict=True):
+            assert torch.equal(a, b)
+
     def test_gradcheck(self):
         """``torch.autograd.gradcheck`` of the whole-row path: input, stored traces, parameters."""
         module = make_module(memory_size=2, context_size=2, hidden_size=3, input_size=2)

@@ -50,13 +50,17 @@ class ChunkLayout:
         self.count = -(-n_steps // self.length)
         self.padded_steps = self.count * self.length
 
-    def to_chunks(self, rows: torch.Tensor) -> torch.Tensor:
-        """``[R, T, ...]`` as a new contiguous ``[C, R, N, ...]`` tensor (zeros as padding)."""
+    def to_chunks(self, rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``[R, T, ...]`` as a contiguous ``[C, R, N, ...]`` tensor (zeros as padding).
+
+        Written into ``out`` when given, else into a new tensor.
+        """
         pad = self.padded_steps - self.n_steps
         if pad:
             rows = torch.cat([rows, rows.new_zeros(self.n_rows, pad, *rows.shape[2:])], 1)
         chunked = rows.reshape(self.n_rows, self.count, self.length, *rows.shape[2:])
-        return chunked.movedim(2, 0).contiguous()
+        chunked = chunked.movedim(2, 0)
+        return chunked.contiguous() if out is None else out.copy_(chunked)
 
     def from_chunks(self, chunks: torch.Tensor) -> torch.Tensor:
         """``[C, R, N, ...]`` back to ``[R, T, ...]`` (a view when nothing was padded)."""

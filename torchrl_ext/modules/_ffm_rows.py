@@ -11,6 +11,11 @@ of going through memory between a dozen separate operations and their autograd b
 on the CPU cost more than the mixing layer's products themselves (the training pass is timed by
 ``benchmarks/scan_memory_report.py``).
 
+On the CPU, the outputs and every intermediate (traces, tiles, their gradients) come from the
+module's :class:`~torchrl_ext._workspace.Workspace`, and the tile operations write into them
+(``out=``): a pass then pays no page fault for the first write to fresh memory, which costs
+more than the arithmetic of an elementwise operation on machines where faults are slow.
+
 What the forward pass keeps for the backward one: the chunked input, the traces, the
 normalised read-out and its inverse standard deviations; the input and output projections are
 recomputed from the input (a few columns per step).
@@ -24,6 +29,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
+from torchrl_ext._workspace import Workspace
 from torchrl_ext.modules._chunked_scan import (
     ChunkLayout,
     carry_into_chunks,
@@ -49,6 +55,8 @@ class RowPlan:
         ends (list): per chunk position, the ``(r, n, k)`` of the segment ends there.
         end_index (tuple): the ``(j, r, n)`` of every segment end.
         eps (float): the layer norm's epsilon.
+        space (Workspace or None): where CPU outputs and intermediates come from (``None``:
+            allocated).
     """
 
     layout: ChunkLayout
@@ -58,6 +66,14 @@ class RowPlan:
     ends: Groups
     end_index: tuple[torch.Tensor, ...]
     eps: float
+    space: Workspace | None
+
+    def empty(self, shape: tuple[int, ...], like: torch.Tensor, dtype=None) -> torch.Tensor:
+        """An uninitialized intermediate on ``like``'s device (of ``dtype``, else ``like``'s)."""
+        dtype = like.dtype if dtype is None else dtype
+        if self.space is not None and like.device.type == "cpu":
+            return self.space.empty(shape, dtype)
+        return like.new_empty(shape, dtype=dtype)
 
     def backward_links(self) -> torch.Tensor:
         """``[C, R, N]``: the link from each step's successor into it (0 at the rows' ends)."""
@@ -112,7 +128,10 @@ class _FFMRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, init, gamma, w_pre, b_pre, w_mix, b_mix, plan: RowPlan):
         weights = Weights.regroup(w_pre, b_pre, w_mix, b_mix, gamma.shape[0])
-        xs = plan.layout.to_chunks(x)
+        layout = plan.layout
+        xs = layout.to_chunks(
+            x, plan.empty((layout.length, *x.shape[:1], layout.count, *x.shape[2:]), x)
+        )
         trace = _local_traces(xs, init, gamma, weights, plan)
         y, normed, rstd = _read_out(trace, xs, gamma, weights, plan)
         ctx.save_for_backward(xs, init, gamma, w_pre, b_pre, w_mix, b_mix, trace, normed, rstd)
@@ -126,7 +145,7 @@ class _FFMRows(torch.autograd.Function):
         plan, needs_x = ctx.plan, ctx.needs_input_grad[0]
         weights = Weights.regroup(w_pre, b_pre, w_mix, b_mix, gamma.shape[0])
         grads = Weights(*(torch.zeros_like(w) for w in weights))
-        grad_xs = torch.zeros_like(xs) if needs_x else None
+        grad_xs = plan.empty(xs.shape, xs).zero_() if needs_x else None
         grad_trace = _read_out_backward(
             grad_y, grad_ends, xs, (trace, normed, rstd), gamma, weights, grads, grad_xs, plan
         )
@@ -149,6 +168,7 @@ def ffm_rows(
     pre: torch.nn.Linear,
     mix: torch.nn.Linear,
     eps: float,
+    space: Workspace | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FFM over whole rows, the trace restarting from the stored state at each segment start.
 
@@ -161,6 +181,8 @@ def ffm_rows(
         pre (torch.nn.Linear): the pre-layer, rows ``[u | skip | input gate | output gate]``.
         mix (torch.nn.Linear): the read-out of the flattened ``(real, imaginary)`` trace.
         eps (float): the layer norm's epsilon.
+        space (Workspace, optional): where the CPU intermediates come from; ``None`` allocates
+            them afresh.
 
     Returns:
         ``(output [R, T, H], next traces [R, T, m, c, 2])``: the traces after each segment's
@@ -179,25 +201,26 @@ def ffm_rows(
         layout.by_position(*end_pairs),
         layout.positions(*end_pairs),
         eps,
+        space,
     )
     init = None if stored is None else torch.view_as_complex(stored[start_pairs].contiguous())
     y, end_traces = _FFMRows.apply(x, init, gamma, pre.weight, pre.bias, mix.weight, mix.bias, plan)
-    next_traces = x.new_zeros(n_rows, n_steps, *end_traces.shape[1:])
+    next_traces = plan.empty((n_rows, n_steps, *end_traces.shape[1:]), x).zero_()
     return y, next_traces.index_put_(end_pairs, end_traces)
 
 
 # -- forward ---------------------------------------------------------------------------------
 
 
-def _trace_input(x: torch.Tensor, weights: Weights) -> torch.Tensor:
-    """``[n, m]``: the trace's input ``u * sigmoid(input gate)`` of ``n`` steps ``x``."""
-    u, gate = torch.addmm(weights.b_in, x, weights.w_in.t()).chunk(2, -1)
-    return u.mul_(gate.sigmoid_())
+def _input_gate(x: torch.Tensor, weights: Weights, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(u, sigmoid(input gate))``, each ``[n, m]``, of ``n`` steps ``x``, in ``out``."""
+    u, gate = torch.addmm(weights.b_in, x, weights.w_in.t(), out=out).chunk(2, -1)
+    return u, gate.sigmoid_()
 
 
-def _output_gate(x: torch.Tensor, weights: Weights) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(skip, sigmoid(output gate))``, each ``[n, H]``, of ``n`` steps ``x``."""
-    skip, gate = torch.addmm(weights.b_out, x, weights.w_out.t()).chunk(2, -1)
+def _output_gate(x: torch.Tensor, weights: Weights, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(skip, sigmoid(output gate))``, each ``[n, H]``, of ``n`` steps ``x``, in ``out``."""
+    skip, gate = torch.addmm(weights.b_out, x, weights.w_out.t(), out=out).chunk(2, -1)
     return skip, gate.sigmoid_()
 
 
@@ -221,10 +244,12 @@ def _local_traces(xs, init, gamma, weights: Weights, plan: RowPlan) -> torch.Ten
     At a segment start the trace is its input plus ``gamma`` times the stored state.
     """
     length, n_rows, count, n_in = xs.shape
-    trace = xs.new_empty(*xs.shape[:3], *gamma.shape, dtype=gamma.dtype)
+    trace = plan.empty((*xs.shape[:3], *gamma.shape), xs, gamma.dtype)
+    tile = plan.empty((n_rows * count, weights.w_in.shape[0]), xs)
     restarted = None if init is None else gamma * init
     for j in range(length):
-        u = _trace_input(xs[j].view(-1, n_in), weights).view(n_rows, count, -1, 1)
+        u, gate = _input_gate(xs[j].view(-1, n_in), weights, tile)
+        u = u.mul_(gate).view(n_rows, count, -1, 1)
         if j == 0:
             trace[j].zero_()
         else:
@@ -257,32 +282,43 @@ def _read_out(trace, xs, gamma, weights: Weights, plan: RowPlan):
     reached = reach(plan.links.view(length, n_rows, count, 1, 1), reverse=False)
     powers = decay_powers(gamma, length, reverse=False)
     carried = carry_into_chunks(trace, reached, powers, reverse=False)
-    y = xs.new_empty(n_rows, layout.padded_steps, n_out)
-    normed = xs.new_empty(length, n_rows * count, n_out)
-    rstd = xs.new_empty(length, n_rows * count, 1)
+    y = plan.empty((n_rows, layout.padded_steps, n_out), xs)
+    normed = plan.empty((length, n_rows * count, n_out), xs)
+    rstd = plan.empty((length, n_rows * count, 1), xs)
     flat = torch.view_as_real(trace).view(length, n_rows * count, -1)
+    decayed, z, gates = _tiles(plan, carried, (n_rows * count, n_out), (n_rows * count, 2 * n_out))
     for j in range(length):
-        trace[j].addcmul_(carried * reached[j], powers[j])
-        z = torch.addmm(weights.b_mix, flat[j], weights.w_mix.t())
+        trace[j].addcmul_(torch.mul(carried, reached[j], out=decayed), powers[j])
+        torch.addmm(weights.b_mix, flat[j], weights.w_mix.t(), out=z)
+        x = xs[j].view(-1, n_in)
         _layer_norm(z, plan.eps, normed[j], rstd[j])
-        skip, gate = _output_gate(xs[j].view(-1, n_in), weights)
-        tile = (n_rows, count, n_out)
-        torch.lerp(
-            skip.view(tile), normed[j].view(tile), gate.view(tile), out=layout.step_view(y, j)
-        )
+        skip, gate = _output_gate(x, weights, gates)
+        out = layout.step_view(y, j)
+        torch.lerp(skip.view_as(out), normed[j].view_as(out), gate.view_as(out), out=out)
     return y, normed, rstd
+
+
+def _tiles(plan: RowPlan, like: torch.Tensor, *shapes) -> list[torch.Tensor]:
+    """One intermediate shaped like ``like``, then one per shape (of ``like``'s real dtype)."""
+    real = like.real if like.is_complex() else like
+    return [plan.empty(like.shape, like), *(plan.empty(shape, real) for shape in shapes)]
 
 
 # -- backward --------------------------------------------------------------------------------
 
 
-def _output_backward(grad, x, normed, rstd, weights: Weights):
-    """``(grad of the mixing layer's output, of the skip, of the output gate)`` of one tile."""
-    skip, gate = _output_gate(x, weights)
-    grad_normed = grad * gate
-    grad_skip = grad - grad_normed
-    grad_gate = torch.sub(normed, skip).mul_(
-        torch.addcmul(grad_normed, grad_normed, gate, value=-1)
+def _output_backward(grad, x, normed, rstd, weights: Weights, tiles):
+    """``(grad of the mixing layer's output, of the skip, of the output gate)`` of one tile.
+
+    ``tiles`` are ``([n, 2 H], [3, n, H])`` intermediates, where the gradients are written;
+    ``grad`` is overwritten.
+    """
+    gates, work = tiles
+    skip, gate = _output_gate(x, weights, gates)
+    grad_normed = torch.mul(grad, gate, out=work[0])
+    grad_skip = torch.sub(grad, grad_normed, out=work[1])
+    grad_gate = torch.sub(normed, skip, out=work[2]).mul_(
+        torch.addcmul(grad_normed, grad_normed, gate, value=-1, out=grad)
     )
     mean = grad_normed.mean(-1, keepdim=True)
     along = torch.linalg.vecdot(grad_normed, normed).unsqueeze_(-1).div_(grad.shape[-1])
@@ -306,17 +342,22 @@ def _read_out_backward(
         grad_y = torch.cat([grad_y, grad_y.new_zeros(n_rows, pad, n_out)], 1)
     grad_y = grad_y.reshape(n_rows, layout.padded_steps, n_out)
     ends = torch.view_as_complex(grad_ends.contiguous())
-    grad_trace = torch.empty_like(trace)
+    grad_trace = plan.empty(trace.shape, trace)
     flat = torch.view_as_real(trace).view(length, n_rows * count, -1)
     grad_flat = torch.view_as_real(grad_trace).view(length, n_rows * count, -1)
+    grad = plan.empty((n_rows, count, n_out), xs)
+    tiles = (plan.empty((n_rows * count, 2 * n_out), xs), plan.empty((3, *grad.shape), xs))
+    work = (tiles[0], tiles[1].view(3, -1, n_out))
     for j in reversed(range(length)):
         x = xs[j].view(-1, n_in)
-        grad = layout.step_view(grad_y, j).reshape(-1, n_out)
-        grad_z, *grad_out = _output_backward(grad, x, normed[j], rstd[j], weights)
-        grads.w_mix.addmm_(grad_z.t(), flat[j])
+        grad.copy_(layout.step_view(grad_y, j))
+        grad_z, *grad_out = _output_backward(
+            grad.view(-1, n_out), x, normed[j], rstd[j], weights, work
+        )
         grads.b_mix.add_(grad_z.sum(0))
-        torch.mm(grad_z, weights.w_mix, out=grad_flat[j])
         _projection_backward(grad_out, x, weights.w_out, grads.w_out, grads.b_out, grad_xs, j)
+        grads.w_mix.addmm_(grad_z.t(), flat[j])
+        torch.mm(grad_z, weights.w_mix, out=grad_flat[j])
         _inject(grad_trace[j], ends, plan.ends[j])
         if j < length - 1:
             _link_back(grad_trace, gamma.conj(), plan.starts[j + 1], j)
@@ -346,21 +387,27 @@ def _projection_backward(grad_halves, x, weight, grad_weight, grad_bias, grad_xs
             grad_xs[j].view_as(x).addmm_(grad, weight[rows])
 
 
-def _input_backward(grad_u, x, weights: Weights, grads: Weights, grad_xs, j) -> None:
-    """Accumulates the input projection's gradients from the trace inputs' ``grad_u``."""
-    u, gate = torch.addmm(weights.b_in, x, weights.w_in.t()).chunk(2, -1)
-    gate = gate.sigmoid_()
-    grad_u_pre = grad_u * gate
-    grad_gate = torch.addcmul(grad_u_pre, grad_u_pre, gate, value=-1).mul_(u)
+def _input_backward(grad_u, x, weights: Weights, grads: Weights, grad_xs, j, tiles) -> None:
+    """Accumulates the input projection's gradients from the trace inputs' ``grad_u``.
+
+    ``tiles`` are ``([n, 2 m], [2, n, m])`` intermediates.
+    """
+    gates, work = tiles
+    u, gate = _input_gate(x, weights, gates)
+    grad_u_pre = torch.mul(grad_u, gate, out=work[0])
+    grad_gate = torch.addcmul(grad_u_pre, grad_u_pre, gate, value=-1, out=work[1]).mul_(u)
     _projection_backward(
         (grad_u_pre, grad_gate), x, weights.w_in, grads.w_in, grads.b_in, grad_xs, j
     )
 
 
-def _decay_grad(grad_trace, trace, links, j: int) -> torch.Tensor:
-    """``[m, c]``: the sum of ``grad h_t * conj(h_{t-1})`` over the linked steps at ``j``."""
+def _decay_grad(grad_trace, trace, links, j: int, out: torch.Tensor) -> torch.Tensor:
+    """``[m, c]``: the sum of ``grad h_t * conj(h_{t-1})`` over the linked steps at ``j``.
+
+    ``out`` is a ``[R, N, m, c]`` intermediate for the products.
+    """
     if j > 0:
-        product, kept = grad_trace[j] * trace[j - 1].conj(), links[j]
+        product, kept = torch.mul(grad_trace[j], trace[j - 1].conj(), out=out), links[j]
     else:  # the link into a chunk's first step comes from the previous chunk's last one
         product, kept = grad_trace[0, :, 1:] * trace[-1, :, :-1].conj(), links[0, :, 1:]
     shape = trace.shape[-2:]
@@ -382,9 +429,12 @@ def _traces_backward(
     powers = decay_powers(gamma.conj(), length, reverse=True)
     carried = carry_into_chunks(grad_trace, reached, powers, reverse=True)
     grad_gamma = torch.zeros_like(gamma)
+    n, m = n_rows * count, gamma.shape[0]
+    decayed, grad_u, gates, work = _tiles(plan, carried, (n, m), (n, 2 * m), (2, n, m))
+    product = plan.empty(carried.shape, carried)
     for j in range(length):
-        grad_trace[j].addcmul_(carried * reached[j], powers[j])
-        grad_u = torch.view_as_real(grad_trace[j])[..., 0].sum(-1).view(n_rows * count, -1)
-        _input_backward(grad_u, xs[j].view(-1, n_in), weights, grads, grad_xs, j)
-        grad_gamma += _decay_grad(grad_trace, trace, plan.links, j)
+        grad_trace[j].addcmul_(torch.mul(carried, reached[j], out=decayed), powers[j])
+        torch.sum(torch.view_as_real(grad_trace[j])[..., 0], -1, out=grad_u.view(n_rows, count, m))
+        _input_backward(grad_u, xs[j].view(-1, n_in), weights, grads, grad_xs, j, (gates, work))
+        grad_gamma += _decay_grad(grad_trace, trace, plan.links, j, product)
     return grad_gamma

@@ -33,6 +33,7 @@ from torchrl.envs import TensorDictPrimer
 from torchrl.modules import recurrent_mode as torchrl_recurrent_mode
 
 from torchrl_ext._checks import check_bool, check_float_dtype, check_int, check_key
+from torchrl_ext._workspace import Workspace
 from torchrl_ext.modules._ffm_rows import ffm_rows
 
 __all__ = ["FFMModule"]
@@ -82,7 +83,10 @@ class FFMModule(TensorDictModuleBase):
       at ``t = 0`` and at every later step where ``is_init`` is set, from the stored trace
       of that step (zeros when the tensordict holds none); ``out_keys[1]`` holds the trace
       after each segment's last step and zeros at the other steps, as ``LSTMModule``
-      writes its states.
+      writes its states. On the CPU the module keeps the outputs and intermediates of its
+      latest passes (about ``24 m c + 8 H`` bytes per step in float32) and reuses each once
+      no tensor holds it, so that a pass does not pay the operating system's first touch of
+      fresh pages; copies and pickles of the module start without them.
 
     A batch without elements gives entries without elements, of the shapes above.
 
@@ -175,6 +179,8 @@ class FFMModule(TensorDictModuleBase):
         self.omega = nn.Parameter(2 * math.pi / torch.linspace(1, 1024, c, **kwargs))
         self.mix = nn.Linear(2 * m * c, h, **kwargs)
         self.eps = 1e-5
+        # the whole-row pass's CPU outputs and intermediates, kept mapped between passes
+        self._workspace = Workspace(limit=24)
 
     def decay(self) -> torch.Tensor:
         """The complex ``[m, c]`` decay ``gamma = exp(-|alpha|) exp(i omega)`` of the trace."""
@@ -282,7 +288,9 @@ class FFMModule(TensorDictModuleBase):
         if starts.numel() == 0:
             y, next_state = self._empty_rows(x, stored)
         else:
-            y, next_state = ffm_rows(x, stored, starts, self.decay(), self.pre, self.mix, self.eps)
+            y, next_state = ffm_rows(
+                x, stored, starts, self.decay(), self.pre, self.mix, self.eps, self._workspace
+            )
         tensordict.set(self.out_keys[0], y.reshape(*shape, self.hidden_size))
         return tensordict.set(self.out_keys[1], next_state.reshape(*shape, *self._state_shape()))
 
