@@ -207,9 +207,14 @@ class TestArgs:
         assert args.frames % batch == 0
         same = dataclasses.asdict(ppo_popgym.Args(env="MultiarmedBandit", frames=args.frames))
         assert dataclasses.asdict(args) == same  # nothing else differs
-        other = dataclasses.asdict(ppo_popgym.Args(env="HigherLower"))
-        differ = {k for k, v in dataclasses.asdict(args).items() if other[k] != v}
-        assert differ == {"env", "frames", "target"}
+        for difficulty, memory in (("easy", {"memory"}), ("medium", set())):
+            bandit = dataclasses.asdict(
+                ppo_popgym.Args(env="MultiarmedBandit", difficulty=difficulty)
+            )
+            other = dataclasses.asdict(ppo_popgym.Args(env="HigherLower", difficulty=difficulty))
+            differ = {k for k, v in bandit.items() if other[k] != v}
+            assert differ == {"env", "frames", "target", *memory}
+        assert args.memory == "ffm"
 
     def test_help_states_the_tuned_values(self, capsys):
         with pytest.raises(SystemExit):
