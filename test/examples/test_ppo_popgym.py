@@ -171,7 +171,6 @@ class TestArgs:
         """An ``(env, difficulty)`` entry of ``TUNED`` applies at that difficulty only."""
         medium = ppo_popgym.Args(env="CountRecall", difficulty="medium")
         assert (medium.memory, medium.gamma) == ("ffm", 0.0)  # the env's gamma, the pair's memory
-        assert ppo_popgym.Args(env="CountRecall").memory == "lstm"
         assert ppo_popgym.Args(env="CountRecall", difficulty="hard").memory == "lstm"
         repeat = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
         assert (repeat.gamma, repeat.frames, repeat.memory) == (0.0, 6_291_456, "lstm")
@@ -182,6 +181,16 @@ class TestArgs:
         assert args.memory == "ffm"
         actor, critic = ppo_popgym.make_agent(args)
         assert all(isinstance(m, FFMModule) for m in ppo_popgym.memories(actor, critic))
+
+    def test_heads_left_at_zero_are_the_env_s(self):
+        easy = ppo_popgym.Args(env="CountRecall")
+        assert (easy.memory, easy.head, easy.head_layers) == ("ffm", 128, 2)
+        medium = ppo_popgym.Args(env="CountRecall", difficulty="medium")
+        assert (medium.head, medium.head_layers) == (64, 1)
+        other = ppo_popgym.Args(env="RepeatFirst")
+        assert (other.head, other.head_layers) == (64, 1)
+        given = ppo_popgym.Args(env="CountRecall", head=32, head_layers=1)
+        assert (given.head, given.head_layers) == (32, 1)
 
     def test_a_memory_given_wins_over_the_tuned_one(self):
         args = ppo_popgym.Args(env="CountRecall", difficulty="medium", memory="lstm")
@@ -347,9 +356,11 @@ class TestNetworkOptions:
         ):
             ppo_popgym.Args(input_layer=2.5)
         with pytest.raises(
-            ValueError, match="head_layers must be an integer >= 1, got head_layers=0"
+            ValueError, match="head_layers must be an integer >= 1, got head_layers=-1"
         ):
-            ppo_popgym.Args(head_layers=0)
+            ppo_popgym.Args(head_layers=-1)
+        with pytest.raises(ValueError, match="head must be an integer >= 1, got head=-2"):
+            ppo_popgym.Args(head=-2)
 
     def test_paper_is_the_documented_command_line(self, tmp_path):
         doc = ppo_popgym.__doc__
@@ -468,7 +479,7 @@ def test_resumes_bitwise(tmp_path, monkeypatch, env):
         (["--memory", "rnn"], "argument --memory: invalid choice: 'rnn'"),
         (["--steps", "-1"], "steps must be an integer >= 0, got steps=-1"),
         (["--input-layer", "-8"], "input_layer must be an integer >= 0, got input_layer=-8"),
-        (["--head-layers", "0"], "head_layers must be an integer >= 1, got head_layers=0"),
+        (["--head-layers", "-1"], "head_layers must be an integer >= 1, got head_layers=-1"),
         (
             ["--env", "MineSweeper", "--steps", "0", "--frames", "100"],
             "frames must be at least one batch (num_envs * the episode length, steps=0 = 896)",
