@@ -166,7 +166,7 @@ TUNED: dict[str | tuple[str, str], dict[str, float | str]] = {
     "MultiarmedBandit": {"frames": 14_680_064},
     # At Easy, FFM learns the arms' payoffs faster than the LSTM (at 2,097,152 frames: 0.519 for
     # seed 0, against 0.401 to 0.483 for the LSTM's seeds 0-2), and its median over the budget
-    # passes the paper's best model, where the LSTM's stays below it.
+    # passes the paper's PPO-GRU, where the LSTM's stays below it.
     ("MultiarmedBandit", "easy"): {"memory": "ffm"},
 }
 
@@ -268,7 +268,8 @@ class Args:
     baselines; else each network has its own"""
     frames: int = 0
     """frames to collect (lr and clip decay to zero over them); 0: the env's budget, 14,680,064
-    for MultiarmedBandit (the paper's), 6,291,456 for RepeatPrevious at Medium, else 2,097,152"""
+    for MultiarmedBandit (the paper's), 6,291,456 for CountRecall at Easy and RepeatPrevious at
+    Medium, else 2,097,152"""
     num_envs: int = 64
     """parallel envs"""
     steps: int = 64

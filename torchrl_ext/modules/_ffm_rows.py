@@ -68,7 +68,9 @@ class RowPlan:
     eps: float
     space: Workspace | None
 
-    def empty(self, shape: tuple[int, ...], like: torch.Tensor, dtype=None) -> torch.Tensor:
+    def empty(
+        self, shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """An uninitialized intermediate on ``like``'s device (of ``dtype``, else ``like``'s)."""
         dtype = like.dtype if dtype is None else dtype
         if self.space is not None and like.device.type == "cpu":
@@ -129,9 +131,8 @@ class _FFMRows(torch.autograd.Function):
     def forward(ctx, x, init, gamma, w_pre, b_pre, w_mix, b_mix, plan: RowPlan):
         weights = Weights.regroup(w_pre, b_pre, w_mix, b_mix, gamma.shape[0])
         layout = plan.layout
-        xs = layout.to_chunks(
-            x, plan.empty((layout.length, *x.shape[:1], layout.count, *x.shape[2:]), x)
-        )
+        chunked = (layout.length, layout.n_rows, layout.count, x.shape[-1])
+        xs = layout.to_chunks(x, plan.empty(chunked, x))
         trace = _local_traces(xs, init, gamma, weights, plan)
         y, normed, rstd = _read_out(trace, xs, gamma, weights, plan)
         ctx.save_for_backward(xs, init, gamma, w_pre, b_pre, w_mix, b_mix, trace, normed, rstd)
@@ -181,8 +182,8 @@ def ffm_rows(
         pre (torch.nn.Linear): the pre-layer, rows ``[u | skip | input gate | output gate]``.
         mix (torch.nn.Linear): the read-out of the flattened ``(real, imaginary)`` trace.
         eps (float): the layer norm's epsilon.
-        space (Workspace, optional): where the CPU intermediates come from; ``None`` allocates
-            them afresh.
+        space (Workspace, optional): where the CPU outputs and intermediates come from; ``None``
+            allocates them afresh.
 
     Returns:
         ``(output [R, T, H], next traces [R, T, m, c, 2])``: the traces after each segment's
@@ -346,18 +347,18 @@ def _read_out_backward(
     flat = torch.view_as_real(trace).view(length, n_rows * count, -1)
     grad_flat = torch.view_as_real(grad_trace).view(length, n_rows * count, -1)
     grad = plan.empty((n_rows, count, n_out), xs)
-    tiles = (plan.empty((n_rows * count, 2 * n_out), xs), plan.empty((3, *grad.shape), xs))
-    work = (tiles[0], tiles[1].view(3, -1, n_out))
+    n = n_rows * count
+    work = (plan.empty((n, 2 * n_out), xs), plan.empty((3, n, n_out), xs))
     for j in reversed(range(length)):
         x = xs[j].view(-1, n_in)
         grad.copy_(layout.step_view(grad_y, j))
         grad_z, *grad_out = _output_backward(
             grad.view(-1, n_out), x, normed[j], rstd[j], weights, work
         )
-        grads.b_mix.add_(grad_z.sum(0))
-        _projection_backward(grad_out, x, weights.w_out, grads.w_out, grads.b_out, grad_xs, j)
         grads.w_mix.addmm_(grad_z.t(), flat[j])
+        grads.b_mix.add_(grad_z.sum(0))
         torch.mm(grad_z, weights.w_mix, out=grad_flat[j])
+        _projection_backward(grad_out, x, weights.w_out, grads.w_out, grads.b_out, grad_xs, j)
         _inject(grad_trace[j], ends, plan.ends[j])
         if j < length - 1:
             _link_back(grad_trace, gamma.conj(), plan.starts[j + 1], j)
