@@ -176,21 +176,31 @@ class TestArgs:
         assert (repeat.gamma, repeat.frames, repeat.memory) == (0.0, 6_291_456, "lstm")
         easy = ppo_popgym.Args(env="RepeatPrevious")
         assert (easy.gamma, easy.frames) == (0.99, 2_097_152)
+        noisy = ppo_popgym.Args(env="NoisyPositionOnlyCartPole")
+        assert (noisy.frames, noisy.memory, noisy.epochs) == (6_291_456, "lstm", 4)
+        noisy = ppo_popgym.Args(env="NoisyPositionOnlyCartPole", difficulty="medium")
+        assert noisy.frames == ppo_popgym.UNTUNED["frames"]
         argv = ["--env", "CountRecall", "--difficulty", "medium", "--out", str(tmp_path)]
         ((args, _),) = runs.parse(ppo_popgym.Args, argv)
         assert args.memory == "ffm"
         actor, critic = ppo_popgym.make_agent(args)
         assert all(isinstance(m, FFMModule) for m in ppo_popgym.memories(actor, critic))
 
-    def test_heads_left_at_zero_are_the_env_s(self):
+    def test_heads_and_epochs_left_at_zero_are_the_env_s(self):
         easy = ppo_popgym.Args(env="CountRecall")
-        assert (easy.memory, easy.head, easy.head_layers) == ("ffm", 128, 2)
+        assert (easy.memory, easy.head, easy.head_layers, easy.epochs) == ("ffm", 128, 2, 8)
         medium = ppo_popgym.Args(env="CountRecall", difficulty="medium")
-        assert (medium.head, medium.head_layers) == (64, 1)
+        assert (medium.head, medium.head_layers, medium.epochs) == (64, 1, 4)
         other = ppo_popgym.Args(env="RepeatFirst")
-        assert (other.head, other.head_layers) == (64, 1)
-        given = ppo_popgym.Args(env="CountRecall", head=32, head_layers=1)
-        assert (given.head, given.head_layers) == (32, 1)
+        assert (other.head, other.head_layers, other.epochs) == (64, 1, 4)
+        given = ppo_popgym.Args(env="CountRecall", head=32, head_layers=1, epochs=3)
+        assert (given.head, given.head_layers, given.epochs) == (32, 1, 3)
+        ae = ppo_popgym.Args(env="Autoencode")
+        assert (ae.memory, ae.gamma, ae.head, ae.head_layers, ae.epochs) == ("ffm", 0.0, 128, 2, 8)
+        medium = ppo_popgym.Args(env="Autoencode", difficulty="medium")
+        assert (medium.memory, medium.gamma, medium.head, medium.epochs) == ("lstm", 0.99, 64, 4)
+        with pytest.raises(ValueError, match="epochs must be an integer >= 1, got epochs=-1"):
+            ppo_popgym.Args(epochs=-1)
 
     def test_a_memory_given_wins_over_the_tuned_one(self):
         args = ppo_popgym.Args(env="CountRecall", difficulty="medium", memory="lstm")
@@ -234,6 +244,9 @@ class TestArgs:
         )
         assert f"{ppo_popgym.UNTUNED['frames']:,}" in help_text
         assert f"{ppo_popgym.TUNED['RepeatFirst']['forget_bias']:g} for RepeatFirst" in help_text
+        easy = ppo_popgym.TUNED["CountRecall", "easy"]
+        assert f"{easy['epochs']} for Autoencode and CountRecall at Easy, else 4" in help_text
+        assert f"{easy['head']} for Autoencode and CountRecall at Easy" in help_text
 
     def test_difficulty_reaches_the_env(self):
         args = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
