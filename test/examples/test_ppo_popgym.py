@@ -196,9 +196,9 @@ class TestArgs:
         given = ppo_popgym.Args(env="CountRecall", head=32, head_layers=1, epochs=3)
         assert (given.head, given.head_layers, given.epochs) == (32, 1, 3)
         ae = ppo_popgym.Args(env="Autoencode")
-        assert (ae.memory, ae.gamma, ae.head, ae.head_layers, ae.epochs) == ("ffm", 0.0, 128, 2, 8)
+        assert (ae.memory, ae.gamma, ae.head, ae.head_layers, ae.epochs) == ("lstm", 0.0, 128, 2, 8)
         medium = ppo_popgym.Args(env="Autoencode", difficulty="medium")
-        assert (medium.memory, medium.gamma, medium.head, medium.epochs) == ("lstm", 0.99, 64, 4)
+        assert (medium.gamma, medium.head, medium.epochs) == (0.99, 64, 4)
         with pytest.raises(ValueError, match="epochs must be an integer >= 1, got epochs=-1"):
             ppo_popgym.Args(epochs=-1)
 
