@@ -247,15 +247,18 @@ def meets(env: str, difficulty: str, results: dict[int, runs.Result]) -> bool | 
 
 
 def memory_label(results: dict[int, runs.Result]) -> str:
-    """The memory the runs of a row trained (``ppo_popgym.TUNED``'s choice), as in their configs.
+    """The memory and size (its outputs) that the runs of a row trained, as in their configs.
+
+    The env's choice in ``ppo_popgym.TUNED``, unless the runs named their own.
 
     Examples:
         >>> memory_label({})
         '–'
     """
     names = {"lstm": "LSTM", "gru": "GRU", "ffm": "FFM", "none": "none"}
-    found = sorted({runs.read_config(r.out)["config"]["memory"] for r in results.values()})
-    return ", ".join(names.get(memory, memory) for memory in found) or "–"
+    configs = [runs.read_config(r.out)["config"] for r in results.values()]
+    found = sorted({(c["memory"], c["hidden"]) for c in configs})
+    return ", ".join(f"{names.get(memory, memory)} {hidden}" for memory, hidden in found) or "–"
 
 
 def table_row(env: str, difficulty: str, results: dict[int, runs.Result]) -> str:

@@ -27,9 +27,9 @@ decaying, rotating trace computed as a scan over a row, with its default trace o
 x 4 frequencies and ``--hidden`` outputs) or ``none`` (a feed-forward ReLU layer of width
 ``--hidden``: the baseline that remembers nothing). The default, ``tuned``, is the env's
 choice in ``TUNED``: FFM for CountRecall and MultiarmedBandit at Easy and CountRecall at
-Medium, else the LSTM. Training replays each row from the states stored at collection, so the
-policy and values the loss sees at a row's first step are the collection-time ones, for every
-memory.
+Medium, a GRU of 256 units for Autoencode at Easy, else the LSTM. Training replays each row
+from the states stored at collection, so the policy and values the loss sees at a row's first
+step are the collection-time ones, for every memory.
 
 **Rows** (``--steps``): gradients run through a row of ``steps`` steps per env, and an episode
 that crosses a row's start replays from the state stored there (no gradient reaches back
@@ -40,7 +40,8 @@ env's longest episode (``env.max_steps``: 103 for Autoencode Easy, 51 for CountR
 200 for MultiarmedBandit Easy, at most 831 for RepeatFirst Hard): each episode then lies
 whole in one row, or in two, its later part replaying from the state stored at the second
 row's start, and the gradient reaches back up to a whole episode; a batch is then
-``num_envs * max_steps`` frames and a minibatch ``envs_per_minibatch`` such rows.
+``num_envs * max_steps`` frames and a minibatch ``envs_per_minibatch`` such rows. Autoencode
+at Easy trains on such rows by default (``TUNED``); the other envs on rows of 64 steps.
 
 **The paper's model and settings** (``PAPER``, POPGym's PPO on RLlib: 64 envs x 1,024 steps a
 batch, minibatches of 8 rows = 8,192 frames, 30 epochs, lr 5e-5, lambda 1, one 256-unit memory
@@ -61,9 +62,9 @@ POPGym scales rewards so that an episode's best return is 1 and its worst about 
 ``best_mean_return`` (the highest mean over the last ``return_window`` = 100 episodes) is the
 paper's MMER; ``target`` defaults to the paper's figure (``PAPER_PPO_LSTM``, else
 ``PAPER_PPO_GRU``). Settings tuned per env, or per env at one difficulty, are in ``TUNED``: a
-run that leaves ``frames``, ``head``, ``head_layers`` or ``epochs`` at 0, ``forget_bias`` or
-``gamma`` at nan or ``memory`` at ``tuned`` gets the env's value there; a value on the command
-line wins.
+run that leaves ``frames``, ``hidden``, ``head``, ``head_layers`` or ``epochs`` at 0, ``steps``
+at -1, ``forget_bias`` or ``gamma`` at nan or ``memory`` at ``tuned`` gets the env's value
+there; a value on the command line wins.
 """
 
 from __future__ import annotations
@@ -125,12 +126,14 @@ MEMORIES: tuple[str, ...] = typing.get_args(Memory)
 #: ``--memory``'s choices: a memory, or ``tuned`` (the env's, from ``TUNED``).
 MemoryChoice = Literal["tuned", "lstm", "gru", "ffm", "none"]
 
-#: The budget, the LSTMs' forget-gate bias, the discount, the memory, the heads and the epochs
-#: of a run that leaves them unset (``frames``, ``head``, ``head_layers`` and ``epochs`` 0,
-#: ``forget_bias`` and ``gamma`` nan, ``memory`` "tuned"), for an env without an entry in
-#: ``TUNED``.
+#: The budget, the rows, the memory and its size, the LSTMs' forget-gate bias, the discount,
+#: the heads and the epochs of a run that leaves them unset (``frames``, ``hidden``, ``head``,
+#: ``head_layers`` and ``epochs`` 0, ``steps`` -1, ``forget_bias`` and ``gamma`` nan, ``memory``
+#: "tuned"), for an env without an entry in ``TUNED``.
 UNTUNED = {
     "frames": 2_097_152,
+    "steps": 64,
+    "hidden": 64,
     "forget_bias": 0.0,
     "gamma": 0.99,
     "memory": "lstm",
@@ -161,10 +164,22 @@ TUNED: dict[str | tuple[str, str], dict[str, float | str]] = {
     # 0.868).
     ("CountRecall", "easy"): {"memory": "ffm", "head": 128, "head_layers": 2, "epochs": 8},
     # Watch a deck, then recite its suits in reverse order: as in CountRecall, an answer pays
-    # at its own step and changes nothing after it. With gamma 0, two 128-unit layers per head
-    # and 8 epochs, the LSTM's seeds 0-2 reach -0.382, -0.399, -0.384 at 2,097,152 frames (the
-    # defaults' median: -0.472; FFM with these settings: -0.402), below the paper's -0.283.
-    ("Autoencode", "easy"): {"gamma": 0.0, "head": 128, "head_layers": 2, "epochs": 8},
+    # at its own step and changes nothing after it (gamma 0), and CountRecall's Easy heads and
+    # epochs help (the LSTM's median at 2,097,152 frames: -0.384, from -0.472). Rows of one
+    # whole episode let the gradient reach from each answer back to its card (LSTM, seed 0:
+    # -0.316), and a GRU of 256 units, the paper's size, holds more of the deck (seed 0 on
+    # 64-step rows: -0.308). Both together pass the paper's -0.283 (seed 0 at 2,097,152
+    # frames: -0.270), and over twice the frames seeds 0-2 reach -0.139, -0.206, -0.220.
+    ("Autoencode", "easy"): {
+        "memory": "gru",
+        "hidden": 256,
+        "steps": 0,
+        "frames": 4_194_304,
+        "gamma": 0.0,
+        "head": 128,
+        "head_layers": 2,
+        "epochs": 8,
+    },
     # Name the suit shown 32 steps earlier: as in CountRecall, an answer pays at its own step
     # and changes nothing after it, so the discount only adds noise; without it, and with 3x
     # the frames, the median of seeds 0-2 rose from -0.468 to -0.308. At Easy (4 steps back)
@@ -277,24 +292,25 @@ class Args:
     memory: MemoryChoice = "tuned"
     """the networks' memory: lstm, gru, ffm (Fast and Forgetful Memory, a scan), none (a
     feed-forward ReLU layer) or tuned: the env's, ffm for CountRecall and MultiarmedBandit at
-    Easy and CountRecall at Medium, else lstm"""
+    Easy and CountRecall at Medium, gru for Autoencode at Easy, else lstm"""
     shared_memory: bool = False
     """one trunk (inputs, input layer, memory) that actor and critic share, as in POPGym's
     baselines; else each network has its own"""
     frames: int = 0
     """frames to collect (lr and clip decay to zero over them); 0: the env's budget, 14,680,064
     for MultiarmedBandit (the paper's), 6,291,456 for RepeatPrevious at Medium and
-    NoisyPositionOnlyCartPole at Easy, else 2,097,152"""
+    NoisyPositionOnlyCartPole at Easy, 4,194,304 for Autoencode at Easy, else 2,097,152"""
     num_envs: int = 64
     """parallel envs"""
-    steps: int = 64
+    steps: int = -1
     """steps per env per batch, the rows gradients run through; 0: the env's longest episode
-    (env.max_steps, e.g. 103 for Autoencode Easy)"""
+    (env.max_steps, e.g. 103 for Autoencode Easy); -1: the env's, 0 for Autoencode at Easy,
+    else 64"""
     input_layer: int = 0
     """width of a Linear + LeakyReLU layer between the inputs and the memory; 0: none"""
-    hidden: int = 64
+    hidden: int = 0
     """size of the memory's output (LSTM or GRU hidden size, FFM output size), or width of the
-    feed-forward layer of memory none"""
+    feed-forward layer of memory none; 0: the env's, 256 for Autoencode at Easy, else 64"""
     head: int = 0
     """width of the hidden layers of the actor and critic heads; 0: the env's, 128 for
     Autoencode and CountRecall at Easy, else 64"""
@@ -378,7 +394,8 @@ class Args:
         for name in ("steps", "input_layer"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {name}={value!r}.")
+                unset = " (-1: the env's)" if name == "steps" else ""
+                raise ValueError(f"{name} must be an integer >= 0{unset}, got {name}={value!r}.")
         if self.frames < self.num_envs * self.row_steps:
             rows = "steps" if self.steps else "the episode length, steps=0"
             raise ValueError(
@@ -406,16 +423,18 @@ class Args:
     def fill_unset(self) -> None:
         """Gives the env's values to the fields left unset.
 
-        Unset: ``frames``, ``head``, ``head_layers`` and ``epochs`` 0; ``forget_bias``,
-        ``gamma`` and ``target`` nan; ``memory`` "tuned".
+        Unset: ``frames``, ``hidden``, ``head``, ``head_layers`` and ``epochs`` 0; ``steps``
+        -1; ``forget_bias``, ``gamma`` and ``target`` nan; ``memory`` "tuned".
         """
         tuned = {**UNTUNED, **TUNED.get(self.env, {}), **TUNED.get((self.env, self.difficulty), {})}
         if self.memory == "tuned":
             self.memory = str(tuned["memory"])
-        for name in ("frames", "head", "head_layers", "epochs"):
+        for name in ("frames", "hidden", "head", "head_layers", "epochs"):
             value = getattr(self, name)
             if value == 0 and value is not False:
                 setattr(self, name, int(tuned[name]))
+        if isinstance(self.steps, int) and self.steps == -1:
+            self.steps = int(tuned["steps"])
         for name in ("forget_bias", "gamma"):
             if _is_nan(getattr(self, name)):
                 setattr(self, name, float(tuned[name]))

@@ -186,7 +186,7 @@ class TestArgs:
         actor, critic = ppo_popgym.make_agent(args)
         assert all(isinstance(m, FFMModule) for m in ppo_popgym.memories(actor, critic))
 
-    def test_heads_and_epochs_left_at_zero_are_the_env_s(self):
+    def test_sizes_rows_and_epochs_left_unset_are_the_env_s(self):
         easy = ppo_popgym.Args(env="CountRecall")
         assert (easy.memory, easy.head, easy.head_layers, easy.epochs) == ("ffm", 128, 2, 8)
         medium = ppo_popgym.Args(env="CountRecall", difficulty="medium")
@@ -196,11 +196,22 @@ class TestArgs:
         given = ppo_popgym.Args(env="CountRecall", head=32, head_layers=1, epochs=3)
         assert (given.head, given.head_layers, given.epochs) == (32, 1, 3)
         ae = ppo_popgym.Args(env="Autoencode")
-        assert (ae.memory, ae.gamma, ae.head, ae.head_layers, ae.epochs) == ("lstm", 0.0, 128, 2, 8)
+        assert (ae.memory, ae.hidden, ae.steps, ae.row_steps) == ("gru", 256, 0, 103)
+        assert (ae.gamma, ae.head, ae.head_layers, ae.epochs) == (0.0, 128, 2, 8)
         medium = ppo_popgym.Args(env="Autoencode", difficulty="medium")
+        assert (medium.memory, medium.hidden, medium.steps) == ("lstm", 64, 64)
         assert (medium.gamma, medium.head, medium.epochs) == (0.99, 64, 4)
+        given = ppo_popgym.Args(env="Autoencode", memory="lstm", hidden=32, steps=16)
+        assert (given.memory, given.hidden, given.steps, given.row_steps) == ("lstm", 32, 16, 16)
+        assert ppo_popgym.Args(env="Autoencode", difficulty="medium", steps=0).row_steps == 207
         with pytest.raises(ValueError, match="epochs must be an integer >= 1, got epochs=-1"):
             ppo_popgym.Args(epochs=-1)
+        with pytest.raises(ValueError, match="hidden must be an integer >= 1, got hidden=-1"):
+            ppo_popgym.Args(hidden=-1)
+        with pytest.raises(ValueError, match=r"steps must be an integer >= 0 \(-1: the env's\)"):
+            ppo_popgym.Args(steps=-2)
+        with pytest.raises(ValueError, match=r"got steps=-1\.0"):
+            ppo_popgym.Args(steps=-1.0)
 
     def test_a_memory_given_wins_over_the_tuned_one(self):
         args = ppo_popgym.Args(env="CountRecall", difficulty="medium", memory="lstm")
@@ -247,6 +258,9 @@ class TestArgs:
         easy = ppo_popgym.TUNED["CountRecall", "easy"]
         assert f"{easy['epochs']} for Autoencode and CountRecall at Easy, else 4" in help_text
         assert f"{easy['head']} for Autoencode and CountRecall at Easy" in help_text
+        autoencode = ppo_popgym.TUNED["Autoencode", "easy"]
+        assert f"{autoencode['hidden']} for Autoencode at Easy, else 64" in help_text
+        assert f"{autoencode['steps']} for Autoencode at Easy, else 64" in help_text
 
     def test_difficulty_reaches_the_env(self):
         args = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
@@ -490,7 +504,7 @@ def test_resumes_bitwise(tmp_path, monkeypatch, env):
         (["--envs-per-minibatch", "65"], "envs_per_minibatch must be <= num_envs"),
         (["--policy", "mlp"], "unrecognized arguments: --policy mlp"),
         (["--memory", "rnn"], "argument --memory: invalid choice: 'rnn'"),
-        (["--steps", "-1"], "steps must be an integer >= 0, got steps=-1"),
+        (["--steps", "-2"], "steps must be an integer >= 0 (-1: the env's), got steps=-2"),
         (["--input-layer", "-8"], "input_layer must be an integer >= 0, got input_layer=-8"),
         (["--head-layers", "-1"], "head_layers must be an integer >= 1, got head_layers=-1"),
         (
