@@ -27,7 +27,7 @@ decaying, rotating trace computed as a scan over a row, with its default trace o
 x 4 frequencies and ``--hidden`` outputs) or ``none`` (a feed-forward ReLU layer of width
 ``--hidden``: the baseline that remembers nothing). The default, ``tuned``, is the env's
 choice in ``TUNED``: FFM for CountRecall and MultiarmedBandit at Easy and CountRecall at
-Medium, a GRU of 256 units for Autoencode at Easy, else the LSTM. Training replays each row
+Medium, a GRU of 256 units for Autoencode, else the LSTM. Training replays each row
 from the states stored at collection, so the policy and values the loss sees at a row's first
 step are the collection-time ones, for every memory.
 
@@ -41,7 +41,7 @@ env's longest episode (``env.max_steps``: 103 for Autoencode Easy, 51 for CountR
 whole in one row, or in two, its later part replaying from the state stored at the second
 row's start, and the gradient reaches back up to a whole episode; a batch is then
 ``num_envs * max_steps`` frames and a minibatch ``envs_per_minibatch`` such rows. Autoencode
-at Easy trains on such rows by default (``TUNED``); the other envs on rows of 64 steps.
+trains on such rows by default (``TUNED``); the other envs on rows of 64 steps.
 
 **The paper's model and settings** (``PAPER``, POPGym's PPO on RLlib: 64 envs x 1,024 steps a
 batch, minibatches of 8 rows = 8,192 frames, 30 epochs, lr 5e-5, lambda 1, one 256-unit memory
@@ -165,12 +165,14 @@ TUNED: dict[str | tuple[str, str], dict[str, float | str]] = {
     ("CountRecall", "easy"): {"memory": "ffm", "head": 128, "head_layers": 2, "epochs": 8},
     # Watch a deck, then recite its suits in reverse order: as in CountRecall, an answer pays
     # at its own step and changes nothing after it (gamma 0), and CountRecall's Easy heads and
-    # epochs help (the LSTM's median at 2,097,152 frames: -0.384, from -0.472). Rows of one
-    # whole episode let the gradient reach from each answer back to its card (LSTM, seed 0:
-    # -0.316), and a GRU of 256 units, the paper's size, holds more of the deck (seed 0 on
-    # 64-step rows: -0.308). Both together pass the paper's -0.283 (seed 0 at 2,097,152
-    # frames: -0.270), and over twice the frames seeds 0-2 reach -0.139, -0.206, -0.220.
-    ("Autoencode", "easy"): {
+    # epochs help (the LSTM's median at Easy at 2,097,152 frames: -0.384, from -0.472). Rows of
+    # one whole episode let the gradient reach from each answer back to its card (LSTM, Easy,
+    # seed 0: -0.316), and a GRU of 256 units, the paper's size, holds more of the deck (seed 0
+    # on 64-step rows: -0.308). Both together pass the paper's PPO-GRU at Easy (seeds 0-2 over
+    # 4,194,304 frames: -0.139, -0.206, -0.220, against -0.283) and at Medium (-0.406, -0.398,
+    # -0.404, against -0.425; the LSTM's median on 64-step rows: -0.484). Hard gets the same
+    # settings, untried there.
+    "Autoencode": {
         "memory": "gru",
         "hidden": 256,
         "steps": 0,
@@ -292,31 +294,30 @@ class Args:
     memory: MemoryChoice = "tuned"
     """the networks' memory: lstm, gru, ffm (Fast and Forgetful Memory, a scan), none (a
     feed-forward ReLU layer) or tuned: the env's, ffm for CountRecall and MultiarmedBandit at
-    Easy and CountRecall at Medium, gru for Autoencode at Easy, else lstm"""
+    Easy and CountRecall at Medium, gru for Autoencode, else lstm"""
     shared_memory: bool = False
     """one trunk (inputs, input layer, memory) that actor and critic share, as in POPGym's
     baselines; else each network has its own"""
     frames: int = 0
     """frames to collect (lr and clip decay to zero over them); 0: the env's budget, 14,680,064
     for MultiarmedBandit (the paper's), 6,291,456 for RepeatPrevious at Medium and
-    NoisyPositionOnlyCartPole at Easy, 4,194,304 for Autoencode at Easy, else 2,097,152"""
+    NoisyPositionOnlyCartPole at Easy, 4,194,304 for Autoencode, else 2,097,152"""
     num_envs: int = 64
     """parallel envs"""
     steps: int = -1
     """steps per env per batch, the rows gradients run through; 0: the env's longest episode
-    (env.max_steps, e.g. 103 for Autoencode Easy); -1: the env's, 0 for Autoencode at Easy,
-    else 64"""
+    (env.max_steps, e.g. 103 for Autoencode Easy); -1: the env's, 0 for Autoencode, else 64"""
     input_layer: int = 0
     """width of a Linear + LeakyReLU layer between the inputs and the memory; 0: none"""
     hidden: int = 0
     """size of the memory's output (LSTM or GRU hidden size, FFM output size), or width of the
-    feed-forward layer of memory none; 0: the env's, 256 for Autoencode at Easy, else 64"""
+    feed-forward layer of memory none; 0: the env's, 256 for Autoencode, else 64"""
     head: int = 0
     """width of the hidden layers of the actor and critic heads; 0: the env's, 128 for
-    Autoencode and CountRecall at Easy, else 64"""
+    Autoencode and for CountRecall at Easy, else 64"""
     head_layers: int = 0
-    """hidden ReLU layers per head; 0: the env's, 2 for Autoencode and CountRecall at Easy, else
-    1"""
+    """hidden ReLU layers per head; 0: the env's, 2 for Autoencode and for CountRecall at
+    Easy, else 1"""
     forget_bias: float = math.nan
     """initial bias of the LSTMs' forget gates (memory lstm only: the others ignore it); nan:
     the env's, 3 for RepeatFirst, else 0"""
@@ -325,12 +326,13 @@ class Args:
     lr: float = 5e-4
     """initial Adam learning rate"""
     gamma: float = math.nan
-    """discount; nan: the env's, 0 for CountRecall, for Autoencode at Easy and for
-    RepeatPrevious at Medium, else 0.99"""
+    """discount; nan: the env's, 0 for Autoencode and CountRecall and for RepeatPrevious at
+    Medium, else 0.99"""
     lmbda: float = 0.95
     """GAE lambda"""
     epochs: int = 0
-    """passes over each batch; 0: the env's, 8 for Autoencode and CountRecall at Easy, else 4"""
+    """passes over each batch; 0: the env's, 8 for Autoencode and for CountRecall at Easy,
+    else 4"""
     envs_per_minibatch: int = 16
     """env rows per minibatch"""
     clip: float = 0.2

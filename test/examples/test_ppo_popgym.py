@@ -199,8 +199,15 @@ class TestArgs:
         assert (ae.memory, ae.hidden, ae.steps, ae.row_steps) == ("gru", 256, 0, 103)
         assert (ae.gamma, ae.head, ae.head_layers, ae.epochs) == (0.0, 128, 2, 8)
         medium = ppo_popgym.Args(env="Autoencode", difficulty="medium")
-        assert (medium.memory, medium.hidden, medium.steps) == ("lstm", 64, 64)
-        assert (medium.gamma, medium.head, medium.epochs) == (0.99, 64, 4)
+        assert (medium.memory, medium.hidden, medium.steps, medium.row_steps) == (
+            "gru",
+            256,
+            0,
+            207,
+        )
+        assert (medium.gamma, medium.head, medium.epochs, medium.frames) == (0.0, 128, 8, 4_194_304)
+        other = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
+        assert (other.memory, other.hidden, other.steps, other.head) == ("lstm", 64, 64, 64)
         given = ppo_popgym.Args(env="Autoencode", memory="lstm", hidden=32, steps=16)
         assert (given.memory, given.hidden, given.steps, given.row_steps) == ("lstm", 32, 16, 16)
         assert ppo_popgym.Args(env="Autoencode", difficulty="medium", steps=0).row_steps == 207
@@ -256,11 +263,13 @@ class TestArgs:
         assert f"{ppo_popgym.UNTUNED['frames']:,}" in help_text
         assert f"{ppo_popgym.TUNED['RepeatFirst']['forget_bias']:g} for RepeatFirst" in help_text
         easy = ppo_popgym.TUNED["CountRecall", "easy"]
-        assert f"{easy['epochs']} for Autoencode and CountRecall at Easy, else 4" in help_text
-        assert f"{easy['head']} for Autoencode and CountRecall at Easy" in help_text
-        autoencode = ppo_popgym.TUNED["Autoencode", "easy"]
-        assert f"{autoencode['hidden']} for Autoencode at Easy, else 64" in help_text
-        assert f"{autoencode['steps']} for Autoencode at Easy, else 64" in help_text
+        autoencode = ppo_popgym.TUNED["Autoencode"]
+        for key in ("epochs", "head"):
+            assert autoencode[key] == easy[key]
+            assert f"{easy[key]} for Autoencode and for CountRecall at Easy" in help_text
+        assert f"{autoencode['hidden']} for Autoencode, else 64" in help_text
+        assert f"{autoencode['steps']} for Autoencode, else 64" in help_text
+        assert f"{autoencode['frames']:,} for Autoencode, else" in help_text
 
     def test_difficulty_reaches_the_env(self):
         args = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
