@@ -25,7 +25,9 @@ from torchrl_ext.envs import CartPoleEnv, CourseEnv
 
 ray = pytest.importorskip("ray", reason="needs ray (pip install 'torchrl_ext[ray]')")
 
-TIMEOUT = 120
+# The first task starts a Ray worker that imports torch and Warp and builds the env's kernels:
+# minutes on a loaded 2-core CPU. A bound against a hang, not a speed check.
+TIMEOUT = 300
 HIDDEN = 8
 BURN_IN, LENGTH = 4, 6
 
