@@ -208,6 +208,10 @@ class TestArgs:
         assert (medium.gamma, medium.head, medium.epochs, medium.frames) == (0.0, 128, 8, 4_194_304)
         other = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
         assert (other.memory, other.hidden, other.steps, other.head) == ("lstm", 64, 64, 64)
+        first = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
+        assert (first.memory, first.steps, first.row_steps, first.epochs) == ("lstm", 0, 415, 8)
+        assert (first.forget_bias, first.gamma, first.frames) == (3.0, 0.99, 14_680_064)
+        assert ppo_popgym.Args(env="RepeatFirst").row_steps == 64
         given = ppo_popgym.Args(env="Autoencode", memory="lstm", hidden=32, steps=16)
         assert (given.memory, given.hidden, given.steps, given.row_steps) == ("lstm", 32, 16, 16)
         assert ppo_popgym.Args(env="Autoencode", difficulty="medium", steps=0).row_steps == 207
@@ -257,8 +261,12 @@ class TestArgs:
         with pytest.raises(SystemExit):
             runs.parse(ppo_popgym.Args, ["--help"])
         help_text = " ".join(capsys.readouterr().out.split())
+        bandit = ppo_popgym.TUNED["MultiarmedBandit"]
+        repeat_first = ppo_popgym.TUNED["RepeatFirst", "medium"]
+        assert bandit["frames"] == repeat_first["frames"]
         assert (
-            f"{ppo_popgym.TUNED['MultiarmedBandit']['frames']:,} for MultiarmedBandit" in help_text
+            f"{bandit['frames']:,} (the paper's) for MultiarmedBandit and for RepeatFirst at Medium"
+            in help_text
         )
         assert f"{ppo_popgym.UNTUNED['frames']:,}" in help_text
         assert f"{ppo_popgym.TUNED['RepeatFirst']['forget_bias']:g} for RepeatFirst" in help_text
@@ -266,9 +274,13 @@ class TestArgs:
         autoencode = ppo_popgym.TUNED["Autoencode"]
         for key in ("epochs", "head"):
             assert autoencode[key] == easy[key]
-            assert f"{easy[key]} for Autoencode and for CountRecall at Easy" in help_text
+        assert f"{easy['head']} for Autoencode and for CountRecall at Easy" in help_text
+        assert repeat_first["epochs"] == easy["epochs"]
+        epochs = f"{easy['epochs']} for Autoencode, for CountRecall at Easy and for RepeatFirst at"
+        assert epochs in help_text
         assert f"{autoencode['hidden']} for Autoencode, else 64" in help_text
-        assert f"{autoencode['steps']} for Autoencode, else 64" in help_text
+        assert autoencode["steps"] == repeat_first["steps"]
+        assert f"{autoencode['steps']} for Autoencode and for RepeatFirst at Medium" in help_text
         assert f"{autoencode['frames']:,} for Autoencode, else" in help_text
 
     def test_difficulty_reaches_the_env(self):
