@@ -402,10 +402,9 @@ class Args:
                 raise ValueError(f"{name} must be a number, got {name}={value!r}.")
             if not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {name}={value!r}.")
-        for name in ("steps", "input_layer"):
+        for name, unset in (("steps", " (-1: the env's)"), ("input_layer", "")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                unset = " (-1: the env's)" if name == "steps" else ""
                 raise ValueError(f"{name} must be an integer >= 0{unset}, got {name}={value!r}.")
         if self.frames < self.num_envs * self.row_steps:
             rows = "steps" if self.steps else "the episode length, steps=0"
