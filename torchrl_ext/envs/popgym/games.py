@@ -205,6 +205,7 @@ class BattleshipEnv(_GridEnv):
         >>> root = env.reset()
         >>> env.board.shape, env.board.sum(dim=(1, 2)).tolist()
         (torch.Size([4, 8, 8]), [12, 12, 12, 12])
+        >>> _ = torch.manual_seed(0)  # the random actions rollout draws
         >>> data = env.rollout(64, break_when_any_done=False)
         >>> bool(data["next", "done"][:, -1].all())
         True
