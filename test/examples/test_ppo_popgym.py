@@ -210,7 +210,8 @@ class TestArgs:
         assert (other.memory, other.hidden, other.steps, other.head) == ("lstm", 64, 64, 64)
         first = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
         assert (first.memory, first.steps, first.row_steps, first.epochs) == ("lstm", 0, 415, 8)
-        assert (first.forget_bias, first.gamma, first.frames) == (3.0, 0.99, 14_680_064)
+        assert (first.forget_bias, first.gamma, first.frames) == (5.0, 0.99, 14_680_064)
+        assert ppo_popgym.Args(env="RepeatFirst").forget_bias == 3.0  # Easy keeps its bias
         assert ppo_popgym.Args(env="RepeatFirst").row_steps == 64
         given = ppo_popgym.Args(env="Autoencode", memory="lstm", hidden=32, steps=16)
         assert (given.memory, given.hidden, given.steps, given.row_steps) == ("lstm", 32, 16, 16)
@@ -269,7 +270,9 @@ class TestArgs:
             in help_text
         )
         assert f"{ppo_popgym.UNTUNED['frames']:,}" in help_text
-        assert f"{ppo_popgym.TUNED['RepeatFirst']['forget_bias']:g} for RepeatFirst" in help_text
+        easy_bias, medium_bias = ppo_popgym.TUNED["RepeatFirst"], repeat_first
+        biases = f"{easy_bias['forget_bias']:g} for RepeatFirst ({medium_bias['forget_bias']:g} at"
+        assert f"{biases} Medium)" in help_text
         easy = ppo_popgym.TUNED["CountRecall", "easy"]
         autoencode = ppo_popgym.TUNED["Autoencode"]
         for key in ("epochs", "head"):
