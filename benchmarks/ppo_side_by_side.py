@@ -355,9 +355,8 @@ def source_state() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "torchrl_ext outside a git checkout"
     changed = len(edits.splitlines())
-    return f"torchrl_ext and examples/ at {commit}" + (
-        f" with {changed} files edited" if changed else ""
-    )
+    files = "1 file" if changed == 1 else f"{changed} files"
+    return f"torchrl_ext and examples/ at {commit}" + (f" with {files} edited" if changed else "")
 
 
 def report(

@@ -118,3 +118,20 @@ def test_torchrl_runs_the_demo_as_stock_torchrl_builds_it(monkeypatch):
 def test_quick_ours_and_torchrl():
     text = ppo_side_by_side.main(["--quick", "--seeds", "0", "--pipelines", "ours", "torchrl"])
     assert "| ours | 0 | —" in text and "| torchrl | 0 | —" in text, text
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("", "torchrl_ext and examples/ at abc1234"),
+        (" M examples/ppo_popgym.py\n", "torchrl_ext and examples/ at abc1234 with 1 file edited"),
+        (" M a.py\n?? b.py\n", "torchrl_ext and examples/ at abc1234 with 2 files edited"),
+    ],
+)
+def test_source_state_counts_the_edited_files(monkeypatch, status, expected):
+    def run(command, **kwargs):
+        out = "abc1234\n" if "rev-parse" in command else status
+        return ppo_side_by_side.subprocess.CompletedProcess(command, 0, stdout=out)
+
+    monkeypatch.setattr(ppo_side_by_side.subprocess, "run", run)
+    assert ppo_side_by_side.source_state() == expected
