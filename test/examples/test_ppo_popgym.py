@@ -270,9 +270,8 @@ class TestArgs:
             in help_text
         )
         assert f"{ppo_popgym.UNTUNED['frames']:,}" in help_text
-        easy_bias, medium_bias = ppo_popgym.TUNED["RepeatFirst"], repeat_first
-        biases = f"{easy_bias['forget_bias']:g} for RepeatFirst ({medium_bias['forget_bias']:g} at"
-        assert f"{biases} Medium)" in help_text
+        biases = (ppo_popgym.TUNED["RepeatFirst"]["forget_bias"], repeat_first["forget_bias"])
+        assert "{:g} for RepeatFirst ({:g} at Medium)".format(*biases) in help_text
         easy = ppo_popgym.TUNED["CountRecall", "easy"]
         autoencode = ppo_popgym.TUNED["Autoencode"]
         for key in ("epochs", "head"):
