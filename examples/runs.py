@@ -861,12 +861,30 @@ class Result:
 
     def __str__(self) -> str:
         reach = "" if self.target is None else f"{reached(self.target, self.hit)}; "
+        missed = self.target if self.target is not None and self.hit is None else None
         times = f" ({self.timings})" if self.timings else ""
         return (
-            f"{self.pipeline} {self.name}: {reach}best mean return {self.best:.4g}; final "
+            f"{self.pipeline} {self.name}: {reach}best mean return "
+            f"{short(self.best, below=missed)}; final "
             f"evaluation {self.final_eval:.4g}; {self.frames:,} frames in {self.seconds:.1f} s"
             f"{times}; run folder: {self.out}"
         )
+
+
+def short(value: float, below: float | None = None) -> str:
+    """``value`` to 4 significant digits, or more where fewer would round it up to ``below``.
+
+    A summary that says a run never reached its target should not show a best of the target.
+
+    Examples:
+        >>> short(0.123456), short(0.9999992, below=1.0), short(0.5, below=1.0)
+        ('0.1235', '0.999999', '0.5')
+    """
+    for digits in range(4, 18):
+        text = f"{value:.{digits}g}"
+        if below is None or not value < below or float(text) < below:
+            return text
+    return repr(value)
 
 
 def best_mean(curve: list[tuple[int, float]]) -> float:

@@ -418,6 +418,13 @@ class TestHelpers:
             "final evaluation 4; 10 frames in 1.2 s; run folder: x"
         )
 
+    def test_summary_line_never_shows_a_missed_target_as_the_best(self):
+        curve = [(10, 0.5), (20, 0.9999991655349731)]
+        result = runs.Result("p", "lstm seed 0", Path("x"), 20, 1.0, curve, 1.0, 1.0, None)
+        assert "never reached 1; best mean return 0.999999; final evaluation 1;" in str(result)
+        reached = dataclasses.replace(result, hit=(20, 1.0), curve=[(20, 1.0)])
+        assert "reached 1 after 20 frames (1.0 s); best mean return 1;" in str(reached)
+
 
 def _imports(path: Path) -> set[str]:
     found = set()
