@@ -75,7 +75,7 @@ def test_medium_rows_get_their_own_folders_table_and_figures(table, tmp_path):
     assert runs.read_config(folder)["config"]["difficulty"] == "medium"
     assert popgym_results.read_run(folder).name == "RepeatPrevious medium seed 0"
     row = [line for line in text.splitlines() if line.startswith("| RepeatPrevious")]
-    assert row[0].startswith("| RepeatPrevious | medium | -0.315 ± 0.017 | – | LSTM 64 |"), row
+    assert row[0].startswith("| RepeatPrevious | medium | -0.315 ± 0.017 | – | FFM 64 |"), row
     assert (out / "popgym_results_medium.md").read_text() == text
     assert (out / "popgym_curves_medium.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "popgym_results.md").read_text() == table[2], "the Easy table is kept"

@@ -173,13 +173,16 @@ class TestArgs:
         assert (medium.memory, medium.gamma) == ("ffm", 0.0)  # the env's gamma, the pair's memory
         assert ppo_popgym.Args(env="CountRecall", difficulty="hard").memory == "lstm"
         repeat = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
-        assert (repeat.gamma, repeat.frames, repeat.memory) == (0.0, 6_291_456, "lstm")
+        assert (repeat.gamma, repeat.frames, repeat.memory) == (0.0, 6_291_456, "ffm")
+        assert ppo_popgym.Args(env="RepeatPrevious").memory == "lstm"
         easy = ppo_popgym.Args(env="RepeatPrevious")
         assert (easy.gamma, easy.frames) == (0.99, 2_097_152)
         noisy = ppo_popgym.Args(env="NoisyPositionOnlyCartPole")
         assert (noisy.frames, noisy.memory, noisy.epochs) == (6_291_456, "lstm", 4)
         noisy = ppo_popgym.Args(env="NoisyPositionOnlyCartPole", difficulty="medium")
-        assert noisy.frames == ppo_popgym.UNTUNED["frames"]
+        assert (noisy.frames, noisy.memory) == (6_291_456, "lstm")
+        cart = ppo_popgym.Args(env="PositionOnlyCartPole", difficulty="medium")
+        assert cart.frames == ppo_popgym.UNTUNED["frames"]
         argv = ["--env", "CountRecall", "--difficulty", "medium", "--out", str(tmp_path)]
         ((args, _),) = runs.parse(ppo_popgym.Args, argv)
         assert args.memory == "ffm"
@@ -206,7 +209,7 @@ class TestArgs:
             207,
         )
         assert (medium.gamma, medium.head, medium.epochs, medium.frames) == (0.0, 128, 8, 4_194_304)
-        other = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
+        other = ppo_popgym.Args(env="HigherLower", difficulty="medium")
         assert (other.memory, other.hidden, other.steps, other.head) == ("lstm", 64, 64, 64)
         first = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
         assert (first.memory, first.steps, first.row_steps, first.epochs) == ("lstm", 0, 415, 8)
@@ -284,6 +287,11 @@ class TestArgs:
         assert autoencode["steps"] == repeat_first["steps"]
         assert f"{autoencode['steps']} for Autoencode and for RepeatFirst at Medium" in help_text
         assert f"{autoencode['frames']:,} for Autoencode, else" in help_text
+        noisy = ppo_popgym.TUNED["NoisyPositionOnlyCartPole"]["frames"]
+        assert f"{noisy:,} for NoisyPositionOnlyCartPole and for RepeatPrevious at" in help_text
+        assert ppo_popgym.TUNED["RepeatPrevious", "medium"]["memory"] == "ffm"
+        memory = "ffm for CountRecall and MultiarmedBandit at Easy and for CountRecall and "
+        assert memory + "RepeatPrevious at Medium, gru for Autoencode, else lstm" in help_text
 
     def test_difficulty_reaches_the_env(self):
         args = ppo_popgym.Args(env="RepeatFirst", difficulty="medium")
