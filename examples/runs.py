@@ -880,11 +880,10 @@ def short(value: float, below: float | None = None) -> str:
         >>> short(0.123456), short(0.9999992, below=1.0), short(0.5, below=1.0)
         ('0.1235', '0.999999', '0.5')
     """
-    for digits in range(4, 18):
-        text = f"{value:.{digits}g}"
-        if below is None or not value < below or float(text) < below:
-            return text
-    return repr(value)
+    digits = 4  # 17 significant digits give any float back exactly: the loop ends there
+    while below is not None and value < below and float(f"{value:.{digits}g}") >= below:
+        digits += 1
+    return f"{value:.{digits}g}"
 
 
 def best_mean(curve: list[tuple[int, float]]) -> float:

@@ -174,9 +174,8 @@ class TestArgs:
         assert ppo_popgym.Args(env="CountRecall", difficulty="hard").memory == "lstm"
         repeat = ppo_popgym.Args(env="RepeatPrevious", difficulty="medium")
         assert (repeat.gamma, repeat.frames, repeat.memory) == (0.0, 6_291_456, "ffm")
-        assert ppo_popgym.Args(env="RepeatPrevious").memory == "lstm"
         easy = ppo_popgym.Args(env="RepeatPrevious")
-        assert (easy.gamma, easy.frames) == (0.99, 2_097_152)
+        assert (easy.gamma, easy.frames, easy.memory) == (0.99, 2_097_152, "lstm")
         noisy = ppo_popgym.Args(env="NoisyPositionOnlyCartPole")
         assert (noisy.frames, noisy.memory, noisy.epochs) == (6_291_456, "lstm", 4)
         noisy = ppo_popgym.Args(env="NoisyPositionOnlyCartPole", difficulty="medium")
