@@ -9,8 +9,10 @@ turns that into a command line and runs it:
   has: ``--seeds`` (one run per seed), ``--out``, ``--resume DIR``, ``--overwrite``, ``--quick``,
   ``--device``, ``--logger``, ``--save-every`` and ``--progress``. A value the ``Args`` refuses
   (its ``__post_init__`` raises) is one line and exit 2, before any run starts.
-* **The run folder** (``runs/<pipeline>/seed<N>``) holds ``config.json`` (the pipeline and its
-  arguments, readable), ``scalars/<name>.csv`` (the CSV log), ``learning_curve.png`` and the
+* **The run folder** (``runs/<pipeline>/seed<N>``) holds ``config.json`` (the pipeline, its
+  arguments and the code it ran: Python's and the packages' versions and the git commit of the
+  pipeline's folder with the files edited since, at the start and at each resume),
+  ``scalars/<name>.csv`` (the CSV log), ``learning_curve.png`` and the
   latest ``checkpoint-<n>/``. A new run into a folder that holds one is refused unless
   ``--overwrite``; one process at a time works in a folder (a lock file); a folder or any entry
   of it that is a symbolic link is refused, so a run never writes or deletes through a link
@@ -21,7 +23,8 @@ turns that into a command line and runs it:
   data only (``weights_only=True``).
 * **Resume.** ``--resume DIR`` continues the run saved in ``DIR`` with its own config (``--frames``
   may extend it); the CSV rows logged after the checkpoint are dropped, so the resumed run's
-  curve equals an uninterrupted one's, bit for bit.
+  curve equals an uninterrupted one's, bit for bit, when it runs the same code (a resume with
+  other versions or another commit says so).
 * **Ctrl-C and SIGTERM** let the run finish its batch, save a checkpoint and stop with the resume
   command printed; a second one stops at once (the last checkpoint is complete).
 
@@ -38,15 +41,18 @@ import dataclasses
 import fcntl
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import json
 import logging
 import math
 import os
+import platform
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -64,6 +70,8 @@ import torch
 #: The latest checkpoint of a run is the folder ``checkpoint-<n>`` with the largest ``n``.
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 MANIFEST, STATE, CONFIG, LOCK = "manifest.json", "state.pt", "config.json", ".lock"
+#: The distributions whose versions ``config.json`` records.
+PACKAGES = ("torch", "torchrl", "tensordict", "warp-lang", "torchrl_ext")
 #: Batches a ``--quick`` run collects unless its pipeline says otherwise.
 QUICK_BATCHES = 3
 
@@ -198,6 +206,8 @@ class Run:
         quick (bool): check shapes and masks on every batch (a few batches).
         resume (bool): continue from the run folder's latest checkpoint.
         overwrite (bool): a new run replaces a run already in ``out``.
+        source (Path | None): the pipeline file, whose git commit ``config.json`` records.
+        start_frames (int): the frames the run had when this process took it up (0 if new).
     """
 
     out: Path
@@ -209,6 +219,8 @@ class Run:
     quick: bool = False
     resume: bool = False
     overwrite: bool = False
+    source: Path | None = None
+    start_frames: int = 0
 
 
 def _as_fields(args_class: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -220,9 +232,14 @@ def _as_fields(args_class: type, values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pipeline_name(args_class: type) -> str:
+def _pipeline_file(args_class: type) -> Path | None:
     module = sys.modules[args_class.__module__]
-    return Path(module.__file__).stem if getattr(module, "__file__", None) else "pipeline"
+    return Path(module.__file__) if getattr(module, "__file__", None) else None
+
+
+def _pipeline_name(args_class: type) -> str:
+    source = _pipeline_file(args_class)
+    return source.stem if source is not None else "pipeline"
 
 
 def parse(
@@ -241,6 +258,7 @@ def parse(
     given = {f.name: ns.pop(f.name) for f in dataclasses.fields(args_class) if f.name in ns}
     given = _as_fields(args_class, given)
     options = {k: ns[k] for k in ("logger", "save_every", "device", "progress", "quick")}
+    options["source"] = _pipeline_file(args_class)
     logger = options["logger"]
     if logger != "csv" and importlib.util.find_spec(logger) is None:
         parser.error(f"--logger {logger} needs {logger}: pip install {logger}")
@@ -313,9 +331,7 @@ def _resumed(
         parser.error(f"--frames {args.frames}: {folder} has {frames:,} frames already")
     if state["counters"].get("finished") and args.frames == frames:
         parser.error(f"--resume {folder}: the run is finished; pass --frames N > {frames:,}")
-    if args.frames != state["config"]["frames"]:
-        write_json(folder / CONFIG, {"pipeline": pipeline, "config": dataclasses.asdict(args)})
-    run = Run(folder, pipeline, resume=True, **{**options, "quick": False})
+    run = Run(folder, pipeline, resume=True, start_frames=frames, **{**options, "quick": False})
     return args, run
 
 
@@ -431,7 +447,96 @@ def start_run(run: Run, args: Any) -> None:
             shutil.rmtree(entry)
         else:
             entry.unlink()
-    write_json(run.out / CONFIG, {"pipeline": run.pipeline, "config": dataclasses.asdict(args)})
+    config = {"pipeline": run.pipeline, "config": dataclasses.asdict(args)}
+    write_json(run.out / CONFIG, {**config, "code": code_state(run.source)})
+
+
+def continue_run(run: Run, args: Any) -> None:
+    """Writes a resumed run's ``config.json``, adding the code that continues it.
+
+    The arguments are written again (``--frames`` may have grown), and ``"resumes"`` gains the
+    frames the run had and its :func:`code_state`. Says so on stderr when that code differs from
+    the code the run last ran. Called with the folder's lock held.
+    """
+    saved = read_config(run.out)
+    code = code_state(run.source)
+    resumes = saved.get("resumes") if isinstance(saved.get("resumes"), list) else []
+    before = resumes[-1].get("code") if resumes and isinstance(resumes[-1], dict) else None
+    changes = code_changes(before if before is not None else saved.get("code"), code)
+    if changes:
+        print(
+            f"{run.pipeline}: {run.out} continues on other code than it last ran "
+            f"({'; '.join(changes)}); its curve may differ from an uninterrupted run's",
+            file=sys.stderr,
+        )
+    resumes = [*resumes, {"frames": run.start_frames, "code": code}]
+    config = {**saved, "config": dataclasses.asdict(args), "resumes": resumes}
+    write_json(run.out / CONFIG, config)
+
+
+def code_state(source: Path | None) -> dict[str, Any]:
+    """The code a run runs: Python's and :data:`PACKAGES`' versions, and the pipeline's commit.
+
+    ``"git"`` holds the commit of the git work tree that holds ``source`` (the pipeline file), the
+    tracked files edited since (paths from the work tree's top) and the SHA-256 of their diff
+    (``None`` with no edits); it is ``None`` outside a work tree, without git, or without a
+    ``source``. A package that is not installed has ``None``.
+    """
+    packages = {}
+    for name in PACKAGES:
+        try:
+            packages[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            packages[name] = None
+    return {"python": platform.python_version(), "packages": packages, "git": _git_state(source)}
+
+
+def _git_state(source: Path | None) -> dict[str, Any] | None:
+    if source is None:
+        return None
+    folder = str(Path(source).resolve().parent)
+    # Optional locks off: two runs starting at once must not race for the index's lock.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+
+    def git(*command: str) -> str:
+        return subprocess.run(
+            ["git", "-C", folder, *command], capture_output=True, text=True, check=True,
+            timeout=60, env=env,
+        ).stdout  # fmt: skip
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        edited = sorted(line[3:] for line in git("status", "--porcelain", "-uno").splitlines())
+        diff = git("diff", "HEAD", "--no-ext-diff", "--no-textconv") if edited else ""
+    except (OSError, subprocess.SubprocessError):
+        return None
+    digest = hashlib.sha256(diff.encode()).hexdigest() if edited else None
+    return {"commit": commit, "edited": edited, "diff_sha256": digest}
+
+
+def code_changes(before: Any, after: dict[str, Any]) -> list[str]:
+    """How the code ``after`` differs from ``before`` (both :func:`code_state`), one item each.
+
+    ``before`` from a ``config.json`` written before code was recorded (``None``, or not a dict)
+    gives no changes: nothing is known to differ.
+    """
+    if not isinstance(before, dict):
+        return []
+    changes = []
+    if before.get("python") != after["python"]:
+        changes.append(f"Python {before.get('python')} -> {after['python']}")
+    old = before.get("packages") if isinstance(before.get("packages"), dict) else {}
+    for name, version in after["packages"].items():
+        if old.get(name) != version:
+            changes.append(f"{name} {old.get(name)} -> {version}")
+    old_git, git = before.get("git"), after["git"]
+    if old_git != git:
+        commits = [g.get("commit") if isinstance(g, dict) else None for g in (old_git, git)]
+        if commits[0] != commits[1]:
+            changes.append(f"commit {commits[0]} -> {commits[1]}")
+        else:
+            changes.append("edited files differ")
+    return changes
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -1084,7 +1189,9 @@ def main(
         for args, run in runs:
             try:
                 with folder_lock(run.out):
-                    if not run.resume:
+                    if run.resume:
+                        continue_run(run, args)
+                    else:
                         start_run(run, args)
                     results.append(seeded(args.seed, train, args, run))
             except RunFolderBusy as error:

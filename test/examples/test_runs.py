@@ -13,8 +13,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import fcntl
+import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -294,7 +296,7 @@ class TestResumeArguments:
     @pytest.fixture
     def saved(self, tmp_path):
         out = tmp_path / "seed0"
-        run = runs.Run(out, "test_runs")
+        run = runs.Run(out, "test_runs", source=Path(__file__))
         with runs.folder_lock(out):
             runs.start_run(run, Args())
         state = {"config": dataclasses.asdict(Args()), "counters": {"frames": 8, "finished": True}}
@@ -321,8 +323,28 @@ class TestResumeArguments:
 
     def test_more_frames_continue_and_are_written(self, saved):
         ((args, run),) = runs.parse(Args, ["--resume", str(saved), "--frames", "16"])
-        assert args.frames == 16 and run.resume and run.out == saved
-        assert runs.read_config(saved)["config"]["frames"] == 16
+        assert args.frames == 16 and run.resume and run.out == saved and run.start_frames == 8
+        assert runs.read_config(saved)["config"]["frames"] == 8  # parsing writes nothing
+        with runs.folder_lock(saved):
+            runs.continue_run(run, args)
+        written = runs.read_config(saved)
+        assert written["config"]["frames"] == 16
+        assert written["resumes"] == [{"frames": 8, "code": runs.code_state(run.source)}]
+        assert written["code"] == runs.code_state(run.source)  # the start's record is kept
+
+    def test_resume_on_other_code_says_so(self, saved, capsys, monkeypatch):
+        ((args, run),) = runs.parse(Args, ["--resume", str(saved), "--frames", "16"])
+        with runs.folder_lock(saved):
+            runs.continue_run(run, args)  # the same code: nothing said
+        assert capsys.readouterr().err == ""
+        code = runs.code_state(run.source)
+        other = {**code, "packages": {**code["packages"], "torch": "9.9"}}
+        monkeypatch.setattr(runs, "code_state", lambda source: other)
+        with runs.folder_lock(saved):
+            runs.continue_run(run, args)
+        err = capsys.readouterr().err
+        assert f"torch {code['packages']['torch']} -> 9.9" in err and len(err.splitlines()) == 1
+        assert [r["code"] for r in runs.read_config(saved)["resumes"]] == [code, other]
 
     @pytest.mark.parametrize("frames", [-1, 2.5, None])
     def test_impossible_frame_counter_is_refused(self, saved, capsys, frames):
@@ -337,6 +359,76 @@ class TestResumeArguments:
         with pytest.raises(SystemExit):
             runs.parse(Args, ["--resume", str(saved), "--frames", "16"])
         assert "a other run, not test_runs" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+class TestCodeRecord:
+    """``config.json`` records the versions a run ran with and its pipeline's git commit,
+    edits included, so a figure can be traced to its code."""
+
+    @pytest.fixture
+    def repo(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+        for name, value in (("NAME", "t"), ("EMAIL", "t@example.com")):
+            monkeypatch.setenv(f"GIT_AUTHOR_{name}", value)
+            monkeypatch.setenv(f"GIT_COMMITTER_{name}", value)
+        repo = tmp_path / "repo"
+        (repo / "sub").mkdir(parents=True)
+        (repo / "sub" / "pipe.py").write_text("x = 1\n")
+        git = ["git", "-C", str(repo)]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "sub/pipe.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        return repo, head.stdout.strip()
+
+    def test_versions_are_the_installed_ones(self):
+        code = runs.code_state(None)
+        assert code["python"] == platform.python_version() and code["git"] is None
+        assert code["packages"]["torch"] == importlib.metadata.version("torch")
+        assert code["packages"]["torchrl_ext"] == importlib.metadata.version("torchrl_ext")
+        assert set(code["packages"]) == set(runs.PACKAGES)
+
+    def test_commit_and_edits(self, repo):
+        repo, head = repo
+        source = repo / "sub" / "pipe.py"
+        assert runs.code_state(source)["git"] == {"commit": head, "edited": [], "diff_sha256": None}
+        source.write_text("x = 2\n")
+        first = runs.code_state(source)["git"]
+        assert first["commit"] == head and first["edited"] == ["sub/pipe.py"]
+        source.write_text("x = 3\n")
+        second = runs.code_state(source)["git"]
+        assert second["edited"] == first["edited"] and second["diff_sha256"] != first["diff_sha256"]
+        assert runs.code_changes(
+            {**runs.code_state(None), "git": first}, runs.code_state(source)
+        ) == ["edited files differ"]
+
+    def test_no_work_tree_or_no_git_records_none(self, repo, monkeypatch):
+        repo, _ = repo
+        outside = repo.parent / "loose.py"
+        outside.write_text("")
+        assert runs.code_state(outside)["git"] is None
+        monkeypatch.setenv("PATH", "")
+        assert runs.code_state(repo / "sub" / "pipe.py")["git"] is None
+
+    def test_new_run_writes_it(self, repo, tmp_path):
+        repo, head = repo
+        out = tmp_path / "seed0"
+        with runs.folder_lock(out):
+            runs.start_run(runs.Run(out, "pipeline", source=repo / "sub" / "pipe.py"), Args())
+        assert runs.read_config(out)["code"]["git"]["commit"] == head
+
+    def test_changes(self):
+        code = {"python": "3.11.7", "packages": {"torch": "2.14.1", "torchrl": "0.14.1"},
+                "git": {"commit": "a", "edited": [], "diff_sha256": None}}  # fmt: skip
+        assert runs.code_changes(code, code) == []
+        assert runs.code_changes(None, code) == []  # a run from before code was recorded
+        other = {**code, "python": "3.12.1", "packages": {"torch": "2.15.0", "torchrl": "0.14.1"},
+                 "git": {"commit": "b", "edited": [], "diff_sha256": None}}  # fmt: skip
+        assert runs.code_changes(code, other) == [
+            "Python 3.11.7 -> 3.12.1", "torch 2.14.1 -> 2.15.0", "commit a -> b"
+        ]  # fmt: skip
+        assert runs.code_changes(code, {**code, "git": None}) == ["commit a -> None"]
 
 
 #: Runs ppo_cartpole.py and sends it ``signum`` once its checkpoint of ``after`` frames exists.
