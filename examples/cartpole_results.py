@@ -149,6 +149,8 @@ def markdown(results: dict[str, list[runs.Result]], plot: Path, command: str) ->
         "(collection, GAE, updates) from the first batch, excluding imports and setup. Final "
         f"evaluation: mean return of {a.eval_episodes} fresh episodes with the policy's mode.",
         "",
+        runs.code_summary(r.out for rs in results.values() for r in rs),
+        "",
         f"Settings: {a.num_envs} envs x {a.steps} steps per batch, {a.epochs} epochs, "
         f"{a.envs_per_minibatch} env rows per minibatch, LSTM {a.hidden} (separate for actor "
         f"and critic) with heads of {a.head}, lr {a.lr:g} and clip {a.clip:g} linear to 0 over "

@@ -290,6 +290,8 @@ def markdown(
         "highest mean return of the last 100 completed episodes over a run. Ours: median "
         f"(range) over seeds {', '.join(map(str, seeds))}. Paper: {ppo_popgym.PAPER_SOURCE}.",
         "",
+        runs.code_summary(r.out for results in rows.values() for r in results.values()),
+        "",
         "| env | difficulty | paper PPO-GRU | paper PPO-LSTM | our memory | ours | ours >= paper "
         "| paper frames | our frames | our seconds per run |",
         "|---|---|---|---|---|---|---|---|---|---|",

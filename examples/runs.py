@@ -539,6 +539,49 @@ def code_changes(before: Any, after: dict[str, Any]) -> list[str]:
     return changes
 
 
+def code_label(saved: dict[str, Any]) -> str:
+    """The code a run ran, as :func:`read_config` gives its ``config.json``, in a few words.
+
+    Examples:
+        >>> code = {"python": "3.11.7", "packages": {"torch": "2.14.1"},
+        ...         "git": {"commit": "0123456789ab", "edited": [], "diff_sha256": None}}
+        >>> code_label({"config": {}, "code": code})
+        'commit 0123456, torch 2.14.1'
+        >>> code_label({"config": {}})
+        'code not recorded'
+    """  # fmt: skip
+    code = saved.get("code")
+    if not isinstance(code, dict):
+        return "code not recorded"
+    git = code.get("git")
+    if isinstance(git, dict):
+        where = f"commit {str(git.get('commit'))[:7]}"
+        if git.get("edited"):
+            where += f" with edits (diff {str(git.get('diff_sha256'))[:8]})"
+    else:
+        where = "outside git"
+    packages = code.get("packages") if isinstance(code.get("packages"), dict) else {}
+    label = ", ".join([where, *(f"{name} {version}" for name, version in packages.items())])
+    resumes = saved.get("resumes") if isinstance(saved.get("resumes"), list) else []
+    if any(not isinstance(r, dict) or r.get("code") != code for r in resumes):
+        label += ", resumed on other code"
+    return label
+
+
+def code_summary(folders: Iterable[Path]) -> str:
+    """Which code the runs in ``folders`` ran, from their ``config.json``: each label, its count.
+
+    For results pages: a table whose runs ran different code says so.
+    """
+    counts: dict[str, int] = {}
+    for folder in folders:
+        label = code_label(read_config(folder))
+        counts[label] = counts.get(label, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: -item[1])
+    parts = [f"{label} ({n} run{'s' if n > 1 else ''})" for label, n in ordered]
+    return "Code, from each run's config.json: " + "; ".join(parts) + "."
+
+
 def write_json(path: Path, data: Any) -> None:
     """Writes ``data`` as indented JSON through a new file and a rename (a link is replaced)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)

@@ -41,6 +41,7 @@ def test_trains_the_quick_rows_into_the_old_layout(table):
     rows = [line for line in text.splitlines() if line.startswith("| RepeatPrevious")]
     assert len(rows) == 1 and "| 1.000 ± 0.000 |" in rows[0]
     assert (out / "popgym_results.md").read_text() == text
+    assert runs.code_summary(out.glob("*/seed*")) in text.splitlines()
     assert (out / "popgym_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

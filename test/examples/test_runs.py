@@ -418,6 +418,25 @@ class TestCodeRecord:
             runs.start_run(runs.Run(out, "pipeline", source=repo / "sub" / "pipe.py"), Args())
         assert runs.read_config(out)["code"]["git"]["commit"] == head
 
+    def test_summary_counts_each_code(self, tmp_path):
+        git = {"commit": "0123456789", "edited": ["a.py"], "diff_sha256": "abcdef0123"}
+        code = {"python": "3.11.7", "packages": {"torch": "2.14.1"}, "git": git}
+        resumed = {"resumes": [{"frames": 8, "code": code}]}
+        configs = {
+            "a": {"config": {}, "code": code},
+            "b": {"config": {}, "code": code, **resumed},
+            "c": {"config": {}},
+            "d": {"config": {}, "code": {**code, "git": None}, **resumed},
+        }
+        for name, config in configs.items():
+            (tmp_path / name).mkdir()
+            runs.write_json(tmp_path / name / runs.CONFIG, config)
+        assert runs.code_summary(tmp_path / name for name in configs) == (
+            "Code, from each run's config.json: commit 0123456 with edits (diff abcdef01), torch "
+            "2.14.1 (2 runs); code not recorded (1 run); outside git, torch 2.14.1, resumed on "
+            "other code (1 run)."
+        )
+
     def test_changes(self):
         code = {"python": "3.11.7", "packages": {"torch": "2.14.1", "torchrl": "0.14.1"},
                 "git": {"commit": "a", "edited": [], "diff_sha256": None}}  # fmt: skip
