@@ -206,7 +206,9 @@ class Run:
         quick (bool): check shapes and masks on every batch (a few batches).
         resume (bool): continue from the run folder's latest checkpoint.
         overwrite (bool): a new run replaces a run already in ``out``.
-        source (Path | None): the pipeline file, whose git commit ``config.json`` records.
+        code (dict | None): the code the command runs (:func:`code_state`), taken once when it
+            starts, so each of its runs records the code it imported even if the files change
+            meanwhile; ``None`` takes the versions alone when the run starts.
         start_frames (int): the frames the run had when this process took it up (0 if new).
     """
 
@@ -219,7 +221,7 @@ class Run:
     quick: bool = False
     resume: bool = False
     overwrite: bool = False
-    source: Path | None = None
+    code: dict[str, Any] | None = None
     start_frames: int = 0
 
 
@@ -258,7 +260,7 @@ def parse(
     given = {f.name: ns.pop(f.name) for f in dataclasses.fields(args_class) if f.name in ns}
     given = _as_fields(args_class, given)
     options = {k: ns[k] for k in ("logger", "save_every", "device", "progress", "quick")}
-    options["source"] = _pipeline_file(args_class)
+    options["code"] = code_state(_pipeline_file(args_class))
     logger = options["logger"]
     if logger != "csv" and importlib.util.find_spec(logger) is None:
         parser.error(f"--logger {logger} needs {logger}: pip install {logger}")
@@ -448,7 +450,7 @@ def start_run(run: Run, args: Any) -> None:
         else:
             entry.unlink()
     config = {"pipeline": run.pipeline, "config": dataclasses.asdict(args)}
-    write_json(run.out / CONFIG, {**config, "code": code_state(run.source)})
+    write_json(run.out / CONFIG, {**config, "code": _run_code(run)})
 
 
 def continue_run(run: Run, args: Any) -> None:
@@ -459,7 +461,7 @@ def continue_run(run: Run, args: Any) -> None:
     the code the run last ran. Called with the folder's lock held.
     """
     saved = read_config(run.out)
-    code = code_state(run.source)
+    code = _run_code(run)
     resumes = saved.get("resumes") if isinstance(saved.get("resumes"), list) else []
     before = resumes[-1].get("code") if resumes and isinstance(resumes[-1], dict) else None
     changes = code_changes(before if before is not None else saved.get("code"), code)
@@ -472,6 +474,10 @@ def continue_run(run: Run, args: Any) -> None:
     resumes = [*resumes, {"frames": run.start_frames, "code": code}]
     config = {**saved, "config": dataclasses.asdict(args), "resumes": resumes}
     write_json(run.out / CONFIG, config)
+
+
+def _run_code(run: Run) -> dict[str, Any]:
+    return run.code if run.code is not None else code_state(None)
 
 
 def code_state(source: Path | None) -> dict[str, Any]:

@@ -296,7 +296,7 @@ class TestResumeArguments:
     @pytest.fixture
     def saved(self, tmp_path):
         out = tmp_path / "seed0"
-        run = runs.Run(out, "test_runs", source=Path(__file__))
+        run = runs.Run(out, "test_runs", code=runs.code_state(Path(__file__)))
         with runs.folder_lock(out):
             runs.start_run(run, Args())
         state = {"config": dataclasses.asdict(Args()), "counters": {"frames": 8, "finished": True}}
@@ -329,22 +329,21 @@ class TestResumeArguments:
             runs.continue_run(run, args)
         written = runs.read_config(saved)
         assert written["config"]["frames"] == 16
-        assert written["resumes"] == [{"frames": 8, "code": runs.code_state(run.source)}]
-        assert written["code"] == runs.code_state(run.source)  # the start's record is kept
+        assert written["resumes"] == [{"frames": 8, "code": runs.code_state(Path(__file__))}]
+        assert written["code"] == runs.code_state(Path(__file__))  # the start's record is kept
 
-    def test_resume_on_other_code_says_so(self, saved, capsys, monkeypatch):
+    def test_resume_on_other_code_says_so(self, saved, capsys):
         ((args, run),) = runs.parse(Args, ["--resume", str(saved), "--frames", "16"])
         with runs.folder_lock(saved):
             runs.continue_run(run, args)  # the same code: nothing said
         assert capsys.readouterr().err == ""
-        code = runs.code_state(run.source)
-        other = {**code, "packages": {**code["packages"], "torch": "9.9"}}
-        monkeypatch.setattr(runs, "code_state", lambda source: other)
+        code = run.code
+        run.code = {**code, "packages": {**code["packages"], "torch": "9.9"}}
         with runs.folder_lock(saved):
             runs.continue_run(run, args)
         err = capsys.readouterr().err
         assert f"torch {code['packages']['torch']} -> 9.9" in err and len(err.splitlines()) == 1
-        assert [r["code"] for r in runs.read_config(saved)["resumes"]] == [code, other]
+        assert [r["code"] for r in runs.read_config(saved)["resumes"]] == [code, run.code]
 
     @pytest.mark.parametrize("frames", [-1, 2.5, None])
     def test_impossible_frame_counter_is_refused(self, saved, capsys, frames):
@@ -415,8 +414,15 @@ class TestCodeRecord:
         repo, head = repo
         out = tmp_path / "seed0"
         with runs.folder_lock(out):
-            runs.start_run(runs.Run(out, "pipeline", source=repo / "sub" / "pipe.py"), Args())
+            code = runs.code_state(repo / "sub" / "pipe.py")
+            runs.start_run(runs.Run(out, "pipeline", code=code), Args())
         assert runs.read_config(out)["code"]["git"]["commit"] == head
+
+    def test_a_command_s_runs_record_the_code_at_its_start(self, tmp_path):
+        parsed = runs.parse(Args, ["--seeds", "0", "1", "--out", str(tmp_path)])
+        (_, first), (_, second) = parsed
+        assert first.code is second.code  # taken once, before any run starts
+        assert first.code == runs.code_state(Path(__file__))
 
     def test_summary_counts_each_code(self, tmp_path):
         git = {"commit": "0123456789", "edited": ["a.py"], "diff_sha256": "abcdef0123"}
