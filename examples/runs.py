@@ -260,7 +260,6 @@ def parse(
     given = {f.name: ns.pop(f.name) for f in dataclasses.fields(args_class) if f.name in ns}
     given = _as_fields(args_class, given)
     options = {k: ns[k] for k in ("logger", "save_every", "device", "progress", "quick")}
-    options["code"] = code_state(_pipeline_file(args_class))
     logger = options["logger"]
     if logger != "csv" and importlib.util.find_spec(logger) is None:
         parser.error(f"--logger {logger} needs {logger}: pip install {logger}")
@@ -272,6 +271,7 @@ def parse(
         torch.device(options["device"])
     except RuntimeError:
         parser.error(f"--device {options['device']!r}: not a torch device")
+    options["code"] = code_state(_pipeline_file(args_class))  # once, for every run below
     if ns["resume"] is not None:
         return [_resumed(parser, args_class, ns, given, pipeline, options)]
     seeds = ns["seeds"] if ns["seeds"] is not None else [0]
